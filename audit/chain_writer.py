@@ -1,0 +1,154 @@
+"""The writer-thread side of the log: seals a batch into the chain and commits it in one go.
+
+Only one ``ChainWriter`` call runs at a time (the log's single writer thread). The in-memory
+head is a cache of the store's: after any failure it is reloaded before the next batch, and a
+conflict (another process appended first) re-seals the batch on the fresh head and retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from audit.checkpoint import Checkpoint, checkpoint_genesis
+from audit.config import AuditConfig
+from audit.content_guard import ContentGuard
+from audit.errors import AuditUnavailableError
+from audit.event import AuditEvent, Decision, EventType
+from audit.record import AuditContent, RecordRow, row_from_record, seal_record, us_to_iso
+from audit.signer import CheckpointSigner
+from audit.store import AuditStore, StoreConflictError, StoreHead
+
+_MAX_CONFLICT_RETRIES = 5
+
+
+class Entry(NamedTuple):
+    event: AuditEvent
+    content: AuditContent | None
+    time_us: int
+
+
+class _Outage(NamedTuple):
+    since_us: int
+    num_refused: int
+    last_error: str
+
+
+class ChainWriter:
+    def __init__(
+        self,
+        cfg: AuditConfig,
+        store: AuditStore,
+        signer: CheckpointSigner,
+        guard: ContentGuard,
+        head: StoreHead,
+        clock: Callable[[], float],
+    ) -> None:
+        self._cfg = cfg
+        self._store = store
+        self._signer = signer
+        self._guard = guard
+        self._clock = clock
+        self._head = head
+        self._is_stale = False
+        self._outage: _Outage | None = None
+        self._last_checkpoint_at = clock()
+
+    @property
+    def head(self) -> StoreHead:
+        return self._head
+
+    @property
+    def num_unsealed(self) -> int:
+        sealed = self._head.checkpoint.seq if self._head.checkpoint is not None else 0
+        return self._head.seq - sealed
+
+    def seconds_to_checkpoint(self) -> float:
+        return max(0.0, self._cfg.checkpoint_interval_s - (self._clock() - self._last_checkpoint_at))
+
+    def is_checkpoint_due(self, num_new: int, *, heartbeat: bool) -> bool:
+        if self.num_unsealed + num_new >= self._cfg.checkpoint_every:
+            return True
+        if self.seconds_to_checkpoint() > 0:
+            return False
+        return heartbeat or self.num_unsealed + num_new > 0
+
+    def note_failure(self, num_refused: int, error: BaseException) -> bool:
+        """Remember an outage; True when this failure starts one."""
+        self._is_stale = True
+        if self._outage is None:
+            now_us = int(self._clock() * 1_000_000)
+            self._outage = _Outage(now_us, num_refused, type(error).__name__)
+            return True
+        self._outage = self._outage._replace(
+            num_refused=self._outage.num_refused + num_refused, last_error=type(error).__name__
+        )
+        return False
+
+    def commit(self, entries: Sequence[Entry], *, checkpoint: bool, final: bool = False) -> list[int]:
+        """Seal and store ``entries``; returns their sequence numbers once durable."""
+        for _ in range(_MAX_CONFLICT_RETRIES):
+            if self._is_stale:
+                self._head = self._store.head()
+                self._is_stale = False
+            batch = list(entries)
+            if self._outage is not None:
+                batch.insert(0, self._outage_entry(self._outage))
+            rows, new_head = self._seal(batch)
+            new_checkpoint = self._checkpoint(new_head, final) if checkpoint or final else None
+            try:
+                self._store.append(rows, new_checkpoint)
+            except StoreConflictError:
+                self._is_stale = True
+                continue
+            except Exception:
+                self._is_stale = True
+                raise
+            self._head = new_head._replace(checkpoint=new_checkpoint or self._head.checkpoint)
+            if new_checkpoint is not None:
+                self._last_checkpoint_at = self._clock()
+            seqs = [row.seq for row in rows]
+            if self._outage is not None:
+                self._outage = None
+                seqs = seqs[1:]
+            return seqs
+        raise AuditUnavailableError("audit store: too many concurrent writers")
+
+    def _seal(self, batch: Sequence[Entry]) -> tuple[list[RecordRow], StoreHead]:
+        seq, prev = self._head.seq, self._head.hash
+        rows = []
+        for entry in batch:
+            seq += 1
+            stored = None
+            if entry.content is not None:
+                mode = self._guard.mode_for(entry.event)
+                stored = self._guard.protect(mode, entry.content, log_id=self._head.log_id, seq=seq)
+            record = seal_record(seq, us_to_iso(entry.time_us), entry.event, stored, prev)
+            rows.append(row_from_record(record))
+            prev = record.hash
+        return rows, self._head._replace(seq=seq, hash=prev)
+
+    def _checkpoint(self, head: StoreHead, final: bool) -> Checkpoint:
+        previous = self._head.checkpoint
+        unsigned = Checkpoint(
+            log_id=head.log_id,
+            index=1 if previous is None else previous.index + 1,
+            seq=head.seq,
+            head=head.hash,
+            time=us_to_iso(int(self._clock() * 1_000_000)),
+            prev=checkpoint_genesis(head.log_id) if previous is None else previous.digest(),
+            key_id=self._signer.key_id,
+            final=final,
+        )
+        signature = self._signer.sign("checkpoint", unsigned.payload())
+        return Checkpoint(**{**unsigned.payload(), "signature": signature})
+
+    def _outage_entry(self, outage: _Outage) -> Entry:
+        now_us = int(self._clock() * 1_000_000)
+        event = AuditEvent(
+            event_type=EventType.AUDIT_OUTAGE,
+            decision=Decision.ERROR,
+            reason=f"audit store unavailable; {outage.num_refused} appends refused (answered 503)",
+            detail=f"from {us_to_iso(outage.since_us)} to {us_to_iso(now_us)}; last error {outage.last_error}",
+        )
+        return Entry(event, None, now_us)

@@ -1,0 +1,205 @@
+"""``strongroom audit``: tail, search, verify, export, public-key.
+
+Commands open the log without lifecycle records or idle checkpoints, so they can run beside a
+live gateway (the chain writer re-reads the head on a conflict). Searches and exports made
+here are themselves audited, under the operating-system user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+import msgspec
+
+from audit.bundle import verify_bundle
+from audit.config import AuditConfig
+from audit.event import AuditEvent, Decision, EventType
+from audit.log import AuditLog
+from audit.query import AuditQuery
+from audit.record import AuditRecord
+from audit.signer import CheckpointVerifier
+from audit.verifier import VerifyReport
+
+T = TypeVar("T")
+
+config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), default=None, envvar="STRONGROOM_CONFIG"
+)
+
+
+def _settings(config_path: str | None) -> tuple[AuditConfig, Path]:
+    from strongroom.config import load_settings
+
+    settings = load_settings(config_path)
+    return settings.audit, settings.data_path
+
+
+def _with_log(config_path: str | None, action: Callable[[AuditLog], Awaitable[T]]) -> T:
+    cfg, data_dir = _settings(config_path)
+
+    async def run() -> T:
+        log = await AuditLog.open(cfg, data_dir, heartbeat=False, record_lifecycle=False)
+        try:
+            return await action(log)
+        finally:
+            await log.close()
+
+    return asyncio.run(run())
+
+
+async def _audit_access(log: AuditLog, what: str) -> None:
+    await log.append(
+        AuditEvent(
+            event_type=EventType.AUDIT_ACCESS,
+            decision=Decision.ALLOW,
+            subject=getpass.getuser(),
+            client_app="strongroom-cli",
+            endpoint=f"cli:audit {what.split(' ', 1)[0]}",
+            detail=what,
+        )
+    )
+
+
+def format_record(record: AuditRecord) -> str:
+    e = record.event
+    who = e.subject or "-"
+    roles = ",".join(e.roles) or "-"
+    parts = [
+        f"#{record.seq}",
+        record.time,
+        str(e.event_type),
+        str(e.decision),
+        f"subject={who}",
+        f"roles={roles}",
+    ]
+    if e.model:
+        parts.append(f"model={e.model}")
+    if e.status:
+        parts.append(f"status={e.status}")
+    if e.reason:
+        parts.append(f"reason={e.reason!r}")
+    if e.findings:
+        parts.append("findings=" + ",".join(f"{f.type}x{f.count}:{f.action}" for f in e.findings))
+    return " ".join(parts)
+
+
+def _print_records(records: list[AuditRecord], as_json: bool) -> None:
+    for record in records:
+        click.echo(msgspec.json.encode(record).decode() if as_json else format_record(record))
+
+
+def _print_report(report: VerifyReport) -> None:
+    if report.ok:
+        click.echo(
+            f"OK: {report.num_records} records, {report.num_checkpoints} checkpoints, "
+            f"last seq {report.last_seq}, signed through {report.sealed_seq}"
+        )
+        return
+    click.echo(f"FAILED at record {report.first_bad_seq}: {report.problem}", err=True)
+    sys.exit(1)
+
+
+audit = click.Group("audit", help="Inspect, verify and export the tamper-evident audit log.")
+
+
+@audit.command()
+@config_option
+@click.option("-n", "num", default=20, show_default=True, help="How many of the newest records.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
+def tail(config_path: str | None, num: int, as_json: bool) -> None:
+    """Print the newest records."""
+    records = _with_log(config_path, lambda log: log.tail(num))
+    _print_records(records, as_json)
+
+
+@audit.command()
+@config_option
+@click.option("--since", default=None, help="RFC 3339 start (inclusive).")
+@click.option("--until", default=None, help="RFC 3339 end (exclusive).")
+@click.option("--subject", default=None)
+@click.option("--role", default=None)
+@click.option("--model", default=None)
+@click.option("--decision", default=None, type=click.Choice([d.value for d in Decision]))
+@click.option("--event-type", default=None, type=click.Choice([t.value for t in EventType]))
+@click.option("--finding", default=None, help="Filter finding type.")
+@click.option("--limit", default=100, show_default=True)
+@click.option("--cursor", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def search(config_path: str | None, as_json: bool, **filters: str | int | None) -> None:
+    """Search records; prints a cursor for the next page when there is one."""
+    query = msgspec.convert(filters, AuditQuery)
+
+    async def run(log: AuditLog) -> tuple[list[AuditRecord], str | None]:
+        await _audit_access(log, f"search {msgspec.json.encode(query).decode()}")
+        page = await log.search(query)
+        return page.records, page.next_cursor
+
+    records, cursor = _with_log(config_path, run)
+    _print_records(records, as_json)
+    if cursor:
+        click.echo(f"next cursor: {cursor}", err=True)
+
+
+@audit.command()
+@config_option
+@click.option("--file", "bundle", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option(
+    "--public-key",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Trusted Ed25519 key (PEM).",
+)
+def verify(config_path: str | None, bundle: str | None, public_key: str | None) -> None:
+    """Verify the live log, or with --file an exported bundle offline (needs --public-key)."""
+    if bundle is not None:
+        if public_key is None:
+            raise click.UsageError("--file needs --public-key: a bundle is never trusted for its own key")
+        verifier = CheckpointVerifier.from_pem(Path(public_key).read_bytes())
+        _print_report(verify_bundle(Path(bundle), verifier))
+        return
+
+    trusted = None if public_key is None else CheckpointVerifier.from_pem(Path(public_key).read_bytes())
+
+    async def run(log: AuditLog) -> VerifyReport:
+        if trusted is not None:
+            from audit.bundle import verify_store
+
+            return await log.run_reader(lambda: verify_store(log.store, trusted))
+        return await log.verify()
+
+    _print_report(_with_log(config_path, run))
+
+
+@audit.command()
+@config_option
+@click.argument("output", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
+@click.option("--first-seq", default=1, show_default=True)
+@click.option("--last-seq", default=None, type=int)
+def export(config_path: str | None, output: str, fmt: str, first_seq: int, last_seq: int | None) -> None:
+    """Export a contiguous range (JSONL bundles are sealed and verify offline)."""
+
+    async def run(log: AuditLog) -> int:
+        await _audit_access(log, f"export {fmt} {first_seq}..{last_seq or 'end'} to {output}")
+        return await log.export(Path(output), fmt=fmt, first_seq=first_seq, last_seq=last_seq)
+
+    count = _with_log(config_path, run)
+    click.echo(f"exported {count} records to {output}")
+
+
+@audit.command("public-key")
+@config_option
+def public_key(config_path: str | None) -> None:
+    """Print the checkpoint-signing public key (PEM), for offline verification."""
+    pem = _with_log(config_path, lambda log: _const(log.signer.public_key_pem()))
+    click.echo(pem.decode(), nl=False)
+
+
+async def _const(value: T) -> T:
+    return value

@@ -1,0 +1,52 @@
+"""The audit package's errors. Each carries the HTTP status and OpenAI-style code the gateway maps."""
+
+from __future__ import annotations
+
+
+class AuditError(Exception):
+    """Base of every audit error."""
+
+    status_code: int = 500
+    code: str = "audit_error"
+
+
+class AuditUnavailableError(AuditError):
+    """The record could not be made durable; the caller must fail closed."""
+
+    status_code = 503
+    code = "audit_unavailable"
+
+
+class AuditConfigError(AuditError):
+    """The audit configuration or key material is unusable."""
+
+    status_code = 500
+    code = "audit_misconfigured"
+
+
+class AuditForbiddenError(AuditError):
+    """The caller lacks ``audit:read`` or ``audit:content``. Opaque on purpose."""
+
+    status_code = 403
+    code = "permission_denied"
+
+
+class AuditNotFoundError(AuditError):
+    """No such record, or no content kept for it."""
+
+    status_code = 404
+    code = "not_found"
+
+
+class AuditQueryError(AuditError):
+    """A malformed filter or cursor."""
+
+    status_code = 400
+    code = "invalid_request"
+
+
+class AuditIntegrityError(AuditError):
+    """The log or an export failed verification."""
+
+    status_code = 500
+    code = "audit_integrity"

@@ -1,0 +1,346 @@
+"""The audit log: durable, chained, signed, fail-closed appends with group commit.
+
+    append() --future--> pending list --wake--> writer task --executor--> ChainWriter.commit
+                                                  (one batch at a time; everything that queued
+                                                   while a commit ran goes into the next one)
+
+``append`` returns only after the transaction holding its record committed (SQLite WAL with
+synchronous=FULL fsyncs; PostgreSQL with synchronous_commit on). If the store fails, every
+append in the batch raises ``AuditUnavailableError``; once the store is back the first batch
+starts with an ``audit_outage`` record counting what was refused. Checkpoints are signed in
+the same transaction as the batch that makes them due, and on a timer when idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple, ParamSpec, TypeVar
+
+from audit.aggregates import AuditAggregates, aggregate
+from audit.bundle import export_bundle, export_csv, verify_store
+from audit.chain_writer import ChainWriter, Entry
+from audit.config import AuditConfig
+from audit.content_guard import ContentGuard, ContentKeyProvider, FileContentKeys
+from audit.errors import (
+    AuditConfigError,
+    AuditError,
+    AuditNotFoundError,
+    AuditQueryError,
+    AuditUnavailableError,
+)
+from audit.event import AuditEvent, Decision, EventType
+from audit.query import MAX_LIMIT, AuditPage, AuditQuery, decode_cursor, encode_cursor
+from audit.record import AuditContent, AuditRecord, record_from_row
+from audit.signer import CheckpointSigner
+from audit.sink import AuditSink
+from audit.store import AuditStore, open_store
+from audit.verifier import VerifyReport
+
+_log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class _Pending(NamedTuple):
+    entry: Entry
+    future: asyncio.Future[int]
+
+
+class AuditLog:
+    """Satisfies ``AuditSink``; also the read side used by the /audit routes and the CLI."""
+
+    def __init__(
+        self,
+        cfg: AuditConfig,
+        store: AuditStore,
+        signer: CheckpointSigner,
+        guard: ContentGuard,
+        writer: ChainWriter,
+        executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor],
+        *,
+        clock: Callable[[], float],
+        second_sink: AuditSink | None,
+        heartbeat: bool,
+        record_lifecycle: bool,
+    ) -> None:
+        self.config = cfg
+        self.signer = signer
+        self.guard = guard
+        self._store = store
+        self._writer = writer
+        self._write_pool, self._read_pool = executors
+        self._clock = clock
+        self._second_sink = second_sink
+        self._heartbeat = heartbeat
+        self._record_lifecycle = record_lifecycle
+        self._pending: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._force_checkpoint = False
+        self._is_closing = False
+        self._task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"AuditLog(store={self._store!r}, key_id={self.signer.key_id!r})"
+
+    @classmethod
+    async def open(
+        cls,
+        cfg: AuditConfig,
+        data_dir: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        store: AuditStore | None = None,
+        content_keys: ContentKeyProvider | None = None,
+        second_sink: AuditSink | None = None,
+        heartbeat: bool = True,
+        record_lifecycle: bool = True,
+    ) -> AuditLog:
+        """Open (creating if needed) the log. The CLI passes heartbeat/record_lifecycle False."""
+        signer = CheckpointSigner.load(
+            cfg.resolve(data_dir, cfg.signing_key_file), create=cfg.create_signing_key
+        )
+        store = store if store is not None else open_store(cfg, data_dir)
+        keys = content_keys or FileContentKeys(
+            cfg.resolve(data_dir, cfg.content_hmac_key_file), cfg.resolve(data_dir, cfg.content_key_file)
+        )
+        if second_sink is None and cfg.second_sink_path is not None:
+            from audit.file_sink import FileSink
+
+            second_sink = FileSink(cfg.resolve(data_dir, cfg.second_sink_path))
+        write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-writer")
+        read_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-reader")
+        loop = asyncio.get_running_loop()
+        try:
+            head = await loop.run_in_executor(write_pool, store.open, uuid.uuid4().hex)
+        except Exception as exc:
+            write_pool.shutdown()
+            read_pool.shutdown()
+            raise AuditUnavailableError(f"cannot open the audit store: {exc}") from exc
+        if head.checkpoint is not None and head.checkpoint.key_id != signer.key_id:
+            write_pool.shutdown()
+            read_pool.shutdown()
+            raise AuditConfigError(
+                f"audit log is signed by key {head.checkpoint.key_id}, configured key is {signer.key_id}"
+            )
+        guard = ContentGuard(cfg, keys)
+        writer = ChainWriter(cfg, store, signer, guard, head, clock)
+        log = cls(
+            cfg,
+            store,
+            signer,
+            guard,
+            writer,
+            (write_pool, read_pool),
+            clock=clock,
+            second_sink=second_sink,
+            heartbeat=heartbeat,
+            record_lifecycle=record_lifecycle,
+        )
+        log._task = asyncio.create_task(log._run(), name="audit-writer")
+        if record_lifecycle:
+            await log.append(AuditEvent(event_type=EventType.SERVICE_START, decision=Decision.ALLOW))
+        return log
+
+    @property
+    def log_id(self) -> str:
+        return self._writer.head.log_id
+
+    async def append(self, event: AuditEvent, content: AuditContent | None = None) -> int:
+        """Record ``event`` (and content, kept as the policy says); returns its sequence number once durable."""
+        if self._is_closing:
+            raise AuditUnavailableError("audit log is closed")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(Entry(event, content, int(self._clock() * 1_000_000)), future))
+        self._wake.set()
+        return await future
+
+    async def checkpoint(self) -> None:
+        """Seal everything appended so far now (also used by tests instead of waiting 60 s)."""
+        self._force_checkpoint = True
+        self._wake.set()
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(Entry(_BARRIER, None, 0), done))
+        await done
+
+    async def close(self) -> None:
+        if self._is_closing:
+            return
+        if self._record_lifecycle:
+            with contextlib.suppress(AuditUnavailableError):
+                await self.append(AuditEvent(event_type=EventType.SERVICE_STOP, decision=Decision.ALLOW))
+        self._is_closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        self._write_pool.shutdown()
+        self._read_pool.shutdown()
+        await asyncio.to_thread(self._store.close)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            timeout = (
+                self._writer.seconds_to_checkpoint() if self._heartbeat or self._writer.num_unsealed else None
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            batch = self._pending[: self.config.max_batch]
+            del self._pending[: len(batch)]
+            barriers = [p for p in batch if p.entry.event is _BARRIER]
+            real = [p for p in batch if p.entry.event is not _BARRIER]
+            closing = self._is_closing and not self._pending
+            force = self._force_checkpoint or bool(barriers)
+            due = force or closing or self._writer.is_checkpoint_due(len(real), heartbeat=self._heartbeat)
+            if real or due:
+                await self._commit(
+                    loop, real, barriers, checkpoint=due, final=closing and self._record_lifecycle
+                )
+            if self._pending:
+                self._wake.set()
+            elif closing:
+                return
+
+    async def _commit(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        real: list[_Pending],
+        barriers: list[_Pending],
+        *,
+        checkpoint: bool,
+        final: bool,
+    ) -> None:
+        entries = [p.entry for p in real]
+        try:
+            seqs = await loop.run_in_executor(
+                self._write_pool, lambda: self._writer.commit(entries, checkpoint=checkpoint, final=final)
+            )
+        except Exception as exc:
+            _log.error("audit append failed (%d records refused): %s", len(real), type(exc).__name__)
+            is_new_outage = self._writer.note_failure(len(real), exc)
+            error = exc if isinstance(exc, AuditUnavailableError) else AuditUnavailableError(str(exc))
+            for pending in (*real, *barriers):
+                if not pending.future.done():
+                    pending.future.set_exception(error)
+            await self._tell_second_sink(entries, is_new_outage)
+            return
+        self._force_checkpoint = False
+        for pending, seq in zip(real, seqs, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(seq)
+        for pending in barriers:
+            if not pending.future.done():
+                pending.future.set_result(self._writer.head.seq)
+
+    async def _tell_second_sink(self, entries: list[Entry], is_new_outage: bool) -> None:
+        if self._second_sink is None:
+            return
+        try:
+            if is_new_outage:
+                await self._second_sink.append(
+                    AuditEvent(
+                        event_type=EventType.AUDIT_OUTAGE,
+                        decision=Decision.ERROR,
+                        reason="primary audit store unavailable; appends refused",
+                    )
+                )
+            for entry in entries:
+                await self._second_sink.append(entry.event)
+        except AuditUnavailableError:
+            _log.error("second audit sink unavailable too")
+
+    async def _read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._read_pool, lambda: fn(*args, **kwargs))
+        except AuditError:
+            raise
+        except Exception as exc:
+            raise AuditUnavailableError(f"audit store read failed: {type(exc).__name__}: {exc}") from exc
+
+    async def tail(self, n: int) -> list[AuditRecord]:
+        rows = await self._read(self._store.tail, n)
+        return [record_from_row(row) for row in rows]
+
+    async def get(self, seq: int) -> AuditRecord:
+        row = await self._read(self._store.get, seq)
+        if row is None:
+            raise AuditNotFoundError(f"no audit record {seq}")
+        return record_from_row(row)
+
+    async def search(self, query: AuditQuery) -> AuditPage:
+        after = decode_cursor(query.cursor)
+        rows = await self._read(self._store.search, query, after, query.limit + 1)
+        records = [record_from_row(row) for row in rows[: query.limit]]
+        next_cursor = encode_cursor(records[-1].seq) if len(rows) > query.limit else None
+        return AuditPage(records=records, next_cursor=next_cursor)
+
+    async def read_content(self, seq: int) -> AuditContent:
+        """Decrypt a record's content. Callers must hold audit:content and audit the view first."""
+        record = await self.get(seq)
+        if record.content is None:
+            raise AuditNotFoundError(f"audit record {seq} kept no content")
+        return self.guard.open(record.content, log_id=self.log_id, seq=seq)
+
+    async def content_matches(self, seq: int, text: str) -> dict[str, bool]:
+        """Investigator check against an HMAC-kept record: was ``text`` its prompt or completion?"""
+        record = await self.get(seq)
+        if record.content is None:
+            raise AuditNotFoundError(f"audit record {seq} kept no content")
+        return self.guard.matches(record.content, text)
+
+    async def aggregates(self, query: AuditQuery) -> AuditAggregates:
+        """Aggregates over every record matching ``query`` (its cursor and limit are ignored)."""
+
+        def scan() -> AuditAggregates:
+            after, records = 0, list[AuditRecord]()
+            while True:
+                rows = self._store.search(query, after, MAX_LIMIT)
+                records.extend(record_from_row(row) for row in rows)
+                if len(rows) < MAX_LIMIT:
+                    return aggregate(records)
+                after = rows[-1].seq
+
+        return await self._read(scan)
+
+    async def verify(self) -> VerifyReport:
+        """Walk the whole online log against this log's own public key."""
+        return await self._read(verify_store, self._store, self.signer.verifier)
+
+    async def export(
+        self, path: Path, *, fmt: str = "jsonl", first_seq: int = 1, last_seq: int | None = None
+    ) -> int:
+        """Export a contiguous range; returns the number of records. JSONL bundles are sealed."""
+        await self.checkpoint()
+        last = self._writer.head.seq if last_seq is None else min(last_seq, self._writer.head.seq)
+        first = max(first_seq, 1)
+        if fmt == "csv":
+            return await self._read(export_csv, self._store, path, first_seq=first, last_seq=last)
+        if fmt != "jsonl":
+            raise AuditQueryError("export format must be jsonl or csv")
+        now_us = int(self._clock() * 1_000_000)
+        seal = await self._read(
+            export_bundle, self._store, self.signer, path, first_seq=first, last_seq=last, now_us=now_us
+        )
+        return seal.num_records
+
+    @property
+    def store(self) -> AuditStore:
+        """For verification, export and archiving; call its methods off the event loop."""
+        return self._store
+
+    async def run_reader(self, fn: Callable[[], T]) -> T:
+        """Run a blocking read (verification, export) on the reader thread."""
+        return await self._read(fn)
+
+
+_BARRIER = AuditEvent(
+    event_type=EventType.AUDIT_ACCESS, decision=Decision.ALLOW, detail="<checkpoint barrier>"
+)

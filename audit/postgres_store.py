@@ -1,0 +1,170 @@
+"""PostgreSQL audit store: same tables and behaviour as SQLite.
+
+The gateway connects as a role holding only INSERT and SELECT (``postgres_role.sql``); the
+schema (``postgres_schema.sql``) is installed by its owner through ``install_schema``.
+Durability comes from ``synchronous_commit = on``, forced per session.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from importlib import resources
+
+import msgspec
+import psycopg
+from psycopg import sql
+
+from audit.checkpoint import Checkpoint
+from audit.errors import AuditUnavailableError
+from audit.query import AuditQuery, where_clause
+from audit.record import RecordRow, genesis_hash
+from audit.store import ArchiveEntry, StoreConflictError, StoreHead
+
+_COLUMNS = "seq, time_us, event_type, decision, subject, tenant, model, roles, findings, event, content, prev_hash, hash"
+
+_SELECT = "SELECT " + _COLUMNS + " FROM audit_records "  # noqa: S608 - constant columns
+
+
+def _script(name: str, **identifiers: str) -> sql.Composed:
+    text = resources.files("audit").joinpath(name).read_text()
+    return sql.SQL(text).format(**{k: sql.Identifier(v) for k, v in identifiers.items()})
+
+
+def install_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    """As the schema owner: create the audit tables."""
+    conn.execute(_script("postgres_schema.sql", schema=schema))
+
+
+def grant_append_only(conn: psycopg.Connection[tuple[object, ...]], schema: str, role: str) -> None:
+    """As the schema owner: let ``role`` INSERT and SELECT, nothing else."""
+    conn.execute(_script("postgres_role.sql", schema=schema, role=role))
+
+
+class PostgresStore:
+    def __init__(self, dsn: str, schema: str) -> None:
+        self._dsn = dsn
+        self._schema = schema
+        self._local = threading.local()
+        self._connections: list[psycopg.Connection[tuple[object, ...]]] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(schema={self._schema!r}, dsn=<redacted>)"
+
+    def _conn(self) -> psycopg.Connection[tuple[object, ...]]:
+        conn: psycopg.Connection[tuple[object, ...]] | None = getattr(self._local, "conn", None)
+        if conn is not None and (conn.closed or conn.broken):
+            conn = None
+        if conn is None:
+            conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=3)
+            conn.execute("SET synchronous_commit = on")
+            conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(self._schema)))
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _rows(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+        try:
+            return self._conn().execute(query.encode(), params).fetchall()
+        except psycopg.Error as exc:
+            raise AuditUnavailableError(f"postgres audit store: {type(exc).__name__}") from exc
+
+    def open(self, new_log_id: str) -> StoreHead:
+        try:
+            conn = self._conn()
+            exists = conn.execute("SELECT to_regclass(%s)", (f"{self._schema}.audit_records",)).fetchone()
+            if exists is None or exists[0] is None:
+                install_schema(conn, self._schema)
+            conn.execute(
+                "INSERT INTO audit_meta (key, value) VALUES ('log_id', %s) ON CONFLICT (key) DO NOTHING",
+                (new_log_id,),
+            )
+        except psycopg.Error as exc:
+            raise AuditUnavailableError(f"postgres audit store: {exc}") from exc
+        return self.head()
+
+    def head(self) -> StoreHead:
+        log_id = str(self._rows("SELECT value FROM audit_meta WHERE key = 'log_id'", ())[0][0])
+        last = self._rows("SELECT seq, hash FROM audit_records ORDER BY seq DESC LIMIT 1", ())
+        cps = self._rows("SELECT body FROM audit_checkpoints ORDER BY idx DESC LIMIT 1", ())
+        checkpoint = msgspec.json.decode(str(cps[0][0]), type=Checkpoint) if cps else None
+        if last:
+            seq, digest = int(str(last[0][0])), str(last[0][1])
+        else:
+            archived = self._rows(
+                "SELECT last_seq, head FROM audit_archives ORDER BY last_seq DESC LIMIT 1", ()
+            )
+            seq, digest = (
+                (int(str(archived[0][0])), str(archived[0][1])) if archived else (0, genesis_hash(log_id))
+            )
+        return StoreHead(log_id=log_id, seq=seq, hash=digest, checkpoint=checkpoint)
+
+    def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
+        try:
+            conn = self._conn()
+            with conn.transaction(), conn.cursor() as cur:
+                if rows:
+                    cur.executemany(
+                        "INSERT INTO audit_records (" + _COLUMNS + ") VALUES "  # noqa: S608 - constant columns
+                        "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                        rows,
+                    )
+                if checkpoint is not None:
+                    cur.execute(
+                        "INSERT INTO audit_checkpoints (idx, seq, body) VALUES (%s, %s, %s)",
+                        (checkpoint.index, checkpoint.seq, msgspec.json.encode(checkpoint).decode()),
+                    )
+        except psycopg.errors.UniqueViolation as exc:
+            raise StoreConflictError(str(exc)) from exc
+        except psycopg.Error as exc:
+            raise AuditUnavailableError(f"postgres audit store: {type(exc).__name__}") from exc
+
+    def _select(self, tail: str, params: Sequence[object]) -> list[RecordRow]:
+        found = self._rows(_SELECT + tail, params)
+        return [RecordRow(*r) for r in found]  # type: ignore[arg-type]
+
+    def rows(self, after_seq: int, limit: int) -> list[RecordRow]:
+        return self._select("WHERE seq > %s ORDER BY seq LIMIT %s", (after_seq, limit))
+
+    def tail(self, n: int) -> list[RecordRow]:
+        return list(reversed(self._select("ORDER BY seq DESC LIMIT %s", (n,))))
+
+    def get(self, seq: int) -> RecordRow | None:
+        found = self._select("WHERE seq = %s", (seq,))
+        return found[0] if found else None
+
+    def search(self, query: AuditQuery, after_seq: int, limit: int) -> list[RecordRow]:
+        where, params = where_clause(query, after_seq, "%s")
+        return self._select("WHERE " + where + " ORDER BY seq LIMIT %s", [*params, limit])
+
+    def checkpoints(self, after_index: int, limit: int) -> list[Checkpoint]:
+        found = self._rows(
+            "SELECT body FROM audit_checkpoints WHERE idx > %s ORDER BY idx LIMIT %s", (after_index, limit)
+        )
+        return [msgspec.json.decode(str(r[0]), type=Checkpoint) for r in found]
+
+    def checkpoint_covering(self, seq: int) -> Checkpoint | None:
+        found = self._rows("SELECT body FROM audit_checkpoints WHERE seq >= %s ORDER BY idx LIMIT 1", (seq,))
+        return msgspec.json.decode(str(found[0][0]), type=Checkpoint) if found else None
+
+    def archives(self) -> list[ArchiveEntry]:
+        found = self._rows(
+            "SELECT first_seq, last_seq, head, path, sha256 FROM audit_archives ORDER BY first_seq", ()
+        )
+        return [ArchiveEntry(*r) for r in found]  # type: ignore[arg-type]
+
+    def prune(self, entry: ArchiveEntry) -> None:
+        """Needs the schema owner's DSN: the append-only role cannot DELETE, by design."""
+        conn = self._conn()
+        with conn.transaction():
+            conn.execute("DELETE FROM audit_records WHERE seq <= %s", (entry.last_seq,))
+            conn.execute("INSERT INTO audit_archives VALUES (%s, %s, %s, %s, %s)", tuple(entry))
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()

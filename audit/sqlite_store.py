@@ -1,0 +1,186 @@
+"""SQLite audit store: the embedded default.
+
+Durability: WAL with ``synchronous=FULL``, so every commit fsyncs the WAL before returning.
+``NORMAL`` would only fsync at WAL checkpoints and can lose the last commits on power loss,
+which breaks "durable before the response". Group commit in the log shares one fsync among a
+whole batch, which is what makes FULL affordable. Append-only: triggers abort any UPDATE or
+DELETE; only ``prune`` (archiving, an operator action) lifts them inside its own transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from audit.checkpoint import Checkpoint
+from audit.errors import AuditUnavailableError
+from audit.query import AuditQuery, where_clause
+from audit.record import RecordRow, genesis_hash
+from audit.store import ArchiveEntry, StoreConflictError, StoreHead
+
+_COLUMNS = "seq, time_us, event_type, decision, subject, tenant, model, roles, findings, event, content, prev_hash, hash"
+
+_SELECT = "SELECT " + _COLUMNS + " FROM audit_records"  # noqa: S608 - constant column list
+
+_INSERT = "INSERT INTO audit_records (" + _COLUMNS + ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"  # noqa: S608
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS audit_records (
+    seq INTEGER PRIMARY KEY, time_us INTEGER NOT NULL, event_type TEXT NOT NULL,
+    decision TEXT NOT NULL, subject TEXT NOT NULL, tenant TEXT NOT NULL, model TEXT NOT NULL,
+    roles TEXT NOT NULL, findings TEXT NOT NULL, event TEXT NOT NULL, content TEXT,
+    prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS audit_records_time ON audit_records (time_us);
+CREATE INDEX IF NOT EXISTS audit_records_subject ON audit_records (subject, seq);
+CREATE INDEX IF NOT EXISTS audit_records_model ON audit_records (model, seq);
+CREATE TABLE IF NOT EXISTS audit_checkpoints (idx INTEGER PRIMARY KEY, seq INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS audit_archives (
+    first_seq INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, head TEXT NOT NULL,
+    path TEXT NOT NULL, sha256 TEXT NOT NULL);
+"""
+
+_GUARDED = ("audit_meta", "audit_records", "audit_checkpoints", "audit_archives")
+
+
+def _guards() -> str:
+    statements = []
+    for table in _GUARDED:
+        for verb in ("UPDATE", "DELETE"):
+            statements.append(
+                f"CREATE TRIGGER IF NOT EXISTS {table}_no_{verb.lower()} BEFORE {verb} ON {table} "
+                f"BEGIN SELECT RAISE(ABORT, 'audit tables are append-only'); END;"
+            )
+    return "\n".join(statements)
+
+
+class SqliteStore:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self._path)!r})"
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=5.0)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def open(self, new_log_id: str) -> StoreHead:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        conn = self._conn()
+        conn.executescript(_SCHEMA + _guards())
+        conn.execute("INSERT OR IGNORE INTO audit_meta (key, value) VALUES ('log_id', ?)", (new_log_id,))
+        return self.head()
+
+    def head(self) -> StoreHead:
+        conn = self._conn()
+        log_id = conn.execute("SELECT value FROM audit_meta WHERE key = 'log_id'").fetchone()[0]
+        row = conn.execute("SELECT seq, hash FROM audit_records ORDER BY seq DESC LIMIT 1").fetchone()
+        cp_row = conn.execute("SELECT body FROM audit_checkpoints ORDER BY idx DESC LIMIT 1").fetchone()
+        checkpoint = None if cp_row is None else msgspec.json.decode(cp_row[0], type=Checkpoint)
+        if row is None:
+            archived = conn.execute(
+                "SELECT last_seq, head FROM audit_archives ORDER BY last_seq DESC LIMIT 1"
+            ).fetchone()
+            seq, digest = (0, genesis_hash(log_id)) if archived is None else (archived[0], archived[1])
+        else:
+            seq, digest = row
+        return StoreHead(log_id=log_id, seq=seq, hash=digest, checkpoint=checkpoint)
+
+    def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(_INSERT, rows)
+                if checkpoint is not None:
+                    conn.execute(
+                        "INSERT INTO audit_checkpoints (idx, seq, body) VALUES (?, ?, ?)",
+                        (checkpoint.index, checkpoint.seq, msgspec.json.encode(checkpoint).decode()),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.IntegrityError as exc:
+            raise StoreConflictError(str(exc)) from exc
+        except sqlite3.Error as exc:
+            raise AuditUnavailableError(f"sqlite audit store: {exc}") from exc
+
+    def rows(self, after_seq: int, limit: int) -> list[RecordRow]:
+        cur = self._conn().execute(_SELECT + " WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit))
+        return [RecordRow(*r) for r in cur.fetchall()]
+
+    def tail(self, n: int) -> list[RecordRow]:
+        cur = self._conn().execute(_SELECT + " ORDER BY seq DESC LIMIT ?", (n,))
+        return [RecordRow(*r) for r in reversed(cur.fetchall())]
+
+    def get(self, seq: int) -> RecordRow | None:
+        row = self._conn().execute(_SELECT + " WHERE seq = ?", (seq,)).fetchone()
+        return None if row is None else RecordRow(*row)
+
+    def search(self, query: AuditQuery, after_seq: int, limit: int) -> list[RecordRow]:
+        where, params = where_clause(query, after_seq, "?")
+        cur = self._conn().execute(
+            _SELECT + " WHERE " + where + " ORDER BY seq LIMIT ?",
+            [*params, limit],
+        )
+        return [RecordRow(*r) for r in cur.fetchall()]
+
+    def checkpoints(self, after_index: int, limit: int) -> list[Checkpoint]:
+        cur = self._conn().execute(
+            "SELECT body FROM audit_checkpoints WHERE idx > ? ORDER BY idx LIMIT ?", (after_index, limit)
+        )
+        return [msgspec.json.decode(r[0], type=Checkpoint) for r in cur.fetchall()]
+
+    def checkpoint_covering(self, seq: int) -> Checkpoint | None:
+        row = (
+            self._conn()
+            .execute("SELECT body FROM audit_checkpoints WHERE seq >= ? ORDER BY idx LIMIT 1", (seq,))
+            .fetchone()
+        )
+        return None if row is None else msgspec.json.decode(row[0], type=Checkpoint)
+
+    def archives(self) -> list[ArchiveEntry]:
+        cur = self._conn().execute(
+            "SELECT first_seq, last_seq, head, path, sha256 FROM audit_archives ORDER BY first_seq"
+        )
+        return [ArchiveEntry(*r) for r in cur.fetchall()]
+
+    def prune(self, entry: ArchiveEntry) -> None:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DROP TRIGGER audit_records_no_delete")
+            conn.execute("DELETE FROM audit_records WHERE seq <= ?", (entry.last_seq,))
+            conn.execute("INSERT INTO audit_archives VALUES (?, ?, ?, ?, ?)", tuple(entry))
+            conn.execute(
+                "CREATE TRIGGER audit_records_no_delete BEFORE DELETE ON audit_records "
+                "BEGIN SELECT RAISE(ABORT, 'audit tables are append-only'); END"
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()

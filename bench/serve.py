@@ -1,0 +1,227 @@
+"""Online serving benchmark: Poisson arrivals against an OpenAI-compatible ``/v1/completions``.
+
+    python -m bench.serve --base-url http://127.0.0.1:8000 --model qwen3 --request-rate 4 --scale 0.1
+
+Requests follow nano-vllm's workload (token-id prompts, per-request max_tokens, ignore_eos) and
+stream; arrivals are a Poisson process at ``--request-rate`` requests/s (``inf``: all at once), with
+gaps drawn from ``random.Random(seed).expovariate(rate)``, as vLLM's ``bench serve`` does. To
+compare with HF transformers, point it at ``transformers serve`` in the same run: the metrics are
+the client's, so any OpenAI-compatible server is measured the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from bench.provenance import provenance
+from bench.serve_metrics import SLO, RequestTiming, ServeMetrics, compute_metrics
+from bench.workload import Workload, nano_vllm_workload
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+def arrival_gaps(num_requests: int, request_rate: float, seed: int) -> list[float]:
+    """Seconds to wait before each request; the first request goes at once."""
+    if request_rate <= 0:
+        raise ValueError("request rate must be positive")
+    if math.isinf(request_rate):
+        return [0.0] * num_requests
+    rng = random.Random(seed)
+    return [0.0] + [rng.expovariate(request_rate) for _ in range(num_requests - 1)]
+
+
+async def send_request(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    *,
+    num_prompt_tokens: int,
+    clock: Clock = time.perf_counter,
+) -> RequestTiming:
+    """Stream one completion; time every chunk that carries text."""
+    start = clock()
+    chunk_times: list[float] = []
+    usage_tokens: int | None = None
+    try:
+        async with client.stream("POST", url, json=body) as response:
+            if response.status_code != 200:
+                detail = (await response.aread()).decode(errors="replace")[:200]
+                return RequestTiming(success=False, error=f"HTTP {response.status_code}: {detail}")
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[len("data:") :].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    return RequestTiming(success=False, error=str(chunk["error"])[:200])
+                if chunk.get("usage"):
+                    usage_tokens = chunk["usage"].get("completion_tokens")
+                choices = chunk.get("choices") or []
+                if choices and choices[0].get("text"):
+                    chunk_times.append(clock())
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        return RequestTiming(success=False, error=f"{type(exc).__name__}: {exc}")
+    if not chunk_times:
+        return RequestTiming(success=False, error="no text in the stream")
+    end = chunk_times[-1]
+    return RequestTiming(
+        success=True,
+        ttft_s=chunk_times[0] - start,
+        e2e_s=end - start,
+        itl_s=tuple(b - a for a, b in itertools.pairwise(chunk_times)),
+        # Without a usage chunk, one text chunk is taken for one token (vLLM does the same).
+        num_output_tokens=usage_tokens if usage_tokens is not None else len(chunk_times),
+        num_prompt_tokens=num_prompt_tokens,
+    )
+
+
+def completion_body(model: str, prompt: list[int], max_tokens: int, temperature: float) -> dict[str, Any]:
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+async def run_serve(
+    *,
+    base_url: str,
+    model: str,
+    workload: Workload,
+    request_rate: float,
+    seed: int = 0,
+    max_concurrency: int | None = None,
+    slo: SLO | None = None,
+    clock: Clock = time.perf_counter,
+    sleep: Sleep = asyncio.sleep,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout_s: float = 600.0,
+) -> ServeMetrics:
+    gaps = arrival_gaps(workload.num_requests, request_rate, seed)
+    limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    url = base_url.rstrip("/") + "/v1/completions"
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits, transport=transport) as client:
+
+        async def one(i: int) -> RequestTiming:
+            body = completion_body(
+                model, workload.prompt_token_ids[i], workload.max_tokens[i], workload.temperature
+            )
+            num_prompt = len(workload.prompt_token_ids[i])
+            if limit is None:
+                return await send_request(client, url, body, num_prompt_tokens=num_prompt, clock=clock)
+            async with limit:
+                return await send_request(client, url, body, num_prompt_tokens=num_prompt, clock=clock)
+
+        start = clock()
+        tasks = []
+        for i, gap in enumerate(gaps):
+            if gap > 0:
+                await sleep(gap)
+            tasks.append(asyncio.create_task(one(i)))
+        timings = await asyncio.gather(*tasks)
+        duration = clock() - start
+    return compute_metrics(timings, duration, slo)
+
+
+def format_metrics(metrics: ServeMetrics) -> str:
+    lines = [
+        f"completed {metrics.num_completed}, failed {metrics.num_failed}, duration {metrics.duration_s:.2f} s",
+        f"request throughput {metrics.request_throughput:.2f} req/s, "
+        f"output {metrics.output_throughput:.1f} tok/s, total {metrics.total_token_throughput:.1f} tok/s",
+    ]
+    if metrics.goodput is not None:
+        lines.append(f"goodput {metrics.goodput:.2f} req/s")
+    for name in ("ttft", "tpot", "itl", "e2e"):
+        s = getattr(metrics, name)
+        lines.append(
+            f"{name.upper():>5} ms: mean {s.mean_ms:.2f}  median {s.median_ms:.2f}  p90 {s.p90_ms:.2f}  p99 {s.p99_ms:.2f}"
+        )
+    return "\n".join(lines)
+
+
+@click.command("serve")
+@click.option("--base-url", required=True, help="Server root, e.g. http://127.0.0.1:8000")
+@click.option("--model", required=True)
+@click.option(
+    "--request-rate", type=float, default=math.inf, show_default=True, help="Requests/s; inf = all at once."
+)
+@click.option("--scale", type=float, default=1.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-concurrency", type=int, default=None)
+@click.option("--slo-ttft-ms", type=float, default=None)
+@click.option("--slo-tpot-ms", type=float, default=None)
+@click.option("--slo-e2e-ms", type=float, default=None)
+@click.option(
+    "--label", default="server", show_default=True, help="Name of the system under test in the JSON."
+)
+@click.option("--output", type=click.Path(path_type=Path), default=None)
+def serve(
+    base_url: str,
+    model: str,
+    request_rate: float,
+    scale: float,
+    seed: int,
+    max_concurrency: int | None,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    slo_e2e_ms: float | None,
+    label: str,
+    output: Path | None,
+) -> None:
+    """Poisson-arrival streaming benchmark of an OpenAI-compatible /v1/completions endpoint."""
+    workload = nano_vllm_workload().scaled(scale)
+    has_slo = any(v is not None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms))
+    slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2e_ms=slo_e2e_ms) if has_slo else None
+    metrics = asyncio.run(
+        run_serve(
+            base_url=base_url,
+            model=model,
+            workload=workload,
+            request_rate=request_rate,
+            seed=seed,
+            max_concurrency=max_concurrency,
+            slo=slo,
+        )
+    )
+    click.echo(format_metrics(metrics))
+    report = {
+        "benchmark": "serve",
+        "label": label,
+        "base_url": base_url,
+        "model": model,
+        "request_rate": request_rate if math.isfinite(request_rate) else "inf",
+        "scale": scale,
+        "slo": asdict(slo) if slo else None,
+        "metrics": asdict(metrics),
+        **provenance(sys.argv, "cpu"),
+    }
+    path = output or RESULTS_DIR / f"serve_{label}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    serve()

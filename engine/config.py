@@ -1,0 +1,95 @@
+"""How an engine instance is set up: which models it hosts and how it shares memory among them.
+
+Relative model paths are resolved by the caller against its data directory; this config never
+touches the filesystem.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from engine.errors import EngineConfigError
+
+__all__ = ["DTYPES", "EngineConfig", "ModelSpec"]
+
+DTYPES = ("float32", "float16", "bfloat16", "auto")
+
+
+class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One hosted model."""
+
+    name: str
+    """The name clients ask for (the OpenAI ``model`` field)."""
+    path: str
+    """Hugging Face checkpoint directory; relative paths are relative to the data directory."""
+    dtype: str = "float32"
+    """Weight and KV-cache dtype: float32, float16, bfloat16, or auto (the checkpoint's own)."""
+    max_model_len: int | None = None
+    """Longest prompt plus output; None takes the checkpoint's max_position_embeddings."""
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c.isspace() for c in self.name):
+            raise EngineConfigError(f"model name must be non-empty without spaces: {self.name!r}")
+        if self.dtype not in DTYPES:
+            raise EngineConfigError(f"model {self.name}: dtype must be one of {DTYPES}, not {self.dtype!r}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise EngineConfigError(f"model {self.name}: max_model_len must be >= 2")
+
+
+_DEMO_MODELS = (
+    ModelSpec(name="demo-chat", path="models/demo-chat"),
+    ModelSpec(name="demo-base", path="models/demo-base"),
+)
+
+
+class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """One engine instance: its models, its device, and the one KV pool they share."""
+
+    models: tuple[ModelSpec, ...] = _DEMO_MODELS
+    """The hosted models; all of them draw KV blocks from one pool."""
+    device: str = "cpu"
+    """torch device string: cpu, cuda, cuda:1."""
+    dtype: str | None = None
+    """When set, overrides every model's dtype (e.g. bfloat16 on a GPU)."""
+    kv_cache_bytes: int | None = None
+    """Size of the shared KV pool; None sizes it by kv_cache_fraction."""
+    kv_cache_fraction: float = 0.9
+    """Share of the device memory still free after loading weights that the pool takes (GPU); on CPU
+    a share of available RAM. Never more blocks than max_num_seqs full-length sequences need."""
+    block_size: int = 16
+    """Tokens per KV block (a power of two)."""
+    max_num_seqs: int = 64
+    """Cap on sequences in the running batch, across all models."""
+    max_num_batched_tokens: int = 2048
+    """Per-step token budget (decode tokens plus prefill chunks), across all models."""
+    enable_prefix_caching: bool = True
+    """Reuse the KV of full blocks whose prefix was already computed (per model and tenant)."""
+    num_threads: int | None = None
+    """torch intra-op threads on CPU; None leaves torch's default."""
+    seed: int = 0
+    """Seed for requests that sample without a seed of their own."""
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise EngineConfigError("engine needs at least one model")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise EngineConfigError(f"duplicate model names in {names}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise EngineConfigError(f"dtype must be one of {DTYPES}, not {self.dtype!r}")
+        if self.block_size < 1 or self.block_size & (self.block_size - 1) or self.block_size > 256:
+            raise EngineConfigError("block_size must be a power of two in [1, 256]")
+        if self.kv_cache_bytes is not None and self.kv_cache_bytes <= 0:
+            raise EngineConfigError("kv_cache_bytes must be > 0")
+        if not 0 < self.kv_cache_fraction <= 1:
+            raise EngineConfigError("kv_cache_fraction must be in (0, 1]")
+        if self.max_num_seqs < 1:
+            raise EngineConfigError("max_num_seqs must be >= 1")
+        if self.max_num_batched_tokens < 1:
+            raise EngineConfigError("max_num_batched_tokens must be >= 1")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise EngineConfigError("num_threads must be >= 1")
+
+    def dtype_of(self, spec: ModelSpec) -> str:
+        """The dtype a model actually loads in (the engine-wide override wins)."""
+        return self.dtype or spec.dtype

@@ -1,0 +1,50 @@
+"""The attention layer: store this step's K/V into the paged cache, then attend through a backend."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.attention.metadata import AttentionMetadata
+from engine.attention.torch_paged import TorchPagedAttention
+
+__all__ = ["Attention"]
+
+
+class Attention(nn.Module):
+    """Holds this layer's views of the shared KV pool once the runner binds them."""
+
+    def __init__(
+        self,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        *,
+        scale: float,
+        sliding_window: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale
+        self.sliding_window = sliding_window
+        self.backend = TorchPagedAttention()
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    def bind_cache(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+        # k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] views of the shared pool
+        self.k_cache, self.v_cache = k_cache, v_cache
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        # q: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim]
+        blocks = meta.slot_mapping // meta.block_size
+        offsets = meta.slot_mapping % meta.block_size
+        self.k_cache[blocks, offsets] = k
+        self.v_cache[blocks, offsets] = v
+        return self.backend.forward(
+            q, self.k_cache, self.v_cache, meta, scale=self.scale, sliding_window=self.sliding_window
+        )

@@ -1,0 +1,251 @@
+"""The synchronous engine core: hosted models, one shared KV pool, one scheduler, one step loop.
+
+``step()`` schedules one iteration across all models, runs each model on its share, samples,
+and returns the deltas it produced. It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
+from a single thread (``AsyncEngine`` under its lock).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from engine.block_pool import BlockPool
+from engine.config import EngineConfig, ModelSpec
+from engine.errors import EngineConfigError, InvalidRequestError, PromptTooLongError, UnknownModelError
+from engine.hosted_model import HostedModel
+from engine.kv_cache import KVCache
+from engine.kv_cache_manager import KVCacheManager
+from engine.model_runner import ModelRunner
+from engine.model_source import DirectorySource, ModelSource
+from engine.outputs import StreamDelta
+from engine.sampling import Sampler, SamplingRow
+from engine.sampling_params import SamplingParams
+from engine.scheduler import ScheduledSeq, Scheduler
+from engine.sequence import Sequence, SequenceStatus
+from engine.sequence_output import SequenceOutput
+
+__all__ = ["LLMEngine"]
+
+log = logging.getLogger(__name__)
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        config: EngineConfig,
+        data_dir: str | Path = ".",
+        sources: Mapping[str, ModelSource] | None = None,
+    ) -> None:
+        self.config = config
+        self.device = torch.device(config.device)
+        if config.num_threads is not None and self.device.type == "cpu":
+            torch.set_num_threads(config.num_threads)
+        sources = dict(sources or {})
+        self.models: dict[str, HostedModel] = {}
+        for spec in config.models:
+            source = sources.get(spec.name) or DirectorySource(_resolve(spec, data_dir))
+            self.models[spec.name] = HostedModel.load(
+                spec, source, dtype=config.dtype_of(spec), device=self.device
+            )
+        hosted = list(self.models.values())
+        block_bytes = KVCache.block_bytes_for(hosted, config.block_size)
+        self.kv_cache = KVCache(
+            self._num_blocks(hosted, block_bytes), block_bytes, config.block_size, self.device
+        )
+        for model in hosted:
+            self.kv_cache.bind(model)
+        self.block_pool = BlockPool(self.kv_cache.num_blocks)
+        self.kv_manager = KVCacheManager(
+            self.block_pool, config.block_size, enable_prefix_caching=config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(
+            self.kv_manager,
+            list(self.models),
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+        )
+        self.runners = {
+            name: ModelRunner(m, config.block_size, self.device) for name, m in self.models.items()
+        }
+        self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
+        self._requests: dict[str, list[Sequence]] = {}
+        self._outputs: dict[int, SequenceOutput] = {}
+        self._arrivals = 0
+        self.num_steps = 0
+
+    def _num_blocks(self, hosted: list[HostedModel], block_bytes: int) -> int:
+        config = self.config
+        if config.kv_cache_bytes is not None:
+            num_blocks = config.kv_cache_bytes // block_bytes
+        else:
+            longest = max(m.max_model_len for m in hosted)
+            enough = config.max_num_seqs * -(-longest // config.block_size)
+            free = int(KVCache.available_bytes(self.device) * config.kv_cache_fraction)
+            num_blocks = min(enough, free // block_bytes)
+        if num_blocks < 1:
+            raise EngineConfigError(f"KV pool holds no block of {block_bytes} bytes; raise kv_cache_bytes")
+        return num_blocks
+
+    def model(self, name: str) -> HostedModel:
+        hosted = self.models.get(name)
+        if hosted is None:
+            raise UnknownModelError(f"model {name!r} is not hosted by this engine", param="model")
+        return hosted
+
+    def prompt_token_ids(self, model: str, prompt: str | list[int]) -> list[int]:
+        """Tokenize and validate a prompt; raises before anything is queued."""
+        hosted = self.model(model)
+        ids = hosted.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise InvalidRequestError("prompt must not be empty", param="prompt")
+        vocab = hosted.config.vocab_size
+        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})", param="prompt")
+        if len(ids) >= hosted.max_model_len:
+            raise PromptTooLongError(
+                f"prompt has {len(ids)} tokens; {model} allows at most {hosted.max_model_len - 1}",
+                param="prompt",
+            )
+        capacity = self.block_pool.num_blocks * self.config.block_size
+        if len(ids) + 1 > capacity:
+            raise PromptTooLongError(
+                f"prompt has {len(ids)} tokens; the KV pool holds at most {capacity - 1}", param="prompt"
+            )
+        return ids
+
+    def add_request(
+        self,
+        request_id: str,
+        model: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        tenant: str | None = None,
+        priority: int = 0,
+    ) -> list[Sequence]:
+        ids = self.prompt_token_ids(model, prompt)
+        return self.add_tokenized(request_id, model, ids, params, tenant=tenant, priority=priority)
+
+    def add_tokenized(
+        self,
+        request_id: str,
+        model: str,
+        ids: list[int],
+        params: SamplingParams,
+        *,
+        tenant: str | None = None,
+        priority: int = 0,
+    ) -> list[Sequence]:
+        if request_id in self._requests:
+            raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
+        hosted = self.model(model)
+        self._arrivals += 1
+        seqs = [
+            Sequence(
+                request_id,
+                model,
+                ids,
+                params,
+                index=i,
+                tenant=tenant,
+                priority=priority,
+                arrival=self._arrivals,
+            )
+            for i in range(params.n)
+        ]
+        for seq in seqs:
+            self._outputs[seq.seq_id] = SequenceOutput(
+                seq,
+                hosted.tokenizer,
+                eos_token_ids=hosted.eos_token_ids,
+                max_model_len=hosted.max_model_len,
+                device=self.device,
+            )
+            self.scheduler.add(seq)
+        self._requests[request_id] = seqs
+        return seqs
+
+    def abort(self, request_id: str) -> list[tuple[str, StreamDelta]]:
+        """End a request now, freeing its blocks; the closing "abort" delta of each live sequence."""
+        deltas = []
+        for seq in self._requests.pop(request_id, []):
+            if not seq.is_finished:
+                self.scheduler.finish(seq, SequenceStatus.FINISHED_ABORTED)
+                deltas.append((request_id, self._outputs[seq.seq_id].final(seq.status)))
+            self._outputs.pop(seq.seq_id, None)
+        return deltas
+
+    def has_request(self, request_id: str) -> bool:
+        return request_id in self._requests
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def step(self) -> list[tuple[str, StreamDelta]]:
+        out = self.scheduler.schedule()
+        deltas = [(s.request_id, self._outputs[s.seq_id].final(s.status)) for s in out.finished]
+        sampled: list[tuple[Sequence, int, object]] = []
+        for model, items in out.by_model().items():
+            sampled.extend(self._run(model, items))
+        self.scheduler.update(out)
+        for seq, token_id, logprobs in sampled:
+            seq.append_token(token_id)
+            delta, status = self._outputs[seq.seq_id].on_token(token_id, logprobs)  # type: ignore[arg-type]
+            if status is not None:
+                self.scheduler.finish(seq, status)
+            deltas.append((seq.request_id, delta))
+        for request_id, _ in deltas:
+            self._forget_if_done(request_id)
+        self.num_steps += 1
+        return deltas
+
+    def _run(self, model: str, items: list[ScheduledSeq]) -> list[tuple[Sequence, int, object]]:
+        logits = self.runners[model].execute(items)  # [num sampling, vocab]
+        seqs = [item.seq for item in items if item.is_sampling]
+        if not seqs:
+            return []
+        rows = [
+            SamplingRow(
+                params=s.params,
+                prompt_token_ids=s.prompt_token_ids,
+                output_token_ids=s.output_token_ids,
+                generator=self._outputs[s.seq_id].generator,
+            )
+            for s in seqs
+        ]
+        result = self.sampler(logits, rows)
+        token_ids = result.token_ids.tolist()
+        return list(zip(seqs, token_ids, result.logprobs, strict=True))
+
+    def _forget_if_done(self, request_id: str) -> None:
+        seqs = self._requests.get(request_id)
+        if seqs is not None and all(s.is_finished for s in seqs):
+            del self._requests[request_id]
+            for s in seqs:
+                self._outputs.pop(s.seq_id, None)
+
+    def stats(self) -> dict[str, int | float]:
+        kv = self.kv_manager
+        return {
+            "blocks_total": self.block_pool.num_blocks,
+            "blocks_free": self.block_pool.num_free_blocks,
+            "blocks_cached": self.block_pool.num_cached_blocks,
+            "block_bytes": self.kv_cache.block_bytes,
+            "running": self.scheduler.num_running,
+            "waiting": self.scheduler.num_waiting,
+            "preemptions": self.scheduler.num_preemptions,
+            "steps": self.num_steps,
+            "prefix_cache_hit_rate": kv.num_cache_hit_tokens / kv.num_cache_query_tokens
+            if kv.num_cache_query_tokens
+            else 0.0,
+        }
+
+
+def _resolve(spec: ModelSpec, data_dir: str | Path) -> Path:
+    path = Path(spec.path)
+    return path if path.is_absolute() else Path(data_dir) / path

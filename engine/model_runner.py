@@ -1,0 +1,66 @@
+"""Runs one hosted model over its share of a scheduler step and returns next-token logits.
+
+Inputs are the scheduled sequences' new tokens laid end to end (see
+``engine.attention.metadata``); only sequences whose step reaches their last known token get a
+logits row, in the order they were scheduled.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.attention.metadata import AttentionMetadata
+from engine.hosted_model import HostedModel
+from engine.scheduler import ScheduledSeq
+
+__all__ = ["ModelRunner"]
+
+
+class ModelRunner:
+    def __init__(self, hosted: HostedModel, block_size: int, device: torch.device) -> None:
+        self.hosted = hosted
+        self.block_size = block_size
+        self.device = device
+
+    @torch.inference_mode()
+    def execute(self, items: list[ScheduledSeq]) -> torch.Tensor:
+        """logits: [num sampling items, vocab_size] float32."""
+        token_ids, positions, meta = self._prepare(items)
+        hidden = self.hosted.model(token_ids, positions, meta)  # [num_tokens, hidden]
+        last = [meta.host_query_starts[i + 1] - 1 for i, item in enumerate(items) if item.is_sampling]
+        if not last:
+            return torch.empty(0, self.hosted.config.vocab_size, device=self.device)
+        index = torch.tensor(last, dtype=torch.long, device=self.device)
+        return self.hosted.model.compute_logits(hidden[index])  # type: ignore[operator,no-any-return]
+
+    def _prepare(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+        bs = self.block_size
+        token_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        starts = [0]
+        context_lens: list[int] = []
+        for item in items:
+            seq, end = item.seq, item.start + item.num_new_tokens
+            token_ids.extend(seq.token_ids[item.start : end])
+            span = range(item.start, end)
+            positions.extend(span)
+            slots.extend(seq.block_ids[p // bs] * bs + p % bs for p in span)
+            starts.append(starts[-1] + item.num_new_tokens)
+            context_lens.append(end)
+        max_blocks = max(len(item.seq.block_ids) for item in items)
+        tables = [item.seq.block_ids + [0] * (max_blocks - len(item.seq.block_ids)) for item in items]
+
+        def tensor(values: list[int] | list[list[int]], dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=self.device)
+
+        meta = AttentionMetadata(
+            slot_mapping=tensor(slots, torch.long),
+            block_tables=tensor(tables, torch.int32),
+            context_lens=tensor(context_lens, torch.int32),
+            query_starts=tensor(starts, torch.int32),
+            block_size=bs,
+            host_query_starts=tuple(starts),
+            host_context_lens=tuple(context_lens),
+        )
+        return tensor(token_ids, torch.long), tensor(positions, torch.long), meta

@@ -1,0 +1,66 @@
+"""How one request wants its tokens chosen and when it wants generation to stop."""
+
+from __future__ import annotations
+
+import msgspec
+
+from engine.errors import InvalidRequestError
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-request sampling settings; validated on construction."""
+
+    temperature: float = 1.0
+    """0 means greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in (0, 1]."""
+    top_k: int = 0
+    """Keep the k most likely tokens; 0 turns it off."""
+    min_p: float = 0.0
+    """Drop tokens whose probability is below min_p times the top token's."""
+    max_tokens: int = 16
+    """Upper bound on generated tokens."""
+    stop: tuple[str, ...] = ()
+    """Stop strings; matched on the detokenized text, also across token boundaries."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Extra token ids that end generation (besides the model's EOS unless ignore_eos)."""
+    ignore_eos: bool = False
+    """Keep generating past EOS (benchmarks)."""
+    seed: int | None = None
+    """Same seed, same output, whatever else runs in the batch."""
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logprobs: int | None = None
+    """Return the sampled token's logprob and this many top alternatives."""
+    n: int = 1
+    """Number of independent completions for the prompt."""
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise InvalidRequestError("temperature must be >= 0", param="temperature")
+        if not 0 < self.top_p <= 1:
+            raise InvalidRequestError("top_p must be in (0, 1]", param="top_p")
+        if self.top_k < 0:
+            raise InvalidRequestError("top_k must be >= 0", param="top_k")
+        if not 0 <= self.min_p <= 1:
+            raise InvalidRequestError("min_p must be in [0, 1]", param="min_p")
+        if self.max_tokens < 1:
+            raise InvalidRequestError("max_tokens must be >= 1", param="max_tokens")
+        if self.repetition_penalty <= 0:
+            raise InvalidRequestError("repetition_penalty must be > 0", param="repetition_penalty")
+        if not -2 <= self.presence_penalty <= 2:
+            raise InvalidRequestError("presence_penalty must be in [-2, 2]", param="presence_penalty")
+        if not -2 <= self.frequency_penalty <= 2:
+            raise InvalidRequestError("frequency_penalty must be in [-2, 2]", param="frequency_penalty")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise InvalidRequestError("logprobs must be in [0, 20]", param="logprobs")
+        if not 1 <= self.n <= 16:
+            raise InvalidRequestError("n must be in [1, 16]", param="n")
+        if len(self.stop) > 16:
+            raise InvalidRequestError("at most 16 stop strings", param="stop")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0

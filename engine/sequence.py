@@ -1,0 +1,121 @@
+"""One sequence of tokens being generated: the unit the scheduler and the KV cache manager track.
+
+There is no prefill or decode phase. A sequence has ``num_tokens`` (prompt plus output so far)
+and ``num_computed_tokens`` (tokens whose KV is in the cache), and every step the scheduler
+hands it some of the difference::
+
+    token_ids:  [p0 p1 p2 p3 p4 p5 p6 | o0 o1 o2]
+                 '------ computed ------'  '-- new --'
+                 num_computed_tokens = 7   num_tokens = 10
+
+A step that brings ``num_computed_tokens`` up to ``num_tokens`` samples one more token. Preemption
+by recompute drops the KV and resets ``num_computed_tokens`` to 0; the output so far is kept and
+recomputed like prompt. Plain Python: no torch here.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from typing import Any
+
+from engine.sampling_params import SamplingParams
+
+__all__ = ["Sequence", "SequenceStatus"]
+
+_seq_ids = itertools.count()
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED_STOPPED = "stop"
+    FINISHED_LENGTH = "length"
+    FINISHED_ABORTED = "abort"
+
+    @property
+    def is_finished(self) -> bool:
+        return self not in (SequenceStatus.WAITING, SequenceStatus.RUNNING)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.value if self.is_finished else None
+
+
+class Sequence:
+    """A prompt and its growing output, with its place in the KV cache."""
+
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        index: int = 0,
+        tenant: str | None = None,
+        priority: int = 0,
+        arrival: int = 0,
+    ) -> None:
+        self.seq_id = next(_seq_ids)
+        self.request_id = request_id
+        self.index = index
+        self.model = model
+        self.params = params
+        self.tenant = tenant
+        self.priority = priority
+        """Smaller is served first (vLLM's convention); ties go to the earlier arrival."""
+        self.arrival = arrival
+        self.status = SequenceStatus.WAITING
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.token_ids = list(prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0
+        """Prompt tokens served from the prefix cache at the last admission (for stats)."""
+        self.block_ids: list[int] = []
+        self.block_hashes: list[bytes] = []
+        """Hashes of the full blocks of ``token_ids``, extended as blocks fill."""
+        self.num_preemptions = 0
+        self.state: dict[str, Any] = {}
+        """Per-sequence state owned by layers above (detokenizer, stop checker)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    @property
+    def sort_key(self) -> tuple[int, int, int]:
+        """Order of service: priority, then arrival, then creation."""
+        return (self.priority, self.arrival, self.seq_id)
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
+
+    def __repr__(self) -> str:
+        # Lengths and ids only: a sequence holds a prompt.
+        return (
+            f"Sequence(id={self.seq_id}, request={self.request_id!r}, model={self.model!r}, "
+            f"status={self.status.value}, prompt_len={self.num_prompt_tokens}, "
+            f"output_len={self.num_output_tokens}, computed={self.num_computed_tokens}, "
+            f"blocks={len(self.block_ids)})"
+        )

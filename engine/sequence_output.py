@@ -1,0 +1,91 @@
+"""Turns each sampled token into a client-visible delta: detokenize, check stops, attach logprobs.
+
+One ``SequenceOutput`` per sequence holds its incremental detokenizer, its stop checker and its
+random generator (the sampler's per-request seed), so a preempted sequence resumes where it was.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import torch
+
+from engine.detokenizer import IncrementalDetokenizer
+from engine.outputs import StreamDelta, TokenLogprob
+from engine.sampling import TokenLogprobs, make_generator
+from engine.sequence import Sequence, SequenceStatus
+from engine.stop_checker import StopChecker
+from engine.tokenizer import Tokenizer
+
+__all__ = ["SequenceOutput"]
+
+
+class SequenceOutput:
+    """The output side of one sequence."""
+
+    def __init__(
+        self,
+        seq: Sequence,
+        tokenizer: Tokenizer,
+        *,
+        eos_token_ids: frozenset[int],
+        max_model_len: int,
+        device: torch.device,
+    ) -> None:
+        self.seq = seq
+        self._tokenizer = tokenizer
+        # The context limit is one more way to run out of tokens: fold it into max_tokens.
+        max_tokens = min(seq.params.max_tokens, max_model_len - seq.num_prompt_tokens)
+        params = msgspec.structs.replace(seq.params, max_tokens=max(1, max_tokens))
+        self._detokenizer = IncrementalDetokenizer(tokenizer.hf, prompt_token_ids=seq.prompt_token_ids)
+        self._stop = StopChecker(params, eos_token_ids=eos_token_ids)
+        self.generator = make_generator(seq.params.seed, seq.index, device)
+
+    def on_token(
+        self, token_id: int, logprobs: TokenLogprobs | None
+    ) -> tuple[StreamDelta, SequenceStatus | None]:
+        """The delta for one new token (already appended to the sequence), and the finish status if any."""
+        text = self._detokenizer.push(token_id)
+        update = self._stop.update(token_id, text)
+        status = None
+        text = update.text
+        if update.finish_reason == "length":
+            status = SequenceStatus.FINISHED_LENGTH
+            text += self._detokenizer.flush()
+        elif update.finish_reason == "stop":
+            status = SequenceStatus.FINISHED_STOPPED
+            if not isinstance(update.stop_reason, str):
+                text += self._detokenizer.flush()
+        entries = None if logprobs is None else [self._logprob(logprobs)]
+        return self._delta(text, [token_id], status, entries), status
+
+    def final(self, status: SequenceStatus) -> StreamDelta:
+        """The closing delta of a sequence ended from outside (abort, or outgrowing the pool)."""
+        return self._delta("", [], status, None)
+
+    def _delta(
+        self,
+        text: str,
+        token_ids: list[int],
+        status: SequenceStatus | None,
+        logprobs: list[TokenLogprob] | None,
+    ) -> StreamDelta:
+        return StreamDelta(
+            index=self.seq.index,
+            text=text,
+            token_ids=token_ids,
+            finish_reason=None if status is None else status.finish_reason,
+            num_prompt_tokens=self.seq.num_prompt_tokens,
+            num_output_tokens=self.seq.num_output_tokens,
+            logprobs=logprobs,
+        )
+
+    def _logprob(self, lp: TokenLogprobs) -> TokenLogprob:
+        return TokenLogprob(
+            token_id=lp.token_id,
+            token=self._token_text(lp.token_id),
+            logprob=lp.logprob,
+            top=[(self._token_text(t), v) for t, v in lp.top],
+        )
+
+    def _token_text(self, token_id: int) -> str:
+        return self._tokenizer.decode([token_id], skip_special_tokens=False)

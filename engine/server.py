@@ -1,0 +1,183 @@
+"""The engine instance's HTTP server: ``engine.protocol`` over litestar.
+
+One process hosts one ``EngineBackend`` (several models, one KV pool). The gateway, local or
+remote, is its only client; every call must carry the engine token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response, get, post
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException
+from litestar.handlers.base import BaseRouteHandler
+from litestar.response import Stream
+from litestar.status_codes import HTTP_200_OK
+
+from audit.event import AuditEvent
+from engine.backend import EngineBackend
+from engine.errors import EngineError, InvalidRequestError, UnknownModelError
+from engine.protocol import DeltaEvent, EngineInfo, ErrorEvent, GenerateRequest, LogprobEntry, ModelCard
+
+log = logging.getLogger("strongroom.engine")
+
+_STATUS = {UnknownModelError: 404, InvalidRequestError: 400}
+_encoder = msgspec.json.Encoder()
+
+
+def _status_of(exc: EngineError) -> int:
+    for cls, status in _STATUS.items():
+        if isinstance(exc, cls):
+            return status
+    return 503
+
+
+def _event_of(delta: Any) -> DeltaEvent:
+    logprobs = getattr(delta, "logprobs", None)
+    return DeltaEvent(
+        index=delta.index,
+        text=delta.text,
+        token_ids=list(delta.token_ids),
+        finish_reason=delta.finish_reason,
+        num_prompt_tokens=delta.num_prompt_tokens,
+        num_output_tokens=delta.num_output_tokens,
+        logprobs=None
+        if logprobs is None
+        else [msgspec.convert(lp, LogprobEntry, from_attributes=True) for lp in logprobs],
+    )
+
+
+class EngineServer:
+    """Builds the litestar app around one backend."""
+
+    def __init__(
+        self,
+        backend: EngineBackend,
+        token: str,
+        *,
+        failed_models: dict[str, str] | None = None,
+        audit_events: list[AuditEvent] | None = None,
+    ):
+        if not token:
+            raise ValueError("the engine token must not be empty")
+        self.backend = backend
+        self.instance_id = f"engine-{uuid.uuid4().hex[:12]}"
+        self._token = token.encode()
+        self._failed = dict(failed_models or {})
+        self._audit_events = audit_events if audit_events is not None else []
+        self._ready = False
+
+    def _guard(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        given = connection.headers.get("authorization", "").removeprefix("Bearer ").encode()
+        if not hmac.compare_digest(given, self._token):
+            raise NotAuthorizedException("invalid engine token")
+
+    def info(self) -> EngineInfo:
+        cards = [
+            ModelCard(
+                name=m.name,
+                max_model_len=m.max_model_len,
+                has_chat_template=m.has_chat_template,
+                dtype=str(m.dtype),
+                manifest_sha256=getattr(m, "manifest_sha256", ""),
+            )
+            for m in self.backend.model_infos()
+        ]
+        stats = {k: float(v) for k, v in self.backend.stats().items() if isinstance(v, int | float)}
+        return EngineInfo(
+            instance_id=self.instance_id,
+            models=cards,
+            failed_models=self._failed,
+            stats=stats,
+            audit_events=list(self._audit_events),
+        )
+
+    async def _stream(
+        self, req: GenerateRequest, first: Any, rest: AsyncIterator[Any]
+    ) -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            event = _event_of(first)
+            finished = event.finish_reason is not None and event.index == 0 and req.params.n == 1
+            yield _encoder.encode(event) + b"\n"
+            async for delta in rest:
+                event = _event_of(delta)
+                yield _encoder.encode(event) + b"\n"
+            finished = True
+        except EngineError as exc:
+            finished = True
+            yield _encoder.encode(ErrorEvent(code=exc.code, message=exc.message, param=exc.param)) + b"\n"
+        finally:
+            if not finished:
+                # The gateway went away mid-stream: free the sequence's blocks now.
+                await self.backend.abort(req.request_id)
+
+    def _prompt(self, req: GenerateRequest) -> str | list[int]:
+        if req.messages is not None:
+            return self.backend.render_chat(req.model, [msgspec.to_builtins(m) for m in req.messages])
+        if req.prompt_token_ids is not None:
+            return req.prompt_token_ids
+        if req.prompt is not None:
+            return req.prompt
+        raise InvalidRequestError("one of prompt, prompt_token_ids or messages is required", param="prompt")
+
+    def app(self) -> Litestar:
+        server = self
+
+        @post("/engine/v1/generate", status_code=HTTP_200_OK)
+        async def generate(request: Request[Any, Any, Any]) -> Response[Any]:
+            try:
+                req = msgspec.json.decode(await request.body(), type=GenerateRequest)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                return Response(
+                    _encoder.encode(ErrorEvent(code="invalid_request", message=str(exc))), status_code=400
+                )
+            try:
+                prompt = server._prompt(req)
+                stream = server.backend.generate(
+                    req.request_id, req.model, prompt, req.params, tenant=req.tenant, priority=req.priority
+                ).__aiter__()
+                # Pull the first delta here so validation errors become a plain HTTP error.
+                first = await stream.__anext__()
+            except EngineError as exc:
+                body = ErrorEvent(code=exc.code, message=exc.message, param=exc.param)
+                return Response(
+                    _encoder.encode(body), status_code=_status_of(exc), media_type="application/json"
+                )
+            except StopAsyncIteration:
+                body = ErrorEvent(code="engine_error", message="the engine produced no output")
+                return Response(_encoder.encode(body), status_code=500, media_type="application/json")
+            return Stream(server._stream(req, first, stream), media_type="application/x-ndjson")
+
+        @get("/engine/v1/info")
+        async def info() -> Response[bytes]:
+            return Response(_encoder.encode(server.info()), media_type="application/json")
+
+        @get("/engine/v1/health")
+        async def health() -> Response[bytes]:
+            status = 200 if server._ready else 503
+            return Response(b'{"ready": %s}' % (b"true" if server._ready else b"false"), status_code=status)
+
+        async def on_startup() -> None:
+            await server.backend.start()
+            server._ready = True
+            log.info("engine %s ready with %d models", server.instance_id, len(server.backend.model_infos()))
+
+        async def on_shutdown() -> None:
+            server._ready = False
+            await server.backend.shutdown()
+
+        return Litestar(
+            route_handlers=[generate, info, health],
+            guards=[self._guard],
+            on_startup=[on_startup],
+            on_shutdown=[on_shutdown],
+            debug=False,
+            logging_config=None,
+        )

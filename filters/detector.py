@@ -1,0 +1,28 @@
+"""The one interface every detector implements, and the span type it returns."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+Span = tuple[int, int]
+"""[start, end) in the normalized text."""
+
+
+class Detector(Protocol):
+    """Finds one kind of sensitive value in normalized (NFKC, format-free, case-folded) text.
+
+    ``max_match_len`` bounds the normalized length of any span ``scan`` can return; the stream
+    filter holds back ``max_match_len - 1`` characters on it, so it must be a true bound.
+    ``priority`` settles overlaps: the higher-priority span wins, then the longer one.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_match_len(self) -> int: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    def scan(self, text: str) -> list[Span]: ...

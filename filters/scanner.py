@@ -1,0 +1,95 @@
+"""Runs the active detectors over one normalized text and settles overlaps.
+
+Fails closed: a detector that raises, or that finishes after the scan's time budget is spent,
+makes the whole outcome ``failed`` (the caller then blocks or redacts everything) and is
+counted in ``strongroom.filters`` ``filter.detector.failures``. Python cannot pre-empt a running
+regex, so the budget is checked after each detector; the patterns are written without nested
+unbounded repetition so that none can run away.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
+
+from opentelemetry import metrics
+
+from filters.action import Action
+from filters.detector import Detector
+
+_meter = metrics.get_meter("strongroom.filters")
+_failures = _meter.create_counter(
+    "filter.detector.failures", description="Detectors that raised or ran out of time (fail closed)"
+)
+
+
+class Match(NamedTuple):
+    start: int
+    end: int
+    detector: str
+    action: Action
+
+
+class ScanOutcome(NamedTuple):
+    matches: list[Match]
+    """Non-overlapping, sorted by start, normalized offsets."""
+    failed: str | None
+    """Name of the detector that failed, if any."""
+
+
+class Scanner:
+    def __init__(
+        self,
+        detectors: Sequence[Detector],
+        *,
+        timeout_s: float,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.detectors = tuple(detectors)
+        self.names = tuple(d.name for d in self.detectors)
+        self._timeout_s = timeout_s
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"Scanner(detectors={self.names!r})"
+
+    def max_match_len(self, actions: Mapping[str, Action], *, rewriting_only: bool) -> int:
+        """Longest match among the detectors that are on (or that rewrite text)."""
+        lengths = [
+            d.max_match_len
+            for d in self.detectors
+            if actions[d.name] is not Action.OFF and (actions[d.name].rewrites or not rewriting_only)
+        ]
+        return max(lengths, default=1)
+
+    def scan(self, text: str, actions: Mapping[str, Action]) -> ScanOutcome:
+        found: list[tuple[int, int, int, str, Action]] = []
+        started = self._clock()
+        for detector in self.detectors:
+            action = actions[detector.name]
+            if action is Action.OFF:
+                continue
+            try:
+                spans = detector.scan(text)
+            except Exception:
+                _failures.add(1, {"detector": detector.name, "reason": "error"})
+                return ScanOutcome([], detector.name)
+            if self._clock() - started > self._timeout_s:
+                _failures.add(1, {"detector": detector.name, "reason": "timeout"})
+                return ScanOutcome([], detector.name)
+            found.extend((start, end, detector.priority, detector.name, action) for start, end in spans)
+        return ScanOutcome(_settle(found), None)
+
+
+def _settle(found: list[tuple[int, int, int, str, Action]]) -> list[Match]:
+    """Keep the higher-priority, then longer, span wherever two overlap."""
+    if len(found) <= 1:
+        return [Match(s, e, name, action) for s, e, _, name, action in found]
+    found.sort(key=lambda f: (-f[2], f[0] - f[1], f[0]))
+    kept: list[Match] = []
+    for start, end, _, name, action in found:
+        if all(end <= k.start or start >= k.end for k in kept):
+            kept.append(Match(start, end, name, action))
+    kept.sort()
+    return kept

@@ -1,0 +1,126 @@
+"""Filtering a streamed response without ever sending a matched character.
+
+Invariant: a character is released only when no match can still include it. With L the
+longest match of any detector that rewrites text (block, redact, mask), the last L-1
+normalized characters are always held back, and so is every match that reaches into them:
+
+    buffer    | context (released) | released now            | held back (>= L-1)  |
+              0                    ctx                       release               n
+
+A future match must contain a character not yet received, and spans at most L characters,
+so it cannot reach left of ``release``. Matches ending in [ctx, release) are final: their
+action is applied once and counted once. Up to L_all (the longest match of any active
+detector, flag-only ones included) normalized characters before ``release`` stay in the
+buffer as left context, so lookbehinds and keyword prefixes see what they saw before; a match
+lying wholly in the context was handled in an earlier step and is skipped.
+
+Blocking: once a final match's action is block, the step returns ``blocked`` and nothing
+more is released, ever. A detector failure fails closed the same way (``on_error = block``),
+or replaces everything held with a placeholder (``redact``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+
+from audit.event import Finding
+from filters.action import Action, Direction
+from filters.context import StreamStep
+from filters.finding_tally import FindingTally
+from filters.normalized import NormalizedText, normalize
+from filters.rewrite import FAILED_PLACEHOLDER, rewrite
+from filters.scanner import Scanner
+
+_BLOCKED = StreamStep(release="", blocked=True)
+
+
+class StreamFilter:
+    def __init__(self, scanner: Scanner, actions: Mapping[str, Action], *, on_error: Action) -> None:
+        self._scanner = scanner
+        self._actions = actions
+        self._on_error = on_error
+        self.hold_len = scanner.max_match_len(actions, rewriting_only=True) - 1
+        """Normalized characters always held back (L - 1)."""
+        self._context_len = max(scanner.max_match_len(actions, rewriting_only=False), self.hold_len + 1)
+        self._buffer = ""
+        self._released = 0
+        """Original characters at the head of the buffer that are already handled."""
+        self._tally = FindingTally(Direction.RESPONSE)
+        self._blocked = False
+        self._finished = False
+
+    def __repr__(self) -> str:
+        return f"StreamFilter(held={len(self._buffer) - self._released}, blocked={self._blocked})"
+
+    @property
+    def blocked(self) -> bool:
+        return self._blocked
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return self._tally.findings()
+
+    def feed(self, delta: str) -> StreamStep:
+        if self._blocked or self._finished:
+            return _BLOCKED if self._blocked else StreamStep(release="", blocked=False)
+        self._buffer += delta
+        return self._advance(final=False)
+
+    def finish(self) -> StreamStep:
+        """Flush what is held back at the end of the stream."""
+        if self._blocked or self._finished:
+            return _BLOCKED if self._blocked else StreamStep(release="", blocked=False)
+        step = self._advance(final=True)
+        self._finished = True
+        return step
+
+    def _advance(self, *, final: bool) -> StreamStep:
+        norm = normalize(self._buffer)
+        outcome = self._scanner.scan(norm.text, self._actions)
+        if outcome.failed is not None:
+            return self._fail(outcome.failed)
+        n = len(norm.text)
+        ctx = _normalized_index(norm, self._released)
+        release = n if final else max(ctx, n - self.hold_len)
+        final_matches = []
+        for match in outcome.matches:
+            if match.end <= ctx:
+                continue
+            if match.start < release < match.end:
+                release = max(ctx, match.start)
+        for match in outcome.matches:
+            if ctx < match.end <= release:
+                final_matches.append(match)
+                self._tally.add(match.detector, match.action)
+        if any(m.action is Action.BLOCK for m in final_matches):
+            self._blocked = True
+            self._buffer = ""
+            return _BLOCKED
+        release_at = norm.original_index(release) if release < n else len(self._buffer)
+        text = rewrite(norm, final_matches, self._released, release_at)
+        self._keep_context(norm, release, release_at)
+        return StreamStep(release=text, blocked=False)
+
+    def _keep_context(self, norm: NormalizedText, release: int, release_at: int) -> None:
+        keep_from = norm.original_index(max(0, release - self._context_len))
+        self._buffer = self._buffer[keep_from:]
+        self._released = release_at - keep_from
+
+    def _fail(self, detector: str) -> StreamStep:
+        self._tally.add(f"detector_failed:{detector}", self._on_error)
+        if self._on_error is Action.BLOCK:
+            self._blocked = True
+            self._buffer = ""
+            return _BLOCKED
+        held = len(self._buffer) > self._released
+        self._buffer = ""
+        self._released = 0
+        return StreamStep(release=FAILED_PLACEHOLDER if held else "", blocked=False)
+
+
+def _normalized_index(norm: NormalizedText, original_index: int) -> int:
+    """First normalized character that comes from original_index or later."""
+    if norm.starts is None:
+        return original_index
+    return bisect.bisect_left(norm.starts, original_index)

@@ -1,0 +1,151 @@
+"""The gateway's litestar application: routes, dependencies and the one error mapping."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response, get
+from litestar.di import Provide
+from litestar.exceptions import HTTPException
+
+from audit.event import Decision, EventType
+from gateway.auth.principal import Principal
+from gateway.errors import GatewayError, PermissionDeniedError, error_body, http_error_of
+from gateway.request_middleware import RequestMiddleware
+from gateway.routes.openai import OPENAI_ROUTES, context_of
+from gateway.services import Services
+from gateway.telemetry import Telemetry
+
+__all__ = ["build_app"]
+
+_JSON = "application/json"
+
+
+def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    if isinstance(exc, HTTPException) and not isinstance(exc, GatewayError):
+        err = GatewayError(str(exc.detail))
+        err.status_code = exc.status_code
+        err.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        err.code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
+            exc.status_code, "invalid_request" if exc.status_code < 500 else "internal_error"
+        )
+    else:
+        err = http_error_of(exc)
+    headers = dict(err.headers)
+    if err.status_code == 429 and not getattr(exc, "retryable", True):
+        # OpenAI SDKs retry 429s; a budget that retrying cannot fix says so.
+        headers["x-should-retry"] = "false"
+    return Response(
+        error_body(err.message, err.type, err.code, err.param),
+        status_code=err.status_code,
+        media_type=_JSON,
+        headers=headers,
+    )
+
+
+async def _services(request: Request[Any, Any, Any]) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+async def _principal(request: Request[Any, Any, Any], services: Services) -> Principal:
+    ctx = context_of(request, request.url.path)
+    await services.inference.authenticate(ctx, request.headers.get("authorization"))
+    assert ctx.principal is not None
+    return ctx.principal
+
+
+@get("/healthz")
+async def healthz() -> Response[bytes]:
+    return Response(b'{"status":"ok"}', media_type=_JSON)
+
+
+@get("/readyz")
+async def readyz(services: Services) -> Response[bytes]:
+    ready = services.engines.is_ready
+    body = {"ready": ready, "models": sorted(services.engines.models())}
+    return Response(msgspec.json.encode(body), status_code=200 if ready else 503, media_type=_JSON)
+
+
+@get("/metrics")
+async def metrics_endpoint(request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
+    if not services.settings.telemetry.metrics_public:
+        await _principal(request, services)
+    text, content_type = Telemetry.prometheus_text()
+    return Response(text, media_type=content_type)
+
+
+@get("/admin/engines")
+async def admin_engines(request: Request[Any, Any, Any], services: Services, principal: Principal) -> Response[bytes]:
+    """The engine pool as the gateway sees it: health, models, load."""
+    if not services.authorizer.allowed(principal, "admin:policy", "*"):
+        ctx = context_of(request, "/admin/engines")
+        ctx.principal = principal
+        await services.inference.auditor.record(
+            ctx, EventType.AUTHORIZATION_DENIAL, Decision.DENY, status=403, reason="admin:policy required"
+        )
+        raise PermissionDeniedError("admin:policy is required")
+    await services.engines.refresh()
+    return Response(msgspec.json.encode({"engines": services.engines.describe()}), media_type=_JSON)
+
+
+def _extra_routers() -> list[Any]:
+    import importlib
+
+    routers = []
+    for module, factory in (("gateway.routes.admin", "build_admin_router"), ("gateway.routes.audit", "build_audit_router")):
+        try:  # TODO(lead): make strict once both routers exist
+            routers.append(getattr(importlib.import_module(module), factory)())
+        except (ImportError, AttributeError):
+            pass
+    return routers
+
+
+def _authorizer(services: Services) -> Any:
+    return services.authorizer
+
+
+def _audit_log(services: Services) -> Any:
+    return services.audit_log
+
+
+def _audit_sink(services: Services) -> Any:
+    return services.audit_log
+
+
+def _redis(services: Services) -> Any:
+    return services.redis
+
+
+def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_body_bytes: int) -> Any:
+    """The ASGI app. ``services_factory`` is awaited at start-up; its Services close at shutdown."""
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncGenerator[None, None]:
+        app.state.services = await services_factory()
+        try:
+            yield
+        finally:
+            await app.state.services.aclose()
+
+    app = Litestar(
+        route_handlers=[*OPENAI_ROUTES, healthz, readyz, metrics_endpoint, admin_engines, *_extra_routers()],
+        dependencies={
+            "services": Provide(_services),
+            "principal": Provide(_principal),
+            "authorizer": Provide(_authorizer, sync_to_thread=False),
+            "audit": Provide(_audit_sink, sync_to_thread=False),
+            "audit_log": Provide(_audit_log, sync_to_thread=False),
+            "redis": Provide(_redis, sync_to_thread=False),
+        },
+        exception_handlers={Exception: _error_response},
+        lifespan=[lifespan],
+        request_max_body_size=max_body_bytes,
+        debug=False,
+        logging_config=None,
+        openapi_config=None,
+    )
+    return RequestMiddleware(app, telemetry)

@@ -1,0 +1,147 @@
+"""Collects engine deltas into OpenAI completion bodies, per choice index."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from engine.protocol import DeltaEvent, LogprobEntry
+from gateway.openai_types import (
+    ChatChoice,
+    ChatCompletion,
+    ChatLogprobs,
+    ChatMessageOut,
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    TokenLogprobOut,
+    TopLogprob,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from gateway.inference import Prepared
+
+__all__ = ["ChoiceState", "CompletionBuilder", "chat_logprobs", "completion_logprobs"]
+
+
+@dataclass
+class ChoiceState:
+    text: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    num_output_tokens: int = 0
+    logprobs: list[LogprobEntry] = field(default_factory=list)
+    blocked: bool = False
+
+    def add(self, event: DeltaEvent) -> None:
+        self.text.append(event.text)
+        self.num_output_tokens = max(self.num_output_tokens, event.num_output_tokens)
+        if event.logprobs:
+            self.logprobs.extend(event.logprobs)
+        if event.finish_reason is not None:
+            self.finish_reason = event.finish_reason
+
+
+def chat_logprobs(entries: list[LogprobEntry]) -> ChatLogprobs:
+    return ChatLogprobs(
+        content=[
+            TokenLogprobOut(
+                token=e.token,
+                logprob=e.logprob,
+                bytes=list(e.token.encode()),
+                top_logprobs=[TopLogprob(token=t, logprob=lp, bytes=list(t.encode())) for t, lp in e.top],
+            )
+            for e in entries
+        ]
+    )
+
+
+def completion_logprobs(entries: list[LogprobEntry], start: int = 0) -> CompletionLogprobs:
+    offsets, pos = [], start
+    for e in entries:
+        offsets.append(pos)
+        pos += len(e.token)
+    return CompletionLogprobs(
+        tokens=[e.token for e in entries],
+        token_logprobs=[e.logprob for e in entries],
+        top_logprobs=[dict(e.top) for e in entries],
+        text_offset=offsets,
+    )
+
+
+class CompletionBuilder:
+    def __init__(self, prep: Prepared, clock: Callable[[], float] = time.time) -> None:
+        self._prep = prep
+        self._created = int(clock())
+        self._id = ("chatcmpl-" if prep.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        self._choices: dict[int, ChoiceState] = {}
+        self._num_prompt_tokens = 0
+
+    def add(self, event: DeltaEvent) -> None:
+        self._num_prompt_tokens = max(self._num_prompt_tokens, event.num_prompt_tokens)
+        self._choices.setdefault(event.index, ChoiceState()).add(event)
+
+    def texts(self) -> dict[int, str]:
+        return {i: "".join(c.text) for i, c in sorted(self._choices.items())}
+
+    def replace(self, index: int, text: str, *, blocked: bool) -> None:
+        choice = self._choices[index]
+        choice.text = [text]
+        if blocked:
+            choice.blocked = True
+            choice.finish_reason = "content_filter"
+            choice.logprobs = []
+
+    @property
+    def any_blocked(self) -> bool:
+        return any(c.blocked for c in self._choices.values())
+
+    def usage(self) -> Usage:
+        completion = sum(c.num_output_tokens for c in self._choices.values())
+        return Usage(
+            prompt_tokens=self._num_prompt_tokens,
+            completion_tokens=completion,
+            total_tokens=self._num_prompt_tokens + completion,
+        )
+
+    def encode(self) -> bytes:
+        model = self._prep.body.model
+        wants_logprobs = self._prep.generate.params.logprobs is not None
+        if self._prep.kind == "chat":
+            chat = ChatCompletion(
+                id=self._id,
+                created=self._created,
+                model=model,
+                usage=self.usage(),
+                choices=[
+                    ChatChoice(
+                        index=i,
+                        message=ChatMessageOut(content="".join(c.text)),
+                        finish_reason=c.finish_reason,
+                        logprobs=chat_logprobs(c.logprobs) if wants_logprobs else None,
+                    )
+                    for i, c in sorted(self._choices.items())
+                ],
+            )
+            return msgspec.json.encode(chat)
+        completion = Completion(
+            id=self._id,
+            created=self._created,
+            model=model,
+            usage=self.usage(),
+            choices=[
+                CompletionChoice(
+                    index=i,
+                    text="".join(c.text),
+                    finish_reason=c.finish_reason,
+                    logprobs=completion_logprobs(c.logprobs) if wants_logprobs else None,
+                )
+                for i, c in sorted(self._choices.items())
+            ],
+        )
+        return msgspec.json.encode(completion)

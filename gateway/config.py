@@ -1,0 +1,47 @@
+"""The ``[server]`` section: where the gateway listens and how it reaches its engines."""
+
+from __future__ import annotations
+
+import msgspec
+
+from gateway.errors import ConfigError
+
+__all__ = ["ServerConfig"]
+
+
+class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The gateway's HTTP listener and its engine pool."""
+
+    host: str = "127.0.0.1"
+    """Address the gateway binds; loopback by default so nothing is exposed until you choose to."""
+    port: int = 8000
+    """TCP port of the OpenAI-compatible API."""
+    max_body_bytes: int = 1_048_576
+    """Largest accepted request body; larger bodies get 413 before they are parsed."""
+    engine_urls: tuple[str, ...] = ()
+    """Remote engine instances (http://host:port). Empty: ``serve`` starts and supervises one local
+    engine on a loopback port."""
+    engine_token_env: str = "STRONGROOM_ENGINE_TOKEN"
+    """Environment variable holding the shared secret between gateway and engines. For a local
+    engine a fresh random token is generated when it is unset."""
+    engine_connect_timeout_s: float = 2.0
+    """Connect timeout towards an engine; past it the engine counts as down (503)."""
+    engine_start_timeout_s: float = 300.0
+    """How long ``serve`` waits for the local engine to load its models."""
+    engine_refresh_s: float = 5.0
+    """How often the gateway re-reads each engine's model list and health."""
+    request_timeout_s: float = 600.0
+    """Longest a single generation may take end to end."""
+    workers: int = 1
+    """Gateway worker processes (uvicorn)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"server.port must be in 1..65535, not {self.port}")
+        if self.max_body_bytes < 1024:
+            raise ConfigError("server.max_body_bytes must be at least 1024")
+        for url in self.engine_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"server.engine_urls: {url!r} is not an http(s) URL")
+        if self.workers < 1:
+            raise ConfigError("server.workers must be >= 1")

@@ -1,0 +1,350 @@
+"""The inference pipeline: one function per OpenAI endpoint, from parsed body to engine and back.
+
+    authenticate ─▶ parse ─▶ model known? ─▶ authorize ─▶ reserve quota ─▶ filter request
+        ─▶ engine ─▶ filter response (streamed: hold-back window) ─▶ settle quota ─▶ audit ─▶ answer
+
+Every exit, allowed or refused, writes its audit record before the client sees an answer;
+if the record cannot be written, the request gets 503 instead (fail closed). A streamed answer
+records the decision before its first byte and the usage before ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from audit.event import Decision, EventType, Finding
+from engine.client import EngineClient
+from engine.errors import EngineError, EngineUnavailableError
+from engine.protocol import ChatMessage, GenerateRequest, ModelCard
+from engine.sampling_params import SamplingParams
+from filters import FilterContext, FilterPipeline
+from gateway.auth import AuthenticationError, TokenVerifier
+from gateway.auditor import Auditor
+from gateway.completion_builder import CompletionBuilder
+from gateway.errors import (
+    BadRequestError,
+    ContentPolicyError,
+    GatewayError,
+    ModelNotFoundError,
+    NoEngineError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    http_error_of,
+)
+from gateway.engine_pool import EnginePool
+from gateway.openai_types import ChatCompletionRequest, CompletionRequest
+from gateway.quota import QuotaExceededError, QuotaLease, Quotas
+from gateway.request_context import RequestContext
+from gateway.telemetry import Telemetry
+from policies import Authorizer
+
+__all__ = ["InferenceService", "Prepared"]
+
+_ACTIONS = {"chat": "chat", "completions": "completion"}
+
+
+class Prepared(msgspec.Struct, kw_only=True):
+    """A request that passed every check and holds a quota lease; ready for the engine."""
+
+    kind: str
+    ctx: RequestContext
+    body: ChatCompletionRequest | CompletionRequest
+    generate: GenerateRequest
+    card: ModelCard
+    client: EngineClient
+    lease: QuotaLease
+    findings: list[Finding]
+
+
+class InferenceService:
+    """Owns the per-request pipeline; the routes only parse HTTP and hand over."""
+
+    def __init__(
+        self,
+        *,
+        verifier: TokenVerifier,
+        authorizer: Authorizer,
+        quotas: Quotas,
+        filters: FilterPipeline,
+        auditor: Auditor,
+        engines: EnginePool,
+        telemetry: Telemetry,
+        default_max_tokens: int = 1024,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.verifier = verifier
+        self.authorizer = authorizer
+        self.quotas = quotas
+        self.filters = filters
+        self.auditor = auditor
+        self.engines = engines
+        self.telemetry = telemetry
+        self._default_max_tokens = default_max_tokens
+        self._clock = clock
+
+    # -- checks ------------------------------------------------------------------------------
+
+    async def authenticate(self, ctx: RequestContext, authorization: str | None) -> None:
+        try:
+            ctx.principal = await self.verifier.verify(authorization)
+        except AuthenticationError as exc:
+            await self.auditor.record(
+                ctx, EventType.AUTHENTICATION_FAILURE, Decision.DENY, status=401, reason=exc.reason
+            )
+            raise UnauthenticatedError(exc.reason) from None
+
+    async def reject(self, ctx: RequestContext, exc: BaseException) -> GatewayError:
+        """Audit a refusal that happened after authentication and return its HTTP error."""
+        err = http_error_of(exc)
+        kind = {
+            403: EventType.AUTHORIZATION_DENIAL,
+            429: EventType.RATE_LIMIT,
+        }.get(err.status_code, EventType.REQUEST_REJECTED)
+        decision = Decision.ERROR if err.status_code >= 500 else Decision.DENY
+        await self.auditor.record(ctx, kind, decision, status=err.status_code, reason=f"{err.code}: {err.message}")
+        return err
+
+    def _card(self, model: str) -> tuple[ModelCard, EngineClient, str]:
+        card = self.engines.models().get(model)
+        if card is None:
+            if self.engines.known_model(model):
+                raise NoEngineError(f"model {model!r} is configured but no engine serving it is available")
+            raise ModelNotFoundError(f"The model '{model}' does not exist", param="model")
+        picked = self.engines.pick(model)
+        if picked is None:
+            raise NoEngineError(f"no engine is available for model {model!r}")
+        return card, picked[0], picked[1]
+
+    async def prepare(self, ctx: RequestContext, kind: str, body: ChatCompletionRequest | CompletionRequest) -> Prepared:
+        """Everything between a parsed body and the engine call. Raises GatewayError (audited)."""
+        assert ctx.principal is not None
+        ctx.model = body.model
+        try:
+            card, client, instance = self._card(body.model)
+            ctx.engine_instance = instance
+            if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
+                raise PermissionDeniedError(f"You are not allowed to use the model '{body.model}'", param="model")
+            max_tokens = self._max_tokens(body, card)
+            texts = _texts_of(body)
+            lease = await self.quotas.reserve(
+                ctx.principal, body.model, _estimate_tokens(texts) + max_tokens, max_tokens=max_tokens
+            )
+        except (GatewayError, EngineError, QuotaExceededError) as exc:
+            raise await self.reject(ctx, exc) from None
+        except Exception as exc:
+            if getattr(exc, "status_code", None):
+                raise await self.reject(ctx, exc) from None
+            raise
+        try:
+            result = self.filters.check_request(texts, FilterContext(roles=ctx.principal.roles, model=body.model))
+            findings = list(result.findings)
+            if result.blocked:
+                await self.auditor.record(
+                    ctx,
+                    EventType.FILTER_ACTION,
+                    Decision.DENY,
+                    status=400,
+                    reason="request blocked by content policy",
+                    findings=findings,
+                )
+                raise ContentPolicyError("The request was blocked by the content policy")
+            generate = self._generate_request(ctx, kind, body, max_tokens, list(result.texts))
+        except BaseException:
+            await lease.release()
+            raise
+        return Prepared(
+            kind=kind, ctx=ctx, body=body, generate=generate, card=card, client=client, lease=lease, findings=findings
+        )
+
+    def _max_tokens(self, body: ChatCompletionRequest | CompletionRequest, card: ModelCard) -> int:
+        asked = body.max_completion_tokens if isinstance(body, ChatCompletionRequest) else None
+        asked = asked if asked is not None else body.max_tokens
+        if asked is None:
+            return min(self._default_max_tokens, max(1, card.max_model_len // 2))
+        if asked < 1:
+            raise BadRequestError("max_tokens must be at least 1", param="max_tokens")
+        return asked
+
+    def _generate_request(
+        self, ctx: RequestContext, kind: str, body: ChatCompletionRequest | CompletionRequest, max_tokens: int, texts: list[str]
+    ) -> GenerateRequest:
+        logprobs: int | None
+        if isinstance(body, ChatCompletionRequest):
+            logprobs = (body.top_logprobs or 0) if body.logprobs else None
+        else:
+            logprobs = body.logprobs
+        try:
+            params = SamplingParams(
+                temperature=1.0 if body.temperature is None else body.temperature,
+                top_p=1.0 if body.top_p is None else body.top_p,
+                top_k=body.top_k or 0,
+                min_p=body.min_p or 0.0,
+                max_tokens=max_tokens,
+                stop=body.stop_list,
+                seed=body.seed,
+                presence_penalty=body.presence_penalty or 0.0,
+                frequency_penalty=body.frequency_penalty or 0.0,
+                repetition_penalty=body.repetition_penalty or 1.0,
+                logprobs=logprobs,
+                n=body.n,
+                ignore_eos=body.ignore_eos,
+            )
+        except EngineError as exc:
+            raise BadRequestError(exc.message, param=exc.param) from None
+        tenant = ctx.principal.tenant if ctx.principal else None
+        common: dict[str, Any] = {"request_id": ctx.request_id, "model": body.model, "params": params, "tenant": tenant}
+        if isinstance(body, ChatCompletionRequest):
+            messages = [ChatMessage(role=m.role, content=t) for m, t in zip(body.messages, texts, strict=False)]
+            return GenerateRequest(messages=messages, **common)
+        prompt = _single_prompt(body.prompt)
+        if isinstance(prompt, str):
+            return GenerateRequest(prompt=texts[0], **common)
+        return GenerateRequest(prompt_token_ids=prompt, **common)
+
+
+    # -- generation --------------------------------------------------------------------------
+
+    async def complete(self, prep: Prepared) -> bytes:
+        """Non-streamed: run to the end, filter, audit, return the JSON body."""
+        builder = CompletionBuilder(prep, self._clock)
+        try:
+            with self.engines.track(prep.client):
+                async with prep.client.generate(prep.generate) as events:
+                    async for event in events:
+                        builder.add(event)
+        except EngineError as exc:
+            await prep.lease.release()
+            if isinstance(exc, EngineUnavailableError):
+                self.engines.mark_down(prep.client)
+            raise await self.reject(prep.ctx, exc) from None
+        ctx_f = FilterContext(roles=prep.ctx.principal.roles if prep.ctx.principal else (), model=prep.body.model)
+        for index, text in builder.texts().items():
+            result = self.filters.check_response(text, ctx_f)
+            prep.findings.extend(result.findings)
+            builder.replace(index, "" if result.blocked else result.texts[0], blocked=result.blocked)
+        usage = builder.usage()
+        try:
+            await prep.lease.settle(usage.total_tokens)
+        finally:
+            await prep.lease.release()
+        await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, builder.any_blocked)
+        return builder.encode()
+
+    async def _audit_done(self, prep: Prepared, prompt_tokens: int, completion_tokens: int, blocked: bool) -> None:
+        self.telemetry.tokens.add(prompt_tokens, {"kind": "prompt", "model": prep.body.model})
+        self.telemetry.tokens.add(completion_tokens, {"kind": "completion", "model": prep.body.model})
+        await self.auditor.record(
+            prep.ctx,
+            EventType.FILTER_ACTION if blocked else EventType.INFERENCE,
+            Decision.ALLOW,
+            status=200,
+            reason="response blocked by content policy" if blocked else "",
+            findings=_merged(prep.findings),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            model_manifest=prep.card.manifest_sha256,
+        )
+
+    async def stream(self, prep: Prepared) -> AsyncIterator[bytes]:
+        """Streamed: SSE ``data:`` lines. The decision is audited before the first byte."""
+        from gateway.stream_writer import StreamWriter
+
+        await self.auditor.record(
+            prep.ctx,
+            EventType.INFERENCE,
+            Decision.ALLOW,
+            status=200,
+            reason="stream started",
+            findings=_merged(prep.findings),
+            model_manifest=prep.card.manifest_sha256,
+        )
+        writer = StreamWriter(prep, self.filters, self._clock)
+        settled = False
+        try:
+            with self.engines.track(prep.client):
+                async with prep.client.generate(prep.generate) as events:
+                    if first := writer.start():
+                        yield first
+                    async for event in events:
+                        for chunk in writer.add(event):
+                            yield chunk
+                        if writer.blocked:
+                            break
+            for chunk in writer.finish():
+                yield chunk
+            usage = writer.usage()
+            prep.findings.extend(writer.findings)
+            await prep.lease.settle(usage.total_tokens)
+            settled = True
+            await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, writer.blocked)
+            if writer.blocked:
+                yield writer.filter_error()
+            elif prep.body.include_usage:
+                yield writer.usage_chunk()
+            yield b"data: [DONE]\n\n"
+        except EngineError as exc:
+            if isinstance(exc, EngineUnavailableError):
+                self.engines.mark_down(prep.client)
+            err = http_error_of(exc)
+            yield writer.error(err)
+        except GatewayError as exc:
+            yield writer.error(exc)
+        finally:
+            if not settled:
+                await prep.lease.settle(writer.usage().total_tokens)
+            await prep.lease.release()
+
+
+def _texts_of(body: ChatCompletionRequest | CompletionRequest) -> list[str]:
+    """Every piece of caller text the request filters must see, in a fixed order."""
+    if isinstance(body, ChatCompletionRequest):
+        if not body.messages:
+            raise BadRequestError("messages must not be empty", param="messages")
+        try:
+            out = [m.text() for m in body.messages]
+        except msgspec.ValidationError as exc:
+            raise BadRequestError(str(exc), param="messages") from None
+        for m in body.messages:
+            for call in m.tool_calls or ():
+                out.append(call.function.arguments)
+        return out
+    prompt = _single_prompt(body.prompt)
+    return [prompt] if isinstance(prompt, str) else []
+
+
+def _single_prompt(prompt: str | list[Any]) -> str | list[int]:
+    """One prompt: a string or token ids, bare or as a one-element batch."""
+    if isinstance(prompt, str):
+        return prompt
+    if len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+        if isinstance(prompt, str):
+            return prompt
+    if prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        return list(prompt)
+    if not prompt:
+        raise BadRequestError("prompt must not be empty", param="prompt")
+    raise BadRequestError("prompt must be a string or a list of token ids; one prompt per request", param="prompt")
+
+
+def _estimate_tokens(texts: Sequence[str]) -> int:
+    # The engine tokenizes; the reservation only needs an upper-ish bound that settle corrects.
+    return sum(len(t.encode()) for t in texts) // 3 + 1
+
+
+def _merged(findings: Sequence[Finding]) -> list[Finding]:
+    merged: dict[tuple[str, str, str], int] = {}
+    for f in findings:
+        key = (f.type, f.action, f.direction)
+        merged[key] = merged.get(key, 0) + f.count
+    return [Finding(type=t, action=a, direction=d, count=c) for (t, a, d), c in merged.items()]
+
+
+def new_completion_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+

@@ -1,0 +1,174 @@
+"""Admission against per-subject limits: reserve before the engine runs, settle after.
+
+Peers count tokens after the response, so the request that crosses the limit is still served.
+Here ``reserve`` books prompt + max_tokens up front and refuses a request that would not fit;
+``settle`` refunds what was not used. Limits resolve per field: the subject's entry, else the most
+generous of the caller's roles that sets the field, else the default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import metrics
+
+from gateway.auth.principal import Principal
+from gateway.quota.backend import QuotaBackend, QuotaKeys, ResolvedLimits
+from gateway.quota.config import QuotaConfig, QuotaLimits
+from gateway.quota.errors import QuotaExceededError, QuotaUnavailableError
+from gateway.quota.memory_backend import MemoryQuotaBackend
+from gateway.quota.quota_lease import QuotaLease, rate_limit_headers
+from gateway.quota.redis_backend import RedisQuotaBackend
+from gateway.quota.window_usage import Verdict, WindowUsage
+
+__all__ = ["Quotas"]
+
+_meter = metrics.get_meter("strongroom.quota")
+_denials = _meter.create_counter("strongroom_quota_denials", description="Requests refused by a quota")
+_unavailable = _meter.create_counter(
+    "strongroom_quota_unavailable", description="Reservations that found the limiter unreachable"
+)
+
+
+class Quotas:
+    def __init__(
+        self,
+        config: QuotaConfig | None = None,
+        redis: Any | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config or QuotaConfig()
+        self._clock = clock
+        self._backend: QuotaBackend = MemoryQuotaBackend(clock) if redis is None else RedisQuotaBackend(redis)
+
+    def limits_for(self, principal: Principal) -> ResolvedLimits:
+        own = self.config.subjects.get(principal.subject)
+        by_role = [self.config.roles[r] for r in principal.roles if r in self.config.roles]
+
+        def pick(field: str) -> int:
+            if own is not None and getattr(own, field) is not None:
+                return int(getattr(own, field))
+            values = [getattr(limits, field) for limits in by_role if getattr(limits, field) is not None]
+            return int(max(values)) if values else int(getattr(self.config.default, field))
+
+        return ResolvedLimits(**{f: pick(f) for f in QuotaLimits.__struct_fields__})
+
+    def _keys(self, principal: Principal, window: int) -> QuotaKeys:
+        # Hash issuer + subject: any characters are safe, and the {tag} keeps one subject's keys in
+        # one Redis Cluster slot so the script may touch them together.
+        who = hashlib.sha256(f"{principal.issuer}\0{principal.subject}".encode()).hexdigest()[:32]
+        base = f"{self.config.key_prefix}:{{{who}}}"
+        return QuotaKeys(
+            requests=f"{base}:req:{window}", tokens=f"{base}:tok:{window}", in_flight=f"{base}:inflight"
+        )
+
+    async def reserve(
+        self, principal: Principal, model: str, requested_tokens: int, *, max_tokens: int | None = None
+    ) -> QuotaLease:
+        """Book one request and ``requested_tokens`` (prompt + max completion) for ``principal``.
+
+        Raises QuotaExceededError (429; ``retryable`` False when the request alone is over a limit)
+        or QuotaUnavailableError (503) when Redis is unreachable and ``fail_open`` is off.
+        """
+        limits = self.limits_for(principal)
+        now = self._clock()
+        window_s = self.config.window_s
+        window = math.floor(now / window_s)
+        reset_s = (window + 1) * window_s - now
+        if max_tokens is not None and max_tokens > limits.max_tokens_ceiling:
+            self._deny("max_tokens")
+            raise QuotaExceededError(
+                f"max_tokens {max_tokens} is above this caller's ceiling of {limits.max_tokens_ceiling}",
+                limit="max_tokens",
+                retry_after_s=0.0,
+                retryable=False,
+                param="max_tokens",
+                limit_value=limits.max_tokens_ceiling,
+            )
+        if requested_tokens > limits.tokens_per_minute:
+            self._deny("tokens")
+            raise QuotaExceededError(
+                f"the request needs {requested_tokens} tokens, more than the limit of "
+                f"{limits.tokens_per_minute} per window; lower max_tokens or shorten the prompt",
+                limit="tokens",
+                retry_after_s=0.0,
+                retryable=False,
+                limit_value=limits.tokens_per_minute,
+                reset_s=reset_s,
+            )
+        keys, lease_id = self._keys(principal, window), uuid.uuid4().hex
+        try:
+            usage = await self._backend.reserve(
+                keys,
+                limits,
+                tokens=requested_tokens,
+                lease_id=lease_id,
+                now=now,
+                window_ttl_s=window_s + reset_s,
+                lease_ttl_s=self.config.lease_ttl_s,
+            )
+        except Exception as exc:
+            _unavailable.add(1)
+            if not self.config.fail_open:
+                raise QuotaUnavailableError("rate limiter unavailable") from exc
+            empty = WindowUsage(verdict=Verdict.ADMITTED, requests=0, tokens=0, in_flight=0)
+            return QuotaLease(
+                None,
+                keys,
+                lease_id=lease_id,
+                reserved_tokens=requested_tokens,
+                limits=limits,
+                usage=empty,
+                reset_s=reset_s,
+            )
+        if usage.verdict is not Verdict.ADMITTED:
+            raise self._exceeded(usage, limits, reset_s)
+        return QuotaLease(
+            self._backend,
+            keys,
+            lease_id=lease_id,
+            reserved_tokens=requested_tokens,
+            limits=limits,
+            usage=usage,
+            reset_s=reset_s,
+        )
+
+    def _exceeded(self, usage: WindowUsage, limits: ResolvedLimits, reset_s: float) -> QuotaExceededError:
+        headers = rate_limit_headers(limits, usage, reset_s)
+        if usage.verdict is Verdict.CONCURRENCY:
+            self._deny("concurrency")
+            return QuotaExceededError(
+                f"too many requests in flight (limit {limits.concurrent_requests})",
+                limit="concurrency",
+                retry_after_s=1.0,
+                retryable=True,
+                rate_headers=headers,
+                limit_value=limits.concurrent_requests,
+                remaining=max(0, limits.concurrent_requests - usage.in_flight),
+            )
+        name = "requests" if usage.verdict is Verdict.REQUESTS else "tokens"
+        self._deny(name)
+        value, used = (
+            (limits.requests_per_minute, usage.requests)
+            if usage.verdict is Verdict.REQUESTS
+            else (limits.tokens_per_minute, usage.tokens)
+        )
+        return QuotaExceededError(
+            f"rate limit reached for {name} per minute; retry in {math.ceil(reset_s)} s",
+            limit=name,
+            retry_after_s=reset_s,
+            retryable=True,
+            rate_headers=headers,
+            limit_value=value,
+            remaining=max(0, value - used),
+            reset_s=reset_s,
+        )
+
+    @staticmethod
+    def _deny(limit: str) -> None:
+        _denials.add(1, {"limit": limit})

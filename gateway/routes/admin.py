@@ -1,0 +1,204 @@
+"""``/admin``: change who may use which model, live, and ask what a caller may do.
+
+Every handler needs ``admin:policy`` on the control plane (403 otherwise). Changes go through
+``Authorizer.change``: atomic, audited with the caller as actor (fail closed), in effect on this
+replica at once and on the others within the poll interval. Malformed input answers 400 naming
+the field and the rule it breaks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+from litestar import Request, Router, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromQuery
+
+from audit.sink import AuditSink
+from gateway.auth.principal import Principal
+from policies.authorizer import Authorizer
+from policies.errors import InvalidPolicyError, PolicyForbiddenError
+from policies.policy import ALL_DOMAINS, CONTROL_RESOURCE, Assignment, Grant, user_member
+from policies.policy_change import PolicyChange
+
+__all__ = ["build_admin_router"]
+
+PrincipalDep = NamedDependency[Principal]
+AuthorizerDep = NamedDependency[Authorizer]
+# AuditSink is a Protocol, which litestar's signature model cannot isinstance-check.
+AuditDep = NamedDependency[Any]
+
+
+class GrantBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    role: str
+    pattern: str
+    action: str
+    domain: str = ALL_DOMAINS
+
+
+class AssignmentBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    role: str
+    user: str | None = None
+    """A token subject (``sub``) to give the role to."""
+    member_role: str | None = None
+    """A role that inherits ``role`` (role hierarchy)."""
+    domain: str = ALL_DOMAINS
+
+
+class CheckBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    action: str
+    model: str = CONTROL_RESOURCE
+    user: str | None = None
+    roles: tuple[str, ...] = ()
+    tenant: str | None = None
+
+
+_Body = TypeVar("_Body", GrantBody, AssignmentBody, CheckBody)
+
+
+async def _body(request: Request[Any, Any, Any], kind: type[_Body]) -> _Body:
+    # Decoded here rather than by litestar so a malformed body answers our 400 with msgspec's words.
+    try:
+        return msgspec.json.decode(await request.body(), type=kind)
+    except msgspec.ValidationError as exc:
+        raise InvalidPolicyError(f"invalid request body: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise InvalidPolicyError(f"request body is not valid JSON: {exc}") from None
+
+
+def _require_admin(authorizer: Authorizer, principal: Principal) -> None:
+    if not authorizer.allowed(principal, "admin:policy", CONTROL_RESOURCE):
+        raise PolicyForbiddenError("admin:policy permission required")
+
+
+def _grant(body: GrantBody) -> Grant:
+    return Grant(role=body.role, pattern=body.pattern, action=body.action, domain=body.domain)
+
+
+def _assignment(body: AssignmentBody) -> Assignment:
+    if (body.user is None) == (body.member_role is None):
+        raise InvalidPolicyError("give exactly one of 'user' or 'member_role'", param="user")
+    member = user_member(body.user) if body.user is not None else str(body.member_role)
+    return Assignment(member=member, role=body.role, domain=body.domain)
+
+
+async def _apply(
+    authorizer: Authorizer, principal: Principal, audit: AuditSink, change: PolicyChange
+) -> dict[str, Any]:
+    _require_admin(authorizer, principal)
+    policy = await authorizer.change([change], principal.subject, audit)
+    return {"version": policy.version, "applied": change.to_dict()}
+
+
+@get("/policy", sync_to_thread=False)
+def get_policy(principal: PrincipalDep, authorizer: AuthorizerDep) -> dict[str, Any]:
+    _require_admin(authorizer, principal)
+    return authorizer.policy.to_dict()
+
+
+@post("/grants", status_code=201)
+async def add_grant(
+    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
+) -> dict[str, Any]:
+    _require_admin(authorizer, principal)
+    return await _apply(
+        authorizer, principal, audit, PolicyChange(op="grant", rule=_grant(await _body(request, GrantBody)))
+    )
+
+
+@post("/grants/remove", status_code=200)
+async def remove_grant(
+    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
+) -> dict[str, Any]:
+    _require_admin(authorizer, principal)
+    return await _apply(
+        authorizer, principal, audit, PolicyChange(op="ungrant", rule=_grant(await _body(request, GrantBody)))
+    )
+
+
+@post("/assignments", status_code=201)
+async def add_assignment(
+    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
+) -> dict[str, Any]:
+    _require_admin(authorizer, principal)
+    return await _apply(
+        authorizer,
+        principal,
+        audit,
+        PolicyChange(op="assign", rule=_assignment(await _body(request, AssignmentBody))),
+    )
+
+
+@post("/assignments/remove", status_code=200)
+async def remove_assignment(
+    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
+) -> dict[str, Any]:
+    _require_admin(authorizer, principal)
+    return await _apply(
+        authorizer,
+        principal,
+        audit,
+        PolicyChange(op="unassign", rule=_assignment(await _body(request, AssignmentBody))),
+    )
+
+
+@get("/permissions", sync_to_thread=False)
+def permissions(
+    principal: PrincipalDep,
+    authorizer: AuthorizerDep,
+    user: FromQuery[str | None] = None,
+    role: FromQuery[str | None] = None,
+    tenant: FromQuery[str | None] = None,
+) -> dict[str, Any]:
+    """Effective roles and grants of one user (its policy-assigned roles only) or one role."""
+    _require_admin(authorizer, principal)
+    if (user is None) == (role is None):
+        raise InvalidPolicyError("give exactly one of the query parameters 'user' or 'role'", param="user")
+    member = user_member(user) if user is not None else str(role)
+    domain = tenant or ALL_DOMAINS
+    return {
+        "member": member,
+        "domain": domain,
+        "version": authorizer.version,
+        "roles": authorizer.effective_roles([member], domain),
+        "grants": [msgspec.to_builtins(g) for g in authorizer.effective_grants([member], domain)],
+    }
+
+
+@post("/check", status_code=200)
+async def check(
+    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep
+) -> dict[str, Any]:
+    """Dry run: would a caller with this subject, token roles and tenant be allowed?"""
+    _require_admin(authorizer, principal)
+    data = await _body(request, CheckBody)
+    if data.user is None and not data.roles:
+        raise InvalidPolicyError("give 'user', 'roles' or both", param="user")
+    caller = Principal(subject=data.user or "", roles=data.roles, issuer="dry-run", tenant=data.tenant)
+    if data.user is None:
+        # No user: judge the token roles alone, not whatever an empty subject might be assigned.
+        caller = Principal(subject="\0", roles=data.roles, issuer="dry-run", tenant=data.tenant)
+    return {
+        "allowed": authorizer.allowed(caller, data.action, data.model),
+        "version": authorizer.version,
+        "effective_roles": authorizer.effective_roles(
+            authorizer.members_of(caller), authorizer.domain_of(caller)
+        ),
+    }
+
+
+def build_admin_router() -> Router:
+    """The ``/admin`` router; the app provides ``principal``, ``authorizer`` and ``audit``."""
+    return Router(
+        path="/admin",
+        route_handlers=[
+            get_policy,
+            add_grant,
+            remove_grant,
+            add_assignment,
+            remove_assignment,
+            permissions,
+            check,
+        ],
+    )

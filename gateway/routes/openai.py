@@ -1,0 +1,116 @@
+"""The OpenAI-compatible endpoints. Thin: parse HTTP, call the inference service, answer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.exceptions import ClientException
+from litestar.response import Stream
+
+from gateway.errors import BadRequestError, ModelNotFoundError, PayloadTooLargeError
+from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ModelList, ModelObject
+from gateway.request_context import RequestContext
+from gateway.services import Services
+
+__all__ = ["OPENAI_ROUTES", "context_of"]
+
+_JSON = "application/json"
+_STARTED = int(time.time())
+
+
+def context_of(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:
+    state = request.scope.get("state", {})
+    return RequestContext(
+        request_id=state.get("request_id", ""),
+        trace_id=state.get("trace_id", ""),
+        endpoint=endpoint,
+        client_ip=request.client.host if request.client else "",
+    )
+
+
+async def _read_body(request: Request[Any, Any, Any]) -> bytes:
+    try:
+        return await request.body()
+    except ClientException as exc:
+        if exc.status_code == 413:
+            raise PayloadTooLargeError("The request body is too large") from None
+        raise
+
+
+def _parse(raw: bytes, type_: type[Any]) -> Any:
+    try:
+        return msgspec.json.decode(raw, type=type_)
+    except msgspec.ValidationError as exc:
+        raise BadRequestError(f"Invalid request: {exc}", param=_param_of(str(exc))) from None
+    except msgspec.DecodeError:
+        raise BadRequestError("The request body is not valid JSON") from None
+
+
+def _param_of(message: str) -> str | None:
+    _, _, path = message.partition("at `$.")
+    return path.rstrip("`").split(".")[0].split("[")[0] or None if path else None
+
+
+async def _infer(request: Request[Any, Any, Any], services: Services, kind: str, type_: type[Any]) -> Response[Any]:
+    endpoint = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    ctx = context_of(request, endpoint)
+    inference = services.inference
+    await inference.authenticate(ctx, request.headers.get("authorization"))
+    try:
+        body = _parse(await _read_body(request), type_)
+    except (BadRequestError, PayloadTooLargeError) as exc:
+        raise await inference.reject(ctx, exc) from None
+    prep = await inference.prepare(ctx, kind, body)
+    headers = dict(getattr(prep.lease, "headers", {}) or {})
+    if body.stream:
+        headers["cache-control"] = "no-cache"
+        return Stream(inference.stream(prep), media_type="text/event-stream", headers=headers)
+    return Response(await inference.complete(prep), media_type=_JSON, headers=headers)
+
+
+@post("/v1/chat/completions", status_code=200)
+async def chat_completions(request: Request[Any, Any, Any], services: Services) -> Response[Any]:
+    return await _infer(request, services, "chat", ChatCompletionRequest)
+
+
+@post("/v1/completions", status_code=200)
+async def completions(request: Request[Any, Any, Any], services: Services) -> Response[Any]:
+    return await _infer(request, services, "completions", CompletionRequest)
+
+
+async def _visible_models(request: Request[Any, Any, Any], services: Services, endpoint: str) -> dict[str, ModelObject]:
+    ctx = context_of(request, endpoint)
+    await services.inference.authenticate(ctx, request.headers.get("authorization"))
+    assert ctx.principal is not None
+    cards = services.engines.models()
+    authz = services.authorizer
+    allowed = set(authz.allowed_models(ctx.principal, "chat", cards)) | set(
+        authz.allowed_models(ctx.principal, "completion", cards)
+    )
+    return {
+        name: ModelObject(id=name, created=_STARTED, max_model_len=card.max_model_len)
+        for name, card in sorted(cards.items())
+        if name in allowed
+    }
+
+
+@get("/v1/models")
+async def list_models(request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
+    models = await _visible_models(request, services, "/v1/models")
+    return Response(msgspec.json.encode(ModelList(data=list(models.values()))), media_type=_JSON)
+
+
+@get("/v1/models/{model_id:path}")
+async def get_model(request: Request[Any, Any, Any], services: Services, model_id: str) -> Response[bytes]:
+    models = await _visible_models(request, services, "/v1/models")
+    # A model the caller may not use reads as absent, so names cannot be enumerated.
+    model = models.get(model_id.lstrip("/"))
+    if model is None:
+        raise ModelNotFoundError(f"The model '{model_id.lstrip('/')}' does not exist", param="model")
+    return Response(msgspec.json.encode(model), media_type=_JSON)
+
+
+OPENAI_ROUTES = [chat_completions, completions, list_models, get_model]

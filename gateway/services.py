@@ -1,0 +1,109 @@
+"""Everything a gateway process holds for its lifetime, built once from the settings."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from redis.asyncio import Redis
+
+from audit.log import AuditLog
+from engine.client import EngineClient
+from filters import FilterPipeline
+from gateway.auditor import Auditor
+from gateway.auth import TokenVerifier
+from gateway.engine_pool import EnginePool
+from gateway.errors import ConfigError
+from gateway.inference import InferenceService
+from gateway.quota import Quotas
+from gateway.telemetry import Telemetry
+from policies import Authorizer
+
+if TYPE_CHECKING:
+    from strongroom.config import Settings
+
+__all__ = ["Services"]
+
+
+class Services:
+    """A plain class, not a dataclass: litestar passes it through DI without validating it."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        telemetry: Telemetry,
+        redis: Redis | None,
+        audit_log: AuditLog,
+        verifier: TokenVerifier,
+        authorizer: Authorizer,
+        quotas: Quotas,
+        filters: FilterPipeline,
+        engines: EnginePool,
+        inference: InferenceService,
+    ) -> None:
+        self.settings = settings
+        self.telemetry = telemetry
+        self.redis = redis
+        self.audit_log = audit_log
+        self.verifier = verifier
+        self.authorizer = authorizer
+        self.quotas = quotas
+        self.filters = filters
+        self.engines = engines
+        self.inference = inference
+
+    @classmethod
+    async def create(cls, settings: Settings, engine_urls: tuple[str, ...] | None = None) -> Services:
+        """Open every component; ``engine_urls`` overrides the configured pool (local engine)."""
+        data_dir = settings.data_path
+        telemetry = Telemetry.install(settings.telemetry)
+        redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
+        token = os.environ.get(settings.server.engine_token_env, "")
+        urls = engine_urls if engine_urls is not None else settings.server.engine_urls
+        if not urls:
+            raise ConfigError("no engine: set server.engine_urls or run `strongroom serve`, which starts one")
+        if not token:
+            raise ConfigError(f"${settings.server.engine_token_env} must hold the engine token")
+        audit_log = await AuditLog.open(settings.audit, data_dir)
+        verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
+        authorizer = Authorizer.open(settings.access, data_dir, redis=redis)
+        await authorizer.start()
+        quotas = Quotas(settings.quota, redis=redis)
+        filters = FilterPipeline.from_config(settings.filters, data_dir)
+        clients = [
+            EngineClient(url, token, connect_timeout_s=settings.server.engine_connect_timeout_s,
+                         read_timeout_s=settings.server.request_timeout_s)
+            for url in urls
+        ]
+        engines = EnginePool(clients, refresh_s=settings.server.engine_refresh_s)
+        await engines.start()
+        inference = InferenceService(
+            verifier=verifier,
+            authorizer=authorizer,
+            quotas=quotas,
+            filters=filters,
+            auditor=Auditor(audit_log),
+            engines=engines,
+            telemetry=telemetry,
+        )
+        return cls(
+            settings=settings,
+            telemetry=telemetry,
+            redis=redis,
+            audit_log=audit_log,
+            verifier=verifier,
+            authorizer=authorizer,
+            quotas=quotas,
+            filters=filters,
+            engines=engines,
+            inference=inference,
+        )
+
+    async def aclose(self) -> None:
+        await self.engines.aclose()
+        await self.authorizer.stop()
+        await self.verifier.aclose()
+        await self.audit_log.close()
+        if self.redis is not None:
+            await self.redis.aclose()

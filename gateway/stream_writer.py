@@ -1,0 +1,187 @@
+"""Server-sent events for a streamed completion, with the response filter's hold-back window.
+
+Text from the engine goes through one ``StreamFilter`` per choice; only what the filter
+releases is sent, so a sensitive value split across tokens never reaches the client. A blocked
+choice ends with ``finish_reason: "content_filter"`` and the stream with an error event.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from audit.event import Finding
+from engine.protocol import DeltaEvent, LogprobEntry
+from filters import FilterContext, FilterPipeline, StreamFilter
+from gateway.completion_builder import chat_logprobs, completion_logprobs
+from gateway.errors import ContentPolicyError, GatewayError, error_body
+from gateway.openai_types import (
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChunkDelta,
+    CompletionChoice,
+    CompletionChunk,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from gateway.inference import Prepared
+
+__all__ = ["StreamWriter"]
+
+_encoder = msgspec.json.Encoder()
+
+
+def _sse(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+class _Choice:
+    def __init__(self, sf: StreamFilter) -> None:
+        self.filter = sf
+        self.finished = False
+        self.num_output_tokens = 0
+
+
+class StreamWriter:
+    def __init__(self, prep: Prepared, filters: FilterPipeline, clock: Callable[[], float] = time.time) -> None:
+        self._prep = prep
+        self._chat = prep.kind == "chat"
+        self._id = ("chatcmpl-" if self._chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self._created = int(clock())
+        self._model = prep.body.model
+        roles = prep.ctx.principal.roles if prep.ctx.principal else ()
+        self._fctx = FilterContext(roles=roles, model=self._model)
+        self._filters = filters
+        self._choices: dict[int, _Choice] = {}
+        self._num_prompt_tokens = 0
+        self._wants_logprobs = prep.generate.params.logprobs is not None
+        self.blocked = False
+
+    def _choice(self, index: int) -> _Choice:
+        choice = self._choices.get(index)
+        if choice is None:
+            choice = self._choices[index] = _Choice(self._filters.stream(self._fctx))
+        return choice
+
+    def _chunk(
+        self, index: int, text: str | None, finish: str | None, logprobs: list[LogprobEntry] | None = None
+    ) -> bytes:
+        lp = logprobs if (self._wants_logprobs and logprobs) else None
+        if self._chat:
+            body: ChatCompletionChunk | CompletionChunk = ChatCompletionChunk(
+                id=self._id,
+                created=self._created,
+                model=self._model,
+                choices=[
+                    ChatChunkChoice(
+                        index=index,
+                        delta=ChunkDelta(content=text),
+                        finish_reason=finish,
+                        logprobs=chat_logprobs(lp) if lp else None,
+                    )
+                ],
+            )
+        else:
+            body = CompletionChunk(
+                id=self._id,
+                created=self._created,
+                model=self._model,
+                choices=[
+                    CompletionChoice(
+                        index=index,
+                        text=text or "",
+                        finish_reason=finish,
+                        logprobs=completion_logprobs(lp) if lp else None,
+                    )
+                ],
+            )
+        return _sse(_encoder.encode(body))
+
+    def start(self) -> bytes:
+        if not self._chat:
+            return b""
+        first = ChatCompletionChunk(
+            id=self._id,
+            created=self._created,
+            model=self._model,
+            choices=[
+                ChatChunkChoice(index=i, delta=ChunkDelta(role="assistant", content=""))
+                for i in range(self._prep.generate.params.n)
+            ],
+        )
+        return _sse(_encoder.encode(first))
+
+    def add(self, event: DeltaEvent) -> list[bytes]:
+        self._num_prompt_tokens = max(self._num_prompt_tokens, event.num_prompt_tokens)
+        choice = self._choice(event.index)
+        if choice.finished:
+            return []
+        choice.num_output_tokens = max(choice.num_output_tokens, event.num_output_tokens)
+        out: list[bytes] = []
+        step = choice.filter.feed(event.text)
+        if step.blocked:
+            return self._block(event.index, choice)
+        released = step.release
+        if event.finish_reason is not None:
+            tail = choice.filter.finish()
+            if tail.blocked:
+                return self._block(event.index, choice)
+            released += tail.release
+            choice.finished = True
+            if released or event.logprobs:
+                out.append(self._chunk(event.index, released, None, event.logprobs))
+            out.append(self._chunk(event.index, None if self._chat else "", event.finish_reason))
+        elif released or event.logprobs:
+            out.append(self._chunk(event.index, released, None, event.logprobs))
+        return out
+
+    def _block(self, index: int, choice: _Choice) -> list[bytes]:
+        self.blocked = True
+        choice.finished = True
+        return [self._chunk(index, None if self._chat else "", "content_filter")]
+
+    def finish(self) -> list[bytes]:
+        """Flush choices the engine ended without a finish reason (cut-off streams)."""
+        out: list[bytes] = []
+        for index, choice in sorted(self._choices.items()):
+            if choice.finished:
+                continue
+            tail = choice.filter.finish()
+            if tail.blocked:
+                out.extend(self._block(index, choice))
+                continue
+            choice.finished = True
+            if tail.release:
+                out.append(self._chunk(index, tail.release, None))
+        return out
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for c in self._choices.values() for f in c.filter.findings]
+
+    def usage(self) -> Usage:
+        completion = sum(c.num_output_tokens for c in self._choices.values())
+        return Usage(
+            prompt_tokens=self._num_prompt_tokens,
+            completion_tokens=completion,
+            total_tokens=self._num_prompt_tokens + completion,
+        )
+
+    def usage_chunk(self) -> bytes:
+        body: ChatCompletionChunk | CompletionChunk
+        if self._chat:
+            body = ChatCompletionChunk(id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage())
+        else:
+            body = CompletionChunk(id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage())
+        return _sse(_encoder.encode(body))
+
+    def filter_error(self) -> bytes:
+        return self.error(ContentPolicyError("The response was stopped by the content policy"))
+
+    def error(self, err: GatewayError) -> bytes:
+        return _sse(error_body(err.message, err.type, err.code, err.param))

@@ -1,0 +1,155 @@
+"""CLI: ``strongroom keys init|rotate|show`` and ``strongroom models seal|verify|unseal``.
+
+Commands print key ids, versions and public keys, never key material. Passphrases come from
+``keys.passphrase_env`` or a hidden prompt; HSM PINs only from ``keys.pkcs11_pin_env``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from keys.config import KeysConfig
+from keys.errors import KeysError
+from keys.factory import build_provider, key_file_path
+from keys.key_file_provider import KeyFileProvider
+from keys.pkcs11_provider import Pkcs11Provider
+from keys.provider import KeyProvider
+from keys.rotation import rotate as rotate_models
+from keys.sealed_model import is_sealed, unseal_model, verify_model
+from keys.sealer import seal_model
+from keys.secret import Secret
+
+_config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), default=None, envvar="STRONGROOM_CONFIG",
+    help="Strongroom TOML config (default: built-in defaults + env overrides).",
+)  # fmt: skip
+
+
+def load_keys_settings(config_path: str | None) -> tuple[Path, KeysConfig]:
+    """(data_dir, [keys] section) through the lead's ``strongroom.config.load_settings``."""
+    from strongroom.config import load_settings
+
+    settings = load_settings(config_path)
+    return Path(settings.data_dir), settings.keys
+
+
+def _provider(config_path: str | None) -> KeyProvider:
+    data_dir, config = load_keys_settings(config_path)
+    passphrase = None
+    needs_prompt = config.provider == "file" and not config.passphrase_env
+    if needs_prompt and KeyFileProvider.needs_passphrase(key_file_path(config, data_dir)):
+        passphrase = Secret(click.prompt("Key file passphrase", hide_input=True))
+    return build_provider(config, data_dir, passphrase=passphrase)
+
+
+def _fail(exc: KeysError) -> click.ClickException:
+    return click.ClickException(exc.message)
+
+
+keys = click.Group("keys", help="Master keys that guard sealed models.")
+models = click.Group("models", help="Seal, verify and (explicitly) export model directories.")
+
+
+@keys.command("init")
+@_config_option
+@click.option(
+    "--passphrase/--no-passphrase", default=False, help="Protect the key file with a prompted passphrase."
+)
+def init(config_path: str | None, passphrase: bool) -> None:
+    """Create the master key (version 1): a 0600 key file, or objects on the PKCS#11 token."""
+    data_dir, config = load_keys_settings(config_path)
+    try:
+        if config.provider == "pkcs11":
+            provider = build_provider(config, data_dir)
+            assert isinstance(provider, Pkcs11Provider)
+            ref = provider.initialize()
+            click.echo(f"created {ref} on token {config.pkcs11_token_label!r}")
+            return
+        secret = None
+        if config.passphrase_env:
+            secret = Secret.from_env(config.passphrase_env)
+        elif passphrase:
+            secret = Secret(click.prompt("New passphrase", hide_input=True, confirmation_prompt=True))
+        created = KeyFileProvider.create(key_file_path(config, data_dir), passphrase=secret)
+        click.echo(f"created {created.current()} in {created.path} (mode 0600)")
+    except KeysError as exc:
+        raise _fail(exc) from None
+
+
+@keys.command("show")
+@_config_option
+def show(config_path: str | None) -> None:
+    """List key versions and their state (ids and public keys only)."""
+    try:
+        for info in _provider(config_path).versions():
+            click.echo(f"{info.ref}\t{info.status.value}\t{info.signing_public_key or '-'}")
+    except KeysError as exc:
+        raise _fail(exc) from None
+
+
+@keys.command("rotate")
+@_config_option
+@click.argument("model_dirs", nargs=-1, type=click.Path(file_okay=False, exists=True))
+def rotate(config_path: str | None, model_dirs: tuple[str, ...]) -> None:
+    """New key version; rewrap MODEL_DIRS (default: every sealed model under <data_dir>/models); retire the old."""
+    data_dir, _ = load_keys_settings(config_path)
+    dirs = list(model_dirs)
+    if not dirs:
+        root = data_dir / "models"
+        dirs = sorted(str(p) for p in root.iterdir() if is_sealed(p)) if root.is_dir() else []
+    try:
+        report = rotate_models(_provider(config_path), dirs, process=f"cli-rotate:{os.getpid()}")
+    except KeysError as exc:
+        raise _fail(exc) from None
+    click.echo(f"now {report.new_key}; rewrapped {len(report.rewrapped)} model(s)")
+    for ref in report.retired:
+        click.echo(f"retired {ref}")
+
+
+@models.command("seal")
+@_config_option
+@click.argument("src", type=click.Path(file_okay=False, exists=True))
+@click.argument("dst", type=click.Path(file_okay=False))
+@click.option("--model-id", default=None, help="Model id bound into the seal (default: DST's name).")
+def seal(config_path: str | None, src: str, dst: str, model_id: str | None) -> None:
+    """Seal the model directory SRC into DST."""
+    try:
+        manifest = seal_model(src, dst, model_id or Path(dst).name, _provider(config_path))
+    except KeysError as exc:
+        raise _fail(exc) from None
+    click.echo(f"sealed {len(manifest.files)} file(s) as {manifest.model_id!r} into {dst}")
+
+
+@models.command("verify")
+@_config_option
+@click.argument("model_dir", type=click.Path(file_okay=False, exists=True))
+def verify(config_path: str | None, model_dir: str) -> None:
+    """Check the signature, every chunk and every file's SHA-256."""
+    try:
+        report = verify_model(model_dir, _provider(config_path), process=f"cli-verify:{os.getpid()}")
+    except KeysError as exc:
+        raise _fail(exc) from None
+    click.echo(
+        f"ok {report.model_id}: {len(report.files)} file(s), {report.total_bytes} bytes, key {report.key}"
+    )
+
+
+@models.command("unseal")
+@_config_option
+@click.argument("model_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("dst", type=click.Path(file_okay=False))
+@click.option(
+    "--export", is_flag=True, default=False, help="Required: confirms writing plaintext weights to disk."
+)
+def unseal(config_path: str | None, model_dir: str, dst: str, export: bool) -> None:
+    """Export MODEL_DIR as plaintext into DST (needs --export)."""
+    try:
+        unseal_model(
+            model_dir, dst, _provider(config_path), export=export, process=f"cli-unseal:{os.getpid()}"
+        )
+    except KeysError as exc:
+        raise _fail(exc) from None
+    click.echo(f"exported plaintext to {dst}")

@@ -1,0 +1,97 @@
+"""``rotate``: a new master key version, every model's data key rewrapped, the old versions retired.
+
+Weights are not re-encrypted: only each file header's key reference and wrapped data key change
+(in place, same length) and the manifest is re-signed. Headers are rewritten one file at a time,
+so a crash leaves files under old and new versions, both still live; retirement happens only after
+every listed model was rewrapped and verified to open under the new version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from audit.event import AuditEvent
+from audit.sink import AuditSink
+from keys.errors import KeysError
+from keys.key_audit import key_event, record_all
+from keys.manifest import SIGNATURE_NAME, encode_signature, read_verified_manifest
+from keys.provider import KeyProvider, KeyRef, WrappedKey
+from keys.report import RotationReport
+from keys.sealed_file import read_header
+from keys.sealed_model import open_model
+
+
+def _replace_atomically(target: Path, data: bytes) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, target)
+
+
+def _rewrap_model(model_dir: Path, provider: KeyProvider, new: KeyRef, process: str) -> list[AuditEvent]:
+    manifest, _ = read_verified_manifest(model_dir, provider)
+    rewrapped: dict[tuple[KeyRef, bytes], WrappedKey] = {}
+    events: list[AuditEvent] = []
+    for entry in manifest.files:
+        path = model_dir / entry.sealed_name
+        header, length, _ = read_header(path, str(path))
+        cache_key = (header.wrapped.ref, header.wrapped.blob)
+        if header.wrapped.ref == new:
+            continue
+        if cache_key not in rewrapped:
+            ref = header.wrapped.ref
+            dek = provider.unwrap(header.wrapped.blob, ref.key_id, ref.version)
+            rewrapped[cache_key] = provider.wrap(dek)
+            events.append(
+                key_event("rewrap", ref, model=manifest.model_id, process=process, provider=provider.kind)
+            )
+        encoded = header.with_wrapped(rewrapped[cache_key]).encode()
+        if len(encoded) != length:
+            raise KeysError(
+                f"{path}: rewrapped header changes length ({length} -> {len(encoded)}); not rewritten"
+            )
+        with open(path, "r+b") as stream:
+            stream.write(encoded)
+            stream.flush()
+            os.fsync(stream.fileno())
+    raw = (model_dir / "manifest.json").read_bytes()
+    _replace_atomically(model_dir / SIGNATURE_NAME, encode_signature(provider.sign(raw)))
+    return events
+
+
+def rotate(
+    provider: KeyProvider,
+    model_dirs: Sequence[str | Path],
+    *,
+    audit: AuditSink | None = None,
+    process: str = "rotate",
+) -> RotationReport:
+    """Rotate the master key and rewrap ``model_dirs``; any model left out stays under the old version."""
+    new = provider.rotate()
+    done: list[str] = []
+    failures: list[str] = []
+    events: list[AuditEvent] = []
+    for model_dir in model_dirs:
+        path = Path(model_dir)
+        try:
+            events.extend(_rewrap_model(path, provider, new, process))
+            open_model(path, provider, audit=None, process=process).close()
+            done.append(str(path))
+        except KeysError as exc:
+            failures.append(f"{path}: {exc.message}")
+    audit_events = list(events)
+    if failures:
+        asyncio.run(record_all(audit, audit_events))
+        raise KeysError(
+            f"rotation to {new} incomplete, older versions NOT retired; fix and rerun: " + "; ".join(failures)
+        )
+    retired = provider.retire_before(new.version)
+    for ref in retired:
+        audit_events.append(key_event("retire", ref, model="*", process=process, provider=provider.kind))
+    asyncio.run(record_all(audit, audit_events))
+    return RotationReport(new_key=new, rewrapped=tuple(done), retired=tuple(retired))

@@ -1,0 +1,211 @@
+"""The verbs on a sealed model directory: is it sealed, open it, verify it, export it.
+
+Every data-key unwrap produces a KEY_OPERATION audit event (key id, version, model, process; no
+material). ``open_model`` and ``verify_model`` are synchronous and deliver the events with
+``asyncio.run``; inside a running event loop use ``open_model_async``, which awaits the sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from audit.event import AuditEvent
+from audit.sink import AuditSink
+from engine.model_source import DirectorySource, ModelSource
+from keys import _crypto
+from keys.chunk_cipher import ChunkCipher
+from keys.config import KeysConfig
+from keys.errors import (
+    ExportNotConfirmedError,
+    KeysError,
+    ModelKeyError,
+    PlaintextModelError,
+    SealedFormatError,
+    TamperedFileError,
+)
+from keys.key_audit import key_event, record_all
+from keys.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, ManifestFile, read_verified_manifest
+from keys.provider import KeyProvider, KeyRef
+from keys.report import FileReport, ManifestReport
+from keys.sealed_file import SealedFile, read_header
+from keys.sealed_source import SealedSource
+
+
+def is_sealed(model_dir: str | Path) -> bool:
+    """True if ``model_dir`` looks sealed (has a manifest and its signature); verification is separate."""
+    path = Path(model_dir)
+    return (path / MANIFEST_NAME).is_file() and (path / SIGNATURE_NAME).is_file()
+
+
+def _open_files(
+    path: Path, manifest: Manifest, provider: KeyProvider, process: str, events: list[AuditEvent]
+) -> tuple[dict[str, SealedFile], KeyRef]:
+    """Open every file; appends one audit event per unwrap (failed ones too) to ``events``."""
+    deks: dict[tuple[KeyRef, bytes], bytes] = {}
+    files: dict[str, SealedFile] = {}
+    key = provider.current()
+    for entry in manifest.files:
+        where = f"{path}/{entry.sealed_name}"
+        header, header_len, size = read_header(path / entry.sealed_name, where)
+        if header.chunk_size != manifest.chunk_size:
+            raise SealedFormatError(f"{where}: chunk size {header.chunk_size} differs from the manifest's")
+        layout = SealedFile.check_layout(entry, header, header_len, size, where)
+        ref = header.wrapped.ref
+        cache_key = (ref, header.wrapped.blob)
+        if cache_key not in deks:
+            try:
+                deks[cache_key] = provider.unwrap(header.wrapped.blob, ref.key_id, ref.version)
+            except KeysError as exc:
+                events.append(key_event("unwrap", ref, model=manifest.model_id, process=process,
+                                        provider=provider.kind, error=type(exc).__name__))  # fmt: skip
+                raise ModelKeyError(f"{where}: data key unavailable: {exc.message}") from exc
+            events.append(
+                key_event("unwrap", ref, model=manifest.model_id, process=process, provider=provider.kind)
+            )
+            key = ref
+        cipher = ChunkCipher(
+            deks[cache_key],
+            header,
+            model_id=manifest.model_id,
+            seal_id=manifest.seal_id,
+            file_name=entry.name,
+            where=where,
+        )
+        files[entry.name] = SealedFile(path / entry.sealed_name, entry, cipher, layout)
+    return files, key
+
+
+def _prepare(
+    model_dir: str | Path, provider: KeyProvider, process: str
+) -> tuple[SealedSource, list[AuditEvent]]:
+    path = Path(model_dir)
+    manifest, signer = read_verified_manifest(path, provider)
+    events: list[AuditEvent] = []
+    try:
+        files, key = _open_files(path, manifest, provider, process, events)
+    except ModelKeyError as exc:
+        exc.audit_events = events  # type: ignore[attr-defined]
+        raise
+    return SealedSource(path, manifest, files, signer, key), events
+
+
+async def open_model_async(
+    model_dir: str | Path, provider: KeyProvider, *, audit: AuditSink | None, process: str
+) -> SealedSource:
+    """Verify and open a sealed model for serving; every unwrap is audited before the source is returned."""
+    try:
+        source, events = await asyncio.to_thread(_prepare, model_dir, provider, process)
+    except ModelKeyError as exc:
+        await record_all(audit, getattr(exc, "audit_events", []))
+        raise
+    try:
+        await record_all(audit, events)
+    except BaseException:
+        source.close()
+        raise
+    return source
+
+
+def open_model(
+    model_dir: str | Path, provider: KeyProvider, *, audit: AuditSink | None, process: str
+) -> SealedSource:
+    """Synchronous ``open_model_async``, for callers with no running event loop in this thread."""
+    return asyncio.run(open_model_async(model_dir, provider, audit=audit, process=process))
+
+
+def model_source(
+    model_dir: str | Path,
+    config: KeysConfig,
+    provider: KeyProvider | None,
+    *,
+    audit: AuditSink | None,
+    process: str,
+) -> ModelSource:
+    """The engine's entry: a SealedSource if sealed; plaintext only when ``require_sealed`` is off."""
+    if is_sealed(model_dir):
+        if provider is None:
+            raise ModelKeyError(f"{model_dir}: sealed model but no key provider is configured")
+        return open_model(model_dir, provider, audit=audit, process=process)
+    if config.require_sealed:
+        raise PlaintextModelError(f"{model_dir}: model is not sealed and keys.require_sealed is on; refused")
+    return DirectorySource(model_dir)
+
+
+def verify_model(
+    model_dir: str | Path, provider: KeyProvider, *, audit: AuditSink | None = None, process: str = "verify"
+) -> ManifestReport:
+    """Check signature, headers, every chunk's tag and every file's SHA-256; decrypts in a bounded buffer."""
+    with open_model(model_dir, provider, audit=audit, process=process) as source:
+        reports = []
+        for name in source.names():
+            file = source._file(name)
+            _stream_file(file, None)
+            reports.append(FileReport(name=name, size=file.entry.size, sha256=file.entry.sha256))
+        return ManifestReport(
+            model_id=source.model_id, key=source.key, signer=source.signer, files=tuple(reports),
+            total_bytes=sum(r.size for r in reports),
+        )  # fmt: skip
+
+
+def _stream_file(file: SealedFile, sink: int | None) -> None:
+    """Decrypt segment by segment (memory bounded), hash, and write to fd ``sink`` if given."""
+    digest = _crypto.sha256()
+    buf = bytearray()
+    for first, stop in file.segments():
+        lo, hi = file.layout.plain_span(first)[0], file.layout.plain_span(stop - 1)[1]
+        if len(buf) < hi - lo:
+            buf = bytearray(hi - lo)
+        view = memoryview(buf)[: hi - lo]
+        file.decrypt(view, first=first, stop=stop, pool=None, verify_digest=False)
+        digest.update(view)
+        if sink is not None:
+            os.write(sink, view)
+    if not _crypto.constant_time_equal(digest.hexdigest().encode(), file.entry.sha256.encode()):
+        raise TamperedFileError(f"{file.cipher.where}: plaintext SHA-256 differs from the signed manifest")
+
+
+def unseal_model(
+    model_dir: str | Path,
+    dst_dir: str | Path,
+    provider: KeyProvider,
+    *,
+    export: bool = False,
+    audit: AuditSink | None = None,
+    process: str = "unseal",
+) -> ManifestReport:
+    """Write the plaintext model to ``dst_dir``. Plaintext on disk is the point, so ``export=True`` is required."""
+    if not export:
+        raise ExportNotConfirmedError(
+            "unsealing writes plaintext weights to disk; pass export=True to confirm"
+        )
+    dst = Path(dst_dir)
+    if dst.exists() and any(dst.iterdir()):
+        raise KeysError(f"{dst}: exists and is not empty")
+    report = verify_model(model_dir, provider, audit=audit, process=process)
+    with open_model(model_dir, provider, audit=audit, process=process) as source:
+        asyncio.run(record_all(audit, [key_event("export", source.key, model=source.model_id, process=process,
+                                                 provider=provider.kind)]))  # fmt: skip
+        for name in source.names():
+            target = dst / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _stream_file(source._file(name), fd)
+            finally:
+                os.close(fd)
+    return report
+
+
+__all__ = [
+    "FileReport",
+    "ManifestFile",
+    "ManifestReport",
+    "is_sealed",
+    "model_source",
+    "open_model",
+    "open_model_async",
+    "unseal_model",
+    "verify_model",
+]

@@ -1,0 +1,36 @@
+"""The ``[access]`` section: where the policy lives and how replicas stay in step."""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["AccessConfig"]
+
+
+class AccessConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Role-based access to models and to the control plane."""
+
+    policy_db: str = "policies/policy.db"
+    """SQLite file holding the live policy and its version; relative to the data directory.
+    Replicas on one host share it; created and seeded on first start."""
+    seed_policy: str | None = None
+    """CSV (casbin ``p``/``g`` lines) to seed an empty policy database with. None: the packaged
+    default (``policies/policy.csv``)."""
+    poll_interval_s: float = 0.5
+    """How often each replica compares its policy version with the store's, so a missed
+    change notification is caught up within this interval."""
+    channel: str = "strongroom:policy:version"
+    """Redis pub/sub channel on which a new policy version is announced (when Redis is configured)."""
+    decision_cache_size: int = 100_000
+    """Most memoised (caller, action, model) decisions kept per policy version."""
+
+    def __post_init__(self) -> None:
+        if not 0.05 <= self.poll_interval_s <= 1.0:
+            # Above 1 s a missed notification would break the "every replica within 1 s" promise.
+            raise ValueError(f"access.poll_interval_s must be in 0.05..1.0, not {self.poll_interval_s}")
+        if not self.policy_db:
+            raise ValueError("access.policy_db must not be empty")
+        if not self.channel:
+            raise ValueError("access.channel must not be empty")
+        if self.decision_cache_size < 0:
+            raise ValueError("access.decision_cache_size must be >= 0")

@@ -1,0 +1,159 @@
+"""The policy on disk: SQLite, one row per rule plus a version that only ever grows.
+
+A change runs in one ``BEGIN IMMEDIATE`` transaction: read the current policy, apply the batch in
+memory, append the audit event, write the rules, bump the version, commit. Any failure on the way,
+the audit append included, rolls everything back: a change is applied entirely, audited, or not at
+all. Replicas on one host (or a shared volume) share the file; WAL mode lets them read while one
+writes, and comparing versions tells each replica it is behind.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from audit.canonical import canonical_json
+from audit.event import AuditEvent, Decision, EventType
+from audit.sink import AuditSink
+from policies.errors import PolicyUnavailableError
+from policies.policy import Assignment, Grant, Policy
+from policies.policy_change import PolicyChange, apply_changes
+
+__all__ = ["PolicyStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS policy_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS policy_rule (
+    ptype TEXT NOT NULL, v0 TEXT NOT NULL, v1 TEXT NOT NULL, v2 TEXT NOT NULL, v3 TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (ptype, v0, v1, v2, v3)
+);
+"""
+
+
+def _row(rule: Grant | Assignment) -> tuple[str, str, str, str, str]:
+    line = rule.as_line()
+    return (line[0], line[1], line[2], line[3], line[4] if len(line) == 5 else "")
+
+
+class PolicyStore:
+    def __init__(self, path: Path, seed: Policy) -> None:
+        """Open (creating and seeding with ``seed`` when new) the policy database at ``path``."""
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = self._connect()
+            try:
+                conn.executescript(_SCHEMA)
+            finally:
+                conn.close()
+            with self._transaction() as conn:
+                if conn.execute("SELECT version FROM policy_version").fetchone() is None:
+                    conn.executemany(
+                        "INSERT INTO policy_rule VALUES (?, ?, ?, ?, ?)", map(_row, self._rules(seed))
+                    )
+                    conn.execute("INSERT INTO policy_version VALUES (1, 1)")
+        except sqlite3.Error as exc:
+            raise PolicyUnavailableError(f"policy store {path} cannot be opened: {exc}") from exc
+
+    @staticmethod
+    def _rules(policy: Policy) -> list[Grant | Assignment]:
+        return [*policy.grants, *policy.assignments]
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def version(self) -> int:
+        try:
+            conn = self._connect()
+            try:
+                row = conn.execute("SELECT version FROM policy_version").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            raise PolicyUnavailableError(f"policy store unreadable: {exc}") from exc
+        return int(row[0]) if row else 0
+
+    def load(self) -> Policy:
+        """The whole policy and its version, read in one transaction (never a half-applied change)."""
+        try:
+            conn = self._connect()
+            try:
+                conn.execute("BEGIN")
+                policy = self._read(conn)
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+        except (sqlite3.Error, TypeError) as exc:
+            raise PolicyUnavailableError(f"policy store unreadable: {exc}") from exc
+        return policy
+
+    async def apply(self, changes: Sequence[PolicyChange], actor: str, audit: AuditSink) -> Policy:
+        """Apply ``changes`` atomically, audited as ``actor``; returns the new policy.
+
+        Raises the policy errors of ``apply_changes`` (400/404/409), the audit sink's error when the
+        event could not be made durable, or PolicyUnavailableError; in every case nothing changed.
+        """
+        try:
+            with self._transaction() as conn:
+                current = self._read(conn)
+                updated = apply_changes(current, changes)
+                await audit.append(self._event(current, updated, changes, actor))
+                for change in changes:
+                    sql = (
+                        "INSERT INTO policy_rule VALUES (?, ?, ?, ?, ?)"
+                        if change.adds
+                        else "DELETE FROM policy_rule WHERE ptype=? AND v0=? AND v1=? AND v2=? AND v3=?"
+                    )
+                    conn.execute(sql, _row(change.rule))
+                conn.execute("UPDATE policy_version SET version = ?", (updated.version,))
+        except sqlite3.Error as exc:
+            raise PolicyUnavailableError(f"policy change not applied: {exc}") from exc
+        return updated
+
+    def _read(self, conn: sqlite3.Connection) -> Policy:
+        version = int(conn.execute("SELECT version FROM policy_version").fetchone()[0])
+        rows = conn.execute("SELECT ptype, v0, v1, v2, v3 FROM policy_rule").fetchall()
+        return Policy.from_lines(
+            ([r[0], r[1], r[2], r[3], r[4]] if r[0] == "p" else list(r[:4]) for r in rows), version
+        )
+
+    @staticmethod
+    def _event(before: Policy, after: Policy, changes: Sequence[PolicyChange], actor: str) -> AuditEvent:
+        # before/after hold the touched rules as they were and are, not the whole policy: the
+        # version pair pins the full states, which the store can reproduce.
+        touched = [c.rule for c in changes]
+        present = before.grants | before.assignments
+        now = after.grants | after.assignments
+
+        def state(policy: Policy, rules: frozenset[Grant | Assignment]) -> str:
+            kept = sorted({", ".join(r.as_line()) for r in touched if r in rules})
+            return canonical_json({"version": policy.version, "rules": kept}).decode("utf-8")
+
+        return AuditEvent(
+            event_type=EventType.ADMIN_CHANGE,
+            decision=Decision.ALLOW,
+            subject=actor,
+            endpoint="policy",
+            before=state(before, present),
+            after=state(after, now),
+            detail="; ".join(c.describe() for c in changes),
+        )

@@ -1,0 +1,93 @@
+"""Keeps one replica's policy current: Redis pub/sub for speed, version polling for certainty.
+
+casbin's Redis watcher only publishes, so a replica that misses a message never catches up. Here
+the store's version is the truth: every ``interval_s`` the replica compares it with its own and
+reloads when they differ, and an announcement on the Redis channel only makes that happen sooner.
+A missed message therefore costs at most one poll interval (<= 1 s by config).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import metrics
+
+from policies.errors import PolicyUnavailableError
+
+__all__ = ["PolicyWatcher"]
+
+log = logging.getLogger("strongroom.policies")
+_refresh_failures = metrics.get_meter("strongroom.policies").create_counter(
+    "strongroom_policy_refresh_failures", description="Policy reloads that failed; the last good policy stays"
+)
+
+
+class PolicyWatcher:
+    def __init__(
+        self, refresh: Callable[[], bool], *, interval_s: float, redis: Any | None = None, channel: str = ""
+    ) -> None:
+        self._refresh = refresh
+        self._interval_s = interval_s
+        self._redis = redis
+        self._channel = channel
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _safe_refresh(self) -> None:
+        try:
+            self._refresh()
+        except PolicyUnavailableError as exc:
+            # Keep deciding on the last good policy: an unreadable store grants nothing new.
+            _refresh_failures.add(1)
+            log.warning("policy refresh failed: %s", exc)
+
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        self._tasks.append(asyncio.create_task(self._poll()))
+        if self._redis is not None:
+            self._tasks.append(asyncio.create_task(self._listen()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    async def announce(self, version: int) -> None:
+        """Tell the other replicas a new version exists. Best effort: polling covers a failure."""
+        if self._redis is None:
+            return
+        try:
+            await self._redis.publish(self._channel, str(version))
+        except Exception as exc:  # any Redis failure: the change is committed; polls will find it
+            log.warning("policy version %d not announced: %s", version, exc)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            self._safe_refresh()
+
+    async def _listen(self) -> None:
+        assert self._redis is not None
+        while True:
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.subscribe(self._channel)
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if message is not None:
+                        self._safe_refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis down: polling still keeps us within the interval
+                log.warning("policy channel lost, retrying: %s", exc)
+                await asyncio.sleep(self._interval_s)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()

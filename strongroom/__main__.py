@@ -1,0 +1,3 @@
+from strongroom.cli import main
+
+main()

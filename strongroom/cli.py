@@ -1,0 +1,122 @@
+"""The ``strongroom`` command: serve, engine, token, admin, audit, filters, keys, models, bench, config."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from strongroom.config import CONFIG_ENV, load_settings
+
+__all__ = ["main"]
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar=CONFIG_ENV,
+    help="TOML settings file (default: embedded defaults; env STRONGROOM_CONFIG).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Strongroom: an on-prem LLM gateway with a security and compliance layer."""
+
+
+@main.command()
+@config_option
+@click.option("--host", default=None, help="Override server.host.")
+@click.option("--port", type=int, default=None, help="Override server.port.")
+@click.option("--stub-engine", is_flag=True, help="Serve a model-free stub engine (gateway benchmarks).")
+def serve(config_path: str | None, host: str | None, port: int | None, stub_engine: bool) -> None:
+    """Start the gateway and, unless server.engine_urls is set, one local engine instance."""
+    import uvicorn
+
+    from gateway.app import build_app
+    from gateway.services import Services
+    from gateway.telemetry import Telemetry
+    from strongroom.supervisor import EngineSupervisor, banner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    settings = load_settings(config_path)
+    settings.data_path.mkdir(parents=True, exist_ok=True)
+    host = host or settings.server.host
+    port = port or settings.server.port
+    supervisor = None
+    urls = settings.server.engine_urls
+    if not urls:
+        supervisor = EngineSupervisor(settings, config_path, stub=stub_engine)
+        supervisor.start()
+        urls = (supervisor.url,)
+    try:
+        telemetry = Telemetry.install(settings.telemetry)
+        app = build_app(
+            lambda: Services.create(settings, urls), telemetry, max_body_bytes=settings.server.max_body_bytes
+        )
+        click.echo(banner(settings, host, port))
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+
+
+@main.command(hidden=False)
+@config_option
+@click.option("--fd", type=int, default=None, help="Serve on this inherited socket (used by `serve`).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8100, show_default=True)
+@click.option("--stub", is_flag=True, help="Model-free stub backend (benchmarks).")
+def engine(config_path: str | None, fd: int | None, host: str, port: int, stub: bool) -> None:
+    """Run one engine instance (the [engine] section) speaking the engine protocol."""
+    from strongroom.engine_process import run_engine
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    run_engine(load_settings(config_path), fd=fd, host=host, port=port, stub=stub)
+
+
+@main.group()
+def config() -> None:
+    """Inspect the settings."""
+
+
+@config.command("show")
+@config_option
+def config_show(config_path: str | None) -> None:
+    """Print the effective settings (defaults < file < environment) as JSON."""
+    import msgspec
+
+    click.echo(msgspec.json.format(msgspec.json.encode(load_settings(config_path)), indent=2))
+
+
+def _mount(group: click.Group, module: str, attr: str, name: str | None = None) -> None:
+    try:
+        mod: Any = __import__(module, fromlist=[attr])
+    except ImportError as exc:  # a broken optional part must not take the whole CLI down
+        click.echo(f"warning: {module} unavailable: {exc}", err=True)
+        return
+    group.add_command(getattr(mod, attr), name=name)
+
+
+def _build() -> None:
+    _mount(main, "gateway.auth.cli", "token")
+    _mount(main, "policies.cli", "admin")
+    admin = main.commands.get("admin")
+    if isinstance(admin, click.Group):
+        _mount(admin, "gateway.auth.cli", "revoke")
+    _mount(main, "audit.cli", "audit")
+    _mount(main, "filters.cli", "filters")
+    _mount(main, "keys.cli", "keys")
+    _mount(main, "keys.cli", "models")
+    _mount(main, "bench.cli", "bench")
+
+
+_build()
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""One engine instance as a process: load the configured models, serve ``engine.protocol``.
+
+``serve`` starts it on a socket it bound itself (passed by file descriptor, so there is no
+port race); ``strongroom engine --port`` starts it standalone for a remote pool. A model that
+fails to load (missing file, bad seal, refused plaintext) stays out of service with its
+reason; the others serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+import uvicorn
+
+from engine.model_source import ModelSource
+from strongroom.config import Settings
+
+log = logging.getLogger("strongroom.engine")
+
+__all__ = ["build_backend", "ensure_demo_models", "run_engine"]
+
+
+def _provider(settings: Settings, *, create: bool) -> Any:
+    """The configured key provider; in dev (file provider, no key yet) one is created on first start."""
+    from keys import KeyFileProvider, build_provider, key_file_path
+
+    cfg = settings.keys
+    path = key_file_path(cfg, settings.data_path)
+    if cfg.provider == "file" and not path.exists():
+        if not create:
+            return None
+        log.warning("no master key at %s: creating a development key file (run `strongroom keys init` in production)", path)
+        return KeyFileProvider.create(path)
+    return build_provider(cfg, settings.data_path)
+
+
+def ensure_demo_models(settings: Settings) -> None:
+    """Write the built-in demo models on first start, sealed unless sealing is turned off.
+
+    The files are built in memory and sealed from there: no plaintext demo weights touch the disk.
+    """
+    from engine.demo import DEMO_MODELS, build_demo_files
+
+    for spec in settings.engine.models:
+        if spec.name not in DEMO_MODELS or spec.path != f"models/{spec.name}":
+            continue
+        dst = settings.resolve(spec.path)
+        if (dst / "config.json").exists() or (dst / "manifest.json").exists():
+            continue
+        files = build_demo_files(spec.name)
+        if settings.keys.require_sealed:
+            from keys import seal_model
+
+            seal_model(files, dst, model_id=spec.name, provider=_provider(settings, create=True))
+        else:
+            dst.mkdir(parents=True, exist_ok=True)
+            for name, data in files.items():
+                (dst / name).write_bytes(data)
+        log.info("wrote demo model %s to %s", spec.name, dst)
+
+
+def _sources(settings: Settings, audit_events: list[Any]) -> tuple[dict[str, ModelSource], dict[str, str]]:
+    from keys import model_source
+
+    sources: dict[str, ModelSource] = {}
+    failed: dict[str, str] = {}
+    try:
+        provider = _provider(settings, create=False)
+    except Exception as exc:  # HSM down, bad passphrase: sealed models fail, plaintext ones may serve
+        provider = None
+        log.error("key provider unavailable: %s", exc)
+    for spec in settings.engine.models:
+        try:
+            sources[spec.name] = model_source(
+                settings.resolve(spec.path),
+                settings.keys,
+                provider,
+                audit=_ListSink(audit_events),
+                process=f"engine pid {os.getpid()}",
+            )
+        except Exception as exc:  # a bad model must not take the others down
+            failed[spec.name] = f"{type(exc).__name__}: {exc}"
+    for name, reason in failed.items():
+        log.error("model %s is out of service: %s", name, reason)
+    return sources, failed
+
+
+class _ListSink:
+    """Collects key-operation events; the gateway copies them into the audit log."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self._events = events
+
+    async def append(self, event: Any) -> int:
+        self._events.append(event)
+        return len(self._events)
+
+
+def build_backend(settings: Settings, *, stub: bool = False) -> tuple[Any, dict[str, str], list[Any]]:
+    audit_events: list[Any] = []
+    if stub:
+        from engine.stub_engine import StubEngine
+
+        return StubEngine(tuple(m.name for m in settings.engine.models)), {}, audit_events
+    ensure_demo_models(settings)
+    sources, failed = _sources(settings, audit_events)
+    from engine import AsyncEngine
+
+    models = tuple(m for m in settings.engine.models if m.name in sources)
+    if not models:
+        from engine.stub_engine import StubEngine
+
+        # Nothing loadable: serve no model rather than crash, so /readyz explains why.
+        return StubEngine(()), failed, audit_events
+    import msgspec
+
+    config = msgspec.structs.replace(settings.engine, models=models)
+    return AsyncEngine(config, data_dir=settings.data_path, sources=sources), failed, audit_events
+
+
+def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub: bool = False) -> None:
+    from engine.server import EngineServer
+
+    token = os.environ.get(settings.server.engine_token_env, "")
+    if not token:
+        raise SystemExit(f"${settings.server.engine_token_env} must hold the engine token")
+    backend, failed, audit_events = build_backend(settings, stub=stub)
+    server = EngineServer(backend, token, failed_models=failed, audit_events=audit_events)
+    config = uvicorn.Config(server.app(), log_level="warning", access_log=False, lifespan="on")
+    sock = socket.socket(fileno=fd) if fd is not None else None
+    if sock is None:
+        config.host, config.port = host, port
+    uvicorn.Server(config).run(sockets=[sock] if sock else None)
+

@@ -1,0 +1,126 @@
+"""``strongroom serve``: the gateway in this process, one engine instance in a child process.
+
+The supervisor binds the engine's loopback socket itself and hands the descriptor to the
+child, so the port is known before the child starts and survives its restarts. If the engine
+dies, the gateway answers 503 for its models and the supervisor starts a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from strongroom.config import Settings
+
+log = logging.getLogger("strongroom.serve")
+
+__all__ = ["EngineSupervisor"]
+
+
+class EngineSupervisor:
+    """Starts, watches and restarts the local engine process."""
+
+    def __init__(self, settings: Settings, config_path: str | None, *, stub: bool = False, max_restarts: int = 5):
+        self._settings = settings
+        self._config_path = config_path
+        self._stub = stub
+        self._max_restarts = max_restarts
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(512)
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        env_name = settings.server.engine_token_env
+        self.token = os.environ.get(env_name) or secrets.token_urlsafe(32)
+        os.environ[env_name] = self.token
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="engine-supervisor", daemon=True)
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        fd = self._sock.fileno()
+        cmd = [sys.executable, "-m", "strongroom", "engine", "--fd", str(fd)]
+        if self._config_path:
+            cmd += ["--config", self._config_path]
+        if self._stub:
+            cmd.append("--stub")
+        return subprocess.Popen(cmd, pass_fds=(fd,), env=dict(os.environ))
+
+    def start(self) -> None:
+        self._proc = self._spawn()
+        self.wait_ready(self._settings.server.engine_start_timeout_s)
+        self._watcher.start()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        headers = {"authorization": f"Bearer {self.token}"}
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"the engine process exited with code {self._proc.returncode} while starting")
+            try:
+                if httpx.get(f"{self.url}/engine/v1/health", headers=headers, timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the engine did not become ready within {timeout_s:.0f} s")
+
+    def _watch(self) -> None:
+        restarts = 0
+        while not self._stopping.wait(0.5):
+            proc = self._proc
+            if proc is None or proc.poll() is None:
+                continue
+            if restarts >= self._max_restarts:
+                log.error("engine exited %d times; not restarting (models answer 503)", restarts)
+                self._sock.close()  # refuse connections at once instead of queueing them
+                return
+            restarts += 1
+            log.error("engine exited with code %s; restarting (%d/%d)", proc.returncode, restarts, self._max_restarts)
+            time.sleep(min(2.0**restarts, 30.0))
+            if not self._stopping.is_set():
+                self._proc = self._spawn()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._sock.close()
+
+
+def banner(settings: Settings, host: str, port: int) -> str:
+    base = f"http://{host}:{port}/v1"
+    data = Path(settings.data_dir)
+    return f"""
+Strongroom gateway listening on http://{host}:{port}   (data in {data}/)
+
+  export TOKEN=$(strongroom token --sub alice --role analyst)
+
+  curl -s {base}/chat/completions -H "Authorization: Bearer $TOKEN" \\
+       -H 'content-type: application/json' \\
+       -d '{{"model": "demo-chat", "messages": [{{"role": "user", "content": "Hello"}}], "max_tokens": 16}}'
+
+  python -c "from openai import OpenAI; import os; c = OpenAI(base_url='{base}', api_key=os.environ['TOKEN']); \\
+print(c.chat.completions.create(model='demo-chat', messages=[{{'role': 'user', 'content': 'Hello'}}], max_tokens=16).choices[0].message.content)"
+
+  strongroom audit tail        # every request, allowed or denied
+
+The demo models produce noise: they are tiny random-weight models. Point [engine] models at a
+Hugging Face directory to serve a real one (see README).
+"""

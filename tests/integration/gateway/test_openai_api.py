@@ -1,0 +1,182 @@
+"""The real server, driven by the official openai client: the foundation's end-to-end contract."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+pytestmark = pytest.mark.integration
+
+
+def client(gateway: Any, token: str) -> OpenAI:
+    return OpenAI(base_url=gateway.v1, api_key=token, max_retries=0, timeout=60)
+
+
+def audited(gateway: Any, request_id: str) -> list[dict[str, Any]]:
+    for _ in range(20):
+        records = gateway.audit_for(request_id)
+        if records:
+            return records
+        time.sleep(0.1)
+    raise AssertionError(f"no audit record for {request_id}")
+
+
+def test_chat_completion_non_stream_is_served_and_audited(gateway: Any) -> None:
+    c = client(gateway, gateway.token("alice", "analyst"))
+    raw = c.chat.completions.with_raw_response.create(
+        model="demo-chat", messages=[{"role": "user", "content": "Hello"}], max_tokens=8, temperature=0
+    )
+    chat = raw.parse()
+    assert chat.object == "chat.completion"
+    assert chat.choices[0].finish_reason in ("length", "stop")
+    assert 1 <= chat.usage.completion_tokens <= 8
+    assert chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens
+    request_id = raw.headers["x-request-id"]
+    [record] = audited(gateway, request_id)
+    event = record["event"]
+    assert event["event_type"] == "inference" and event["decision"] == "allow"
+    assert event["subject"] == "alice" and event["model"] == "demo-chat"
+    assert event["completion_tokens"] == chat.usage.completion_tokens
+    assert "Hello" not in str(record)  # no prompt text in the audit record by default
+
+
+def test_greedy_is_deterministic(gateway: Any) -> None:
+    c = client(gateway, gateway.token("alice", "analyst"))
+    texts = {
+        c.completions.create(model="demo-chat", prompt="The bank", max_tokens=12, temperature=0).choices[0].text
+        for _ in range(2)
+    }
+    assert len(texts) == 1
+
+
+def test_chat_stream_yields_chunks_and_usage(gateway: Any) -> None:
+    c = client(gateway, gateway.token("alice", "analyst"))
+    stream = c.chat.completions.create(
+        model="demo-chat",
+        messages=[{"role": "user", "content": "Hello"}],
+        max_tokens=300,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
+    chunks = list(stream)
+    content_chunks = [ch for ch in chunks if ch.choices and ch.choices[0].delta.content]
+    assert len(content_chunks) >= 2, "a 300-token answer arrives in several chunks"
+    finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finishes == ["length"]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 300
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    plain = c.chat.completions.create(
+        model="demo-chat",
+        messages=[{"role": "user", "content": "Hello"}],
+        max_tokens=300,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
+    assert streamed == plain.choices[0].message.content
+
+
+def test_completions_stream_and_non_stream(gateway: Any) -> None:
+    c = client(gateway, gateway.token("alice", "analyst"))
+    done = c.completions.create(model="demo-chat", prompt="Hello", max_tokens=5, temperature=0)
+    assert done.object == "text_completion" and done.usage is not None
+    pieces = [ch.choices[0].text for ch in c.completions.create(
+        model="demo-chat", prompt="Hello", max_tokens=5, temperature=0, stream=True
+    ) if ch.choices]
+    assert "".join(pieces) == done.choices[0].text
+
+
+def test_models_lists_only_what_the_role_may_use(gateway: Any) -> None:
+    analyst = client(gateway, gateway.token("alice", "analyst"))
+    admin = client(gateway, gateway.token("root", "admin"))
+    assert [m.id for m in analyst.models.list()] == ["demo-chat"]
+    assert sorted(m.id for m in admin.models.list()) == ["demo-base", "demo-chat"]
+    assert analyst.models.retrieve("demo-chat").id == "demo-chat"
+    with pytest.raises(openai.NotFoundError):
+        analyst.models.retrieve("demo-base")  # forbidden reads as absent
+
+
+def test_missing_and_tampered_tokens_are_401_and_audited(gateway: Any) -> None:
+    good = gateway.token("alice", "analyst")
+    head, payload, sig = good.split(".")
+    tampered = ".".join([head, payload[:-4] + ("AAAA" if payload[-4:] != "AAAA" else "BBBB"), sig])
+    bare = httpx.post(f"{gateway.v1}/chat/completions", json={"model": "demo-chat", "messages": []})
+    assert bare.status_code == 401 and bare.json()["error"]["message"] == "Invalid token"
+    assert audited(gateway, bare.headers["x-request-id"])[0]["event"]["event_type"] == "authentication_failure"
+    for token in ("not-a-jwt", tampered):
+        with pytest.raises(openai.AuthenticationError) as err:
+            client(gateway, token).chat.completions.create(
+                model="demo-chat", messages=[{"role": "user", "content": "hi"}]
+            )
+        assert err.value.status_code == 401
+        assert err.value.body["message"] == "Invalid token"  # type: ignore[index]
+        [record] = audited(gateway, err.value.response.headers["x-request-id"])
+        assert record["event"]["event_type"] == "authentication_failure"
+        assert record["event"]["reason"]  # the precise cause is kept for auditors
+
+
+def test_forbidden_model_is_403_and_audited(gateway: Any) -> None:
+    with pytest.raises(openai.PermissionDeniedError) as err:
+        client(gateway, gateway.token("alice", "analyst")).chat.completions.create(
+            model="demo-base", messages=[{"role": "user", "content": "hi"}]
+        )
+    [record] = audited(gateway, err.value.response.headers["x-request-id"])
+    assert record["event"]["event_type"] == "authorization_denial"
+    assert record["event"]["model"] == "demo-base"
+
+
+def test_unknown_model_is_404_and_audited(gateway: Any) -> None:
+    with pytest.raises(openai.NotFoundError) as err:
+        client(gateway, gateway.token("alice", "analyst")).chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert err.value.body["code"] == "model_not_found"  # type: ignore[index]
+    assert audited(gateway, err.value.response.headers["x-request-id"])[0]["event"]["status"] == 404
+
+
+def test_malformed_json_oversized_body_and_bad_fields(gateway: Any) -> None:
+    headers = {"authorization": f"Bearer {gateway.token('alice', 'analyst')}", "content-type": "application/json"}
+    url = f"{gateway.v1}/chat/completions"
+    bad = httpx.post(url, content=b'{"model": "demo-chat", "messages": [', headers=headers)
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    wrong = httpx.post(url, json={"model": "demo-chat", "messages": "hi"}, headers=headers)
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "messages"
+    huge = httpx.post(url, content=b"{" + b" " * 2_000_000 + b"}", headers=headers)
+    assert huge.status_code == 413 and huge.json()["error"]["code"] == "request_too_large"
+    for resp, status in ((bad, 400), (wrong, 400), (huge, 413)):
+        [record] = audited(gateway, resp.headers["x-request-id"])
+        assert record["event"]["status"] == status and record["event"]["decision"] == "deny"
+
+
+def test_client_disconnect_aborts_generation(gateway: Any) -> None:
+    admin = {"authorization": f"Bearer {gateway.token('root', 'admin')}"}
+    c = client(gateway, gateway.token("alice", "analyst"))
+    stream = c.completions.create(
+        model="demo-chat", prompt="Hello", max_tokens=1800, stream=True, extra_body={"ignore_eos": True}
+    )
+    next(iter(stream))
+    stream.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        engines = httpx.get(f"{gateway.base_url}/admin/engines", headers=admin).json()["engines"]
+        if engines[0]["in_flight"] == 0 and engines[0]["stats"].get("running", 0) == 0:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"generation still running after disconnect: {engines}")
+
+
+def test_health_ready_metrics_and_request_ids(gateway: Any) -> None:
+    assert httpx.get(f"{gateway.base_url}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{gateway.base_url}/readyz").json()
+    assert ready["ready"] is True and ready["models"] == ["demo-base", "demo-chat"]
+    metrics = httpx.get(f"{gateway.base_url}/metrics")
+    assert metrics.status_code == 200 and "strongroom_request_duration" in metrics.text
+    ids = {httpx.get(f"{gateway.base_url}/healthz").headers["x-request-id"] for _ in range(3)}
+    assert len(ids) == 3

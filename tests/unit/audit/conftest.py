@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from audit_testing import FakeClock
+
+from audit.config import AuditConfig
+from audit.log import AuditLog
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def open_log(tmp_path: Path, clock: FakeClock) -> Callable[..., Coroutine[Any, Any, AuditLog]]:
+    async def opener(cfg: AuditConfig | None = None, **kwargs: Any) -> AuditLog:
+        return await AuditLog.open(cfg or AuditConfig(), tmp_path, clock=clock, **kwargs)
+
+    return opener

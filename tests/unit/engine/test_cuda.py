@@ -1,0 +1,36 @@
+"""The same exactness on a CUDA device (run through the device tool: ``pytest -m gpu``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.llm import LLM
+from engine.sampling_params import SamplingParams
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
+]
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
+def test_cuda_greedy_matches_hf(model_dirs: dict[str, Path], arch: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    prompts = [[0, *range(10, 30)], [0, 5, 6], [0, *range(40, 47)]]
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    llm = LLM(str(model_dirs[arch]), device="cuda", kv_cache_bytes=1 << 22, block_size=16)
+    ours = [o.token_ids for o in llm.generate(prompts, params)]
+    hf = AutoModelForCausalLM.from_pretrained(model_dirs[arch], dtype=torch.float32).cuda()
+    hf.generation_config.eos_token_id = None
+    for prompt, tokens in zip(prompts, ours, strict=True):
+        ref = hf.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=32, do_sample=False)
+        assert tokens == ref[0, len(prompt) :].tolist()
+    bf16 = LLM(str(model_dirs[arch]), device="cuda", dtype="bfloat16", kv_cache_bytes=1 << 22)
+    seeded = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=16, seed=3, ignore_eos=True)
+    first = bf16.generate(prompts, seeded)
+    again = bf16.generate(prompts[:1], seeded)
+    assert first[0].token_ids == again[0].token_ids

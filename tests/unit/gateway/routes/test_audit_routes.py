@@ -1,0 +1,134 @@
+"""/audit routes on a real AuditLog (temp SQLite) and a real Authorizer over the default policy."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from litestar import Litestar, Request, Response
+from litestar.di import Provide
+from litestar.testing import AsyncTestClient
+
+from audit.bundle import verify_bundle
+from audit.config import AuditConfig
+from audit.errors import AuditError
+from audit.event import AuditEvent, Decision, EventType, Finding
+from audit.log import AuditLog
+from audit.query import AuditQuery
+from audit.record import AuditContent
+from gateway.auth.principal import Principal
+from gateway.routes.audit import build_audit_router
+from policies.authorizer import Authorizer
+from policies.config import AccessConfig
+
+
+def _principal(request: Request[Any, Any, Any]) -> Principal:
+    roles = tuple(r for r in request.headers.get("x-test-roles", "").split(",") if r)
+    return Principal(subject=request.headers.get("x-test-subject", "anon"), roles=roles, issuer="test")
+
+
+def _error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    assert isinstance(exc, AuditError)
+    return Response({"error": {"message": str(exc), "code": exc.code}}, status_code=exc.status_code)
+
+
+async def _setup(tmp_path: Path) -> tuple[AuditLog, Litestar]:
+    log = await AuditLog.open(AuditConfig(content_default="encrypt"), tmp_path)
+    authorizer = Authorizer.open(AccessConfig(), tmp_path)
+    for i in range(6):
+        findings = (Finding(type="pii.card", count=1, action="mask"),) if i % 2 else ()
+        await log.append(
+            AuditEvent(
+                event_type=EventType.INFERENCE,
+                decision=Decision.ALLOW,
+                subject=f"u{i}",
+                model="m",
+                roles=("analyst",),
+                findings=findings,
+            ),
+            AuditContent(prompt=f"secret prompt {i}", completion="answer"),
+        )
+    app = Litestar(
+        route_handlers=[build_audit_router()],
+        dependencies={
+            "principal": Provide(_principal, sync_to_thread=False),
+            "authorizer": Provide(lambda: authorizer, sync_to_thread=False),
+            "audit_log": Provide(lambda: log, sync_to_thread=False),
+        },
+        exception_handlers={AuditError: _error},
+    )
+    return log, app
+
+
+AUDITOR = {"x-test-subject": "alice", "x-test-roles": "auditor"}
+COMPLIANCE = {"x-test-subject": "carol", "x-test-roles": "compliance"}
+ANALYST = {"x-test-subject": "bob", "x-test-roles": "analyst"}
+
+
+def test_routes_end_to_end(tmp_path: Path) -> None:
+    async def go() -> None:
+        log, app = await _setup(tmp_path)
+        async with AsyncTestClient(app) as client:
+            r = await client.get(
+                "/audit/records", params={"finding": "pii.card", "limit": 2}, headers=AUDITOR
+            )
+            assert r.status_code == 200, r.text
+            page = r.json()
+            assert [rec["event"]["subject"] for rec in page["records"]] == ["u1", "u3"]
+            r2 = await client.get(
+                "/audit/records",
+                params={"finding": "pii.card", "cursor": page["next_cursor"]},
+                headers=AUDITOR,
+            )
+            assert [rec["event"]["subject"] for rec in r2.json()["records"]] == ["u5"]
+            assert "secret prompt" not in r.text
+
+            denied = await client.get("/audit/records", headers=ANALYST)
+            assert denied.status_code == 403 and denied.json()["error"]["code"] == "permission_denied"
+            no_content = await client.get("/audit/records/3/content", headers=AUDITOR)
+            assert no_content.status_code == 403
+            content = await client.get("/audit/records/3/content", headers=COMPLIANCE)
+            assert content.json() == {"prompt": "secret prompt 1", "completion": "answer"}
+
+            agg = (await client.get("/audit/aggregates", headers=AUDITOR)).json()
+            assert agg["usage"][0]["num_requests"] == 6
+            assert (await client.get("/audit/verify", headers=AUDITOR)).json()["ok"] is True
+            bad = await client.get("/audit/records", params={"cursor": "%%%"}, headers=AUDITOR)
+            assert bad.status_code == 400
+
+            export = await client.get("/audit/export", headers=AUDITOR)
+            assert export.status_code == 200
+            (tmp_path / "bundle.jsonl").write_bytes(export.content)
+            assert verify_bundle(tmp_path / "bundle.jsonl", log.signer.verifier).ok
+            csv = await client.get("/audit/export", params={"format": "csv"}, headers=AUDITOR)
+            assert csv.text.splitlines()[0].startswith("seq,time,event_type")
+
+        # Every access above, and every refusal, is itself in the log.
+        access = await log.search(AuditQuery(event_type="audit_access", limit=100))
+        denials = await log.search(AuditQuery(event_type="authorization_denial"))
+        await log.close()
+        details = [r.event.detail.split(" ")[0] for r in access.records]
+        assert (
+            details.count("search") == 2
+            and "content" in details
+            and "export" in details
+            and "verify" in details
+        )
+        assert [(r.event.subject, r.event.reason) for r in denials.records] == [
+            ("bob", "missing audit:read"),
+            ("alice", "missing audit:content"),
+        ]
+
+    asyncio.run(go())
+
+
+def test_refused_when_audit_log_cannot_record_the_access(tmp_path: Path) -> None:
+    async def go() -> None:
+        log, app = await _setup(tmp_path)
+        async with AsyncTestClient(app) as client:
+            await log.close()  # nothing can be recorded any more: no data may leave either
+            r = await client.get("/audit/records/3/content", headers=COMPLIANCE)
+            assert r.status_code == 503 and "secret" not in r.text
+
+    asyncio.run(go())

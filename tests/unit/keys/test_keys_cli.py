@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from keys.cli import keys, models
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> str:
+    path = tmp_path / "strongroom.toml"
+    path.write_text(f'data_dir = "{tmp_path / "data"}"\n[keys]\npassphrase_env = "KEYS_CLI_TEST_PASS"\n')
+    return str(path)
+
+
+def test_init_seal_verify_rotate_unseal(tmp_path: Path, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEYS_CLI_TEST_PASS", "cli passphrase")
+    runner = CliRunner()
+    result = runner.invoke(keys, ["init", "--config", config])
+    assert result.exit_code == 0, result.output
+    key_file = tmp_path / "data" / "keys" / "master.key"
+    assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
+    assert "cli passphrase" not in key_file.read_text()
+
+    src = tmp_path / "hf"
+    src.mkdir()
+    (src / "config.json").write_text('{"a": 1}')
+    dst = tmp_path / "data" / "models" / "tiny"
+    result = runner.invoke(models, ["seal", str(src), str(dst), "--config", config])
+    assert result.exit_code == 0 and "as 'tiny'" in result.output, result.output
+    result = runner.invoke(models, ["verify", str(dst), "--config", config])
+    assert result.exit_code == 0 and result.output.startswith("ok tiny"), result.output
+
+    result = runner.invoke(keys, ["rotate", "--config", config])
+    assert result.exit_code == 0 and "rewrapped 1 model" in result.output and "retired" in result.output
+    result = runner.invoke(keys, ["show", "--config", config])
+    lines = result.output.splitlines()
+    assert [line.split("\t")[1] for line in lines] == ["retired", "current"]
+
+    out = tmp_path / "export"
+    result = runner.invoke(models, ["unseal", str(dst), str(out), "--config", config])
+    assert result.exit_code != 0 and "export" in result.output and not out.exists()
+    result = runner.invoke(models, ["unseal", str(dst), str(out), "--export", "--config", config])
+    assert result.exit_code == 0 and (out / "config.json").read_text() == '{"a": 1}'
+
+
+def test_errors_are_clean_messages(tmp_path: Path, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEYS_CLI_TEST_PASS", "x")
+    (tmp_path / "m").mkdir()
+    result = CliRunner().invoke(models, ["verify", str(tmp_path / "m"), "--config", config])
+    assert result.exit_code == 1 and "key file not found" in result.output
