@@ -121,7 +121,11 @@ def score(
 def main(num: int, seed: int) -> None:
     samples = generate(num, seed)
     types = tuple(sorted({e.type for s in samples for e in s.entities}))
-    result: dict[str, Any] = {**provenance(), "num_samples": len(samples), "seed": seed}
+    result: dict[str, Any] = {
+        **provenance("bench.filters_quality"),
+        "num_samples": len(samples),
+        "seed": seed,
+    }
     result["num_positive"] = sum(len(s.entities) for s in samples)
     result["ours"] = score(samples, ours(samples), types)
     try:

@@ -31,9 +31,9 @@ def git_commit() -> str:
         return "unknown"
 
 
-def provenance() -> dict[str, Any]:
+def provenance(module: str) -> dict[str, Any]:
     return {
-        "command": " ".join([Path(sys.executable).name, "-m", *sys.argv]),
+        "command": " ".join([".venv/bin/python", "-m", module, *sys.argv[1:]]),
         "git_commit": git_commit(),
         "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()}".strip(),
         "python": platform.python_version(),

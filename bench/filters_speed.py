@@ -179,7 +179,7 @@ def main() -> None:
     rng = random.Random(0)
     pipeline = FilterPipeline.from_config(FilterConfig(), Path("."))
     prompt = prompt_2kb(rng)
-    result: dict[str, Any] = {**provenance(), "one_core": True}
+    result: dict[str, Any] = {**provenance("bench.filters_speed"), "one_core": True}
     result["ours_2kb"] = bench_pipeline(pipeline, prompt)
     result["presidio_2kb"] = bench_presidio(prompt)
     result["keywords"] = bench_keywords(rng)

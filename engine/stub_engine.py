@@ -42,7 +42,9 @@ class StubEngine:
         self._models = {m: StubModelInfo(name=m) for m in models}
         self._delay = token_delay_s
         self._aborted: set[str] = set()
+        self.active: set[str] = set()
         self.num_requests = 0
+        self.num_aborted = 0
 
     async def start(self) -> None:
         return None
@@ -80,32 +82,38 @@ class StubEngine:
                 f"prompt ({num_prompt} tokens) plus max_tokens exceeds {info.max_model_len}", param="messages"
             )
         self.num_requests += 1
-        for i in range(params.max_tokens):
-            if request_id in self._aborted:
-                self._aborted.discard(request_id)
+        self.active.add(request_id)
+        try:
+            for i in range(params.max_tokens):
+                if request_id in self._aborted:
+                    yield StubDelta(
+                        index=0,
+                        text="",
+                        token_ids=[],
+                        finish_reason="abort",
+                        num_prompt_tokens=num_prompt,
+                        num_output_tokens=i,
+                    )
+                    return
+                if self._delay:
+                    await asyncio.sleep(self._delay)
+                last = i == params.max_tokens - 1
                 yield StubDelta(
                     index=0,
-                    text="",
-                    token_ids=[],
-                    finish_reason="abort",
+                    text=_WORD,
+                    token_ids=[1],
+                    finish_reason="length" if last else None,
                     num_prompt_tokens=num_prompt,
-                    num_output_tokens=i,
+                    num_output_tokens=i + 1,
                 )
-                return
-            if self._delay:
-                await asyncio.sleep(self._delay)
-            last = i == params.max_tokens - 1
-            yield StubDelta(
-                index=0,
-                text=_WORD,
-                token_ids=[1],
-                finish_reason="length" if last else None,
-                num_prompt_tokens=num_prompt,
-                num_output_tokens=i + 1,
-            )
+        finally:
+            self.active.discard(request_id)
+            self._aborted.discard(request_id)
 
     async def abort(self, request_id: str) -> None:
-        self._aborted.add(request_id)
+        if request_id in self.active:
+            self.num_aborted += 1
+            self._aborted.add(request_id)
 
     def stats(self) -> dict[str, Any]:
-        return {"requests": self.num_requests}
+        return {"requests": self.num_requests, "running": len(self.active)}

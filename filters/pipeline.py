@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from opentelemetry.metrics import MeterProvider
+
 from filters.action import Action, Direction
 from filters.config import FilterConfig
 from filters.context import FilterContext, FilterResult, Hit
@@ -39,9 +41,16 @@ class FilterPipeline:
         *,
         clock: Callable[[], float] = time.monotonic,
         scan_clock: Callable[[], float] = time.perf_counter,
+        meter_provider: MeterProvider | None = None,
     ) -> FilterPipeline:
-        """Raises PolicyError when the policy or a keyword list cannot be loaded (fail closed)."""
-        return cls(PolicySource.from_config(config, data_dir, clock=clock, scan_clock=scan_clock))
+        """Raises PolicyError when the policy or a keyword list cannot be loaded (fail closed).
+
+        ``clock`` paces the policy file's mtime checks; ``scan_clock`` times detectors against
+        the scan budget; ``meter_provider`` None means the global one."""
+        source = PolicySource.from_config(
+            config, data_dir, clock=clock, scan_clock=scan_clock, meter_provider=meter_provider
+        )
+        return cls(source)
 
     def __repr__(self) -> str:
         return f"FilterPipeline(source={self._source!r})"

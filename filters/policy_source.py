@@ -26,9 +26,6 @@ from filters.ruleset import Ruleset
 from filters.scanner import Scanner
 
 _log = logging.getLogger(__name__)
-_reload_failures = metrics.get_meter("strongroom.filters").create_counter(
-    "filter.policy.reload_failures", description="Policy edits rejected; the previous policy stays active"
-)
 
 
 def packaged_policy_path() -> Path:
@@ -46,6 +43,7 @@ class PolicySource:
         reload_interval_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
         scan_clock: Callable[[], float] = time.perf_counter,
+        meter_provider: metrics.MeterProvider | None = None,
     ) -> None:
         self.policy_path = policy_path
         self._extra = extra_keyword_files
@@ -54,6 +52,13 @@ class PolicySource:
         self._interval = reload_interval_s
         self._clock = clock
         self._scan_clock = scan_clock
+        self._meter_provider = meter_provider
+        self._reload_failures = metrics.get_meter(
+            "strongroom.filters", meter_provider=meter_provider
+        ).create_counter(
+            "filter.policy.reload_failures",
+            description="Policy edits rejected; the previous policy stays active",
+        )
         self._stamps, self._ruleset = self._load()
         self._checked_at = clock()
 
@@ -65,6 +70,7 @@ class PolicySource:
         *,
         clock: Callable[[], float] = time.monotonic,
         scan_clock: Callable[[], float] = time.perf_counter,
+        meter_provider: metrics.MeterProvider | None = None,
     ) -> PolicySource:
         base = Path(data_dir)
         path = packaged_policy_path() if config.policy_file is None else base / config.policy_file
@@ -75,6 +81,7 @@ class PolicySource:
             reload_interval_s=config.reload_interval_s,
             clock=clock,
             scan_clock=scan_clock,
+            meter_provider=meter_provider,
         )
 
     def __repr__(self) -> str:
@@ -98,7 +105,7 @@ class PolicySource:
         try:
             self.reload()
         except PolicyError as exc:
-            _reload_failures.add(1)
+            self._reload_failures.add(1)
             _log.error("filter policy reload rejected, keeping the previous one: %s", exc)
             self._stamps = self._read_stamps(self._watched())
 
@@ -111,7 +118,15 @@ class PolicySource:
         watched = self._watched(policy)
         stamps = self._read_stamps(watched)
         detectors = self._detectors(policy)
-        return stamps, Ruleset(policy, Scanner(detectors, timeout_s=self._timeout_s, clock=self._scan_clock))
+        return stamps, Ruleset(
+            policy,
+            Scanner(
+                detectors,
+                timeout_s=self._timeout_s,
+                clock=self._scan_clock,
+                meter_provider=self._meter_provider,
+            ),
+        )
 
     def _detectors(self, policy: FilterPolicy) -> list[Detector]:
         folder = self.policy_path.parent

@@ -18,11 +18,6 @@ from opentelemetry import metrics
 from filters.action import Action
 from filters.detector import Detector
 
-_meter = metrics.get_meter("strongroom.filters")
-_failures = _meter.create_counter(
-    "filter.detector.failures", description="Detectors that raised or ran out of time (fail closed)"
-)
-
 
 class Match(NamedTuple):
     start: int
@@ -45,8 +40,14 @@ class Scanner:
         *,
         timeout_s: float,
         clock: Callable[[], float] = time.perf_counter,
+        meter_provider: metrics.MeterProvider | None = None,
     ) -> None:
+        """``meter_provider`` None means the global one the gateway installs."""
         self.detectors = tuple(detectors)
+        meter = metrics.get_meter("strongroom.filters", meter_provider=meter_provider)
+        self._failures = meter.create_counter(
+            "filter.detector.failures", description="Detectors that raised or ran out of time (fail closed)"
+        )
         self.names = tuple(d.name for d in self.detectors)
         self._timeout_s = timeout_s
         self._clock = clock
@@ -73,10 +74,10 @@ class Scanner:
             try:
                 spans = detector.scan(text)
             except Exception:
-                _failures.add(1, {"detector": detector.name, "reason": "error"})
+                self._failures.add(1, {"detector": detector.name, "reason": "error"})
                 return ScanOutcome([], detector.name)
             if self._clock() - started > self._timeout_s:
-                _failures.add(1, {"detector": detector.name, "reason": "timeout"})
+                self._failures.add(1, {"detector": detector.name, "reason": "timeout"})
                 return ScanOutcome([], detector.name)
             found.extend((start, end, detector.priority, detector.name, action) for start, end in spans)
         return ScanOutcome(_settle(found), None)

@@ -32,8 +32,6 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """How often the gateway re-reads each engine's model list and health."""
     request_timeout_s: float = 600.0
     """Longest a single generation may take end to end."""
-    workers: int = 1
-    """Gateway worker processes (uvicorn)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -43,5 +41,3 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
         for url in self.engine_urls:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"server.engine_urls: {url!r} is not an http(s) URL")
-        if self.workers < 1:
-            raise ConfigError("server.workers must be >= 1")

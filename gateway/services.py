@@ -6,6 +6,8 @@ import os
 from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from audit.log import AuditLog
 from engine.client import EngineClient
@@ -23,6 +25,13 @@ if TYPE_CHECKING:
     from strongroom.config import Settings
 
 __all__ = ["Services"]
+
+
+def _redis_client(url: str) -> Redis:
+    # Fail fast: a dead Redis must turn into a quick, fail-closed answer, not a stalled request.
+    return Redis.from_url(
+        url, socket_connect_timeout=0.5, socket_timeout=1.0, retry=Retry(NoBackoff(), 0), health_check_interval=10
+    )
 
 
 class Services:
@@ -58,7 +67,7 @@ class Services:
         """Open every component; ``engine_urls`` overrides the configured pool (local engine)."""
         data_dir = settings.data_path
         telemetry = Telemetry.install(settings.telemetry)
-        redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
+        redis = _redis_client(settings.redis_url) if settings.redis_url else None
         token = os.environ.get(settings.server.engine_token_env, "")
         urls = engine_urls if engine_urls is not None else settings.server.engine_urls
         if not urls:

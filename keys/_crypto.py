@@ -39,6 +39,7 @@ __all__ = [
     "random_bytes",
     "scrypt_key",
     "sha256",
+    "sha256_of",
 ]
 
 
@@ -52,6 +53,10 @@ def random_bytes(n: int) -> bytes:
 
 def sha256() -> hashlib._Hash:
     return hashlib.sha256()
+
+
+def sha256_of(data: bytes | bytearray | memoryview) -> bytes:
+    return hashlib.sha256(data).digest()
 
 
 def constant_time_equal(a: bytes, b: bytes) -> bool:

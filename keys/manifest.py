@@ -30,7 +30,12 @@ class ManifestFile(msgspec.Struct, frozen=True, kw_only=True):
     size: int
     """Plaintext bytes."""
     sha256: str
-    """Hex SHA-256 of the plaintext."""
+    """Hex SHA-256 of the plaintext (what ``sha256sum`` prints; checked by verify_model and unseal)."""
+    chunk_digest: str
+    """Hex SHA-256 over the concatenated SHA-256 digests of each plaintext chunk, in order.
+
+    Checked on every whole-file load: unlike the flat SHA-256 it is computed in parallel, each
+    decrypt thread hashing the chunks it just decrypted, so the check costs no wall time."""
 
     @property
     def sealed_name(self) -> str:

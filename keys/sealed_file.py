@@ -2,8 +2,8 @@
 
 Decryption reads the ciphertext through a read-only mmap and writes plaintext with
 ``decrypt_into`` straight into the caller's buffer, one segment of chunks per task on a thread
-pool; AES-GCM releases the GIL, so the cores work in parallel while the calling thread hashes
-finished segments in order.
+pool. AES-GCM and SHA-256 both release the GIL, so every core decrypts a chunk and hashes it
+while it is still in cache; the calling thread only combines the per-chunk digests.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import contextlib
 import mmap
 import os
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from keys import _crypto
@@ -63,26 +63,32 @@ class SealedFile:
             yield start, min(stop, start + per_segment)
 
     def _decrypt_chunks(
-        self, sealed: memoryview, first: int, stop: int, out: memoryview, out_base: int
-    ) -> None:
-        """Chunks [first, stop) into ``out``, where ``out[0]`` is plaintext byte ``out_base``."""
+        self, sealed: memoryview, first: int, stop: int, out: memoryview, out_base: int, hash_chunks: bool
+    ) -> bytes:
+        """Chunks [first, stop) into ``out`` (``out[0]`` is plaintext byte ``out_base``).
+
+        Returns the concatenated SHA-256 of each plaintext chunk when ``hash_chunks``, else b"".
+        The hash runs right after each decrypt, while the chunk is still in this core's cache.
+        """
         layout = self.layout
+        digests = []
         for index in range(first, stop):
             lo, hi = layout.sealed_span(index)
             plain_lo, plain_hi = layout.plain_span(index)
-            self.cipher.decrypt_into(
-                index, layout.is_last(index), sealed[lo:hi], out[plain_lo - out_base : plain_hi - out_base]
-            )
+            target = out[plain_lo - out_base : plain_hi - out_base]
+            self.cipher.decrypt_into(index, layout.is_last(index), sealed[lo:hi], target)
+            if hash_chunks:
+                digests.append(_crypto.sha256_of(target))
+        return b"".join(digests)
 
     def decrypt(
         self, out: memoryview, *, first: int, stop: int, pool: ThreadPoolExecutor | None, verify_digest: bool
     ) -> None:
         """Decrypt chunks [first, stop) into ``out`` (which starts at chunk ``first``).
 
-        With ``verify_digest`` (whole file only) the plaintext SHA-256 is checked against the manifest.
+        With ``verify_digest`` (whole file only) the chunk digest is checked against the manifest.
         """
         out_base = first * self.layout.chunk_size
-        digest = _crypto.sha256() if verify_digest else None
         with open(self.path, "rb") as stream:
             mapped = mmap.mmap(
                 stream.fileno(), 0, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ
@@ -91,38 +97,33 @@ class SealedFile:
             sealed = memoryview(mapped)
             segments = list(self._segments(first, stop))
             if pool is None or len(segments) == 1:
-                futures: list[Future[None] | None] = [None] * len(segments)
+                parts = [
+                    self._decrypt_chunks(sealed, a, b, out, out_base, verify_digest) for a, b in segments
+                ]
             else:
                 futures = [
-                    pool.submit(self._decrypt_chunks, sealed, a, b, out, out_base) for a, b in segments
+                    pool.submit(self._decrypt_chunks, sealed, a, b, out, out_base, verify_digest)
+                    for a, b in segments
                 ]
-            try:
-                for (a, b), future in zip(segments, futures, strict=True):
-                    if future is None:
-                        self._decrypt_chunks(sealed, a, b, out, out_base)
-                    else:
-                        future.result()
-                    if digest is not None:
-                        lo, hi = self.layout.plain_span(a)[0], self.layout.plain_span(b - 1)[1]
-                        digest.update(out[lo - out_base : hi - out_base])
-            finally:
-                for future in futures:
-                    if future is not None:
+                try:
+                    parts = [future.result() for future in futures]
+                finally:
+                    for future in futures:
                         future.cancel()
-                for future in futures:
-                    if future is not None and not future.cancelled():
-                        future.exception()
+                    wait(futures)
             sealed.release()
         finally:
             # A failed chunk's slice may still be referenced by a traceback; GC unmaps it then.
             with contextlib.suppress(BufferError):
                 mapped.close()
-        if digest is not None and not _crypto.constant_time_equal(
-            digest.hexdigest().encode(), self.entry.sha256.encode()
-        ):
-            raise TamperedFileError(
-                f"{self.cipher.where}: plaintext SHA-256 differs from the signed manifest"
-            )
+        if verify_digest:
+            digest = _crypto.sha256()
+            for part in parts:
+                digest.update(part)
+            if not _crypto.constant_time_equal(digest.hexdigest().encode(), self.entry.chunk_digest.encode()):
+                raise TamperedFileError(
+                    f"{self.cipher.where}: plaintext chunk digest differs from the signed manifest"
+                )
 
     def segments(self) -> Iterator[tuple[int, int]]:
         return self._segments(0, self.layout.num_chunks)

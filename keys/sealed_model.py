@@ -150,20 +150,28 @@ def verify_model(
 
 
 def _stream_file(file: SealedFile, sink: int | None) -> None:
-    """Decrypt segment by segment (memory bounded), hash, and write to fd ``sink`` if given."""
-    digest = _crypto.sha256()
+    """Decrypt segment by segment (memory bounded), check both digests, write to fd ``sink`` if given."""
+    digest, chunk_digests = _crypto.sha256(), _crypto.sha256()
     buf = bytearray()
+    layout = file.layout
     for first, stop in file.segments():
-        lo, hi = file.layout.plain_span(first)[0], file.layout.plain_span(stop - 1)[1]
+        lo, hi = layout.plain_span(first)[0], layout.plain_span(stop - 1)[1]
         if len(buf) < hi - lo:
             buf = bytearray(hi - lo)
         view = memoryview(buf)[: hi - lo]
         file.decrypt(view, first=first, stop=stop, pool=None, verify_digest=False)
         digest.update(view)
+        for index in range(first, stop):
+            a, b = layout.plain_span(index)
+            chunk_digests.update(_crypto.sha256_of(view[a - lo : b - lo]))
         if sink is not None:
             os.write(sink, view)
-    if not _crypto.constant_time_equal(digest.hexdigest().encode(), file.entry.sha256.encode()):
-        raise TamperedFileError(f"{file.cipher.where}: plaintext SHA-256 differs from the signed manifest")
+    for name, got, want in (
+        ("SHA-256", digest, file.entry.sha256),
+        ("chunk digest", chunk_digests, file.entry.chunk_digest),
+    ):
+        if not _crypto.constant_time_equal(got.hexdigest().encode(), want.encode()):
+            raise TamperedFileError(f"{file.cipher.where}: plaintext {name} differs from the signed manifest")
 
 
 def unseal_model(

@@ -9,6 +9,7 @@ writes, and comparing versions tells each replica it is behind.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +42,9 @@ class PolicyStore:
     def __init__(self, path: Path, seed: Policy) -> None:
         """Open (creating and seeding with ``seed`` when new) the policy database at ``path``."""
         self.path = path
+        # One change at a time per process: a second BEGIN IMMEDIATE would block the event loop
+        # while the first change awaits its audit append on that same loop.
+        self._lock = asyncio.Lock()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._connect()
@@ -112,6 +116,10 @@ class PolicyStore:
         Raises the policy errors of ``apply_changes`` (400/404/409), the audit sink's error when the
         event could not be made durable, or PolicyUnavailableError; in every case nothing changed.
         """
+        async with self._lock:
+            return await self._apply(changes, actor, audit)
+
+    async def _apply(self, changes: Sequence[PolicyChange], actor: str, audit: AuditSink) -> Policy:
         try:
             with self._transaction() as conn:
                 current = self._read(conn)

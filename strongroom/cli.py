@@ -94,6 +94,14 @@ def config_show(config_path: str | None) -> None:
     click.echo(msgspec.json.format(msgspec.json.encode(load_settings(config_path)), indent=2))
 
 
+@config.command("example")
+def config_example() -> None:
+    """Print every settings key with its documentation and default, as TOML."""
+    from strongroom.config_reference import ConfigReference
+
+    click.echo(ConfigReference().render(), nl=False)
+
+
 def _mount(group: click.Group, module: str, attr: str, name: str | None = None) -> None:
     try:
         mod: Any = __import__(module, fromlist=[attr])

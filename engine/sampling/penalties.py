@@ -12,6 +12,7 @@ Repetition is applied first, as vLLM does. A batch where no row uses a penalty i
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -53,18 +54,19 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.
 
 def _token_counts(token_lists: Sequence[Sequence[int]], vocab: int, device: torch.device) -> torch.Tensor:
     # -> counts: [num_seqs, vocab] int64, counts[i, t] = occurrences of t in token_lists[i]
-    width = max((len(tokens) for tokens in token_lists), default=0)
-    # Pad with an extra column `vocab` that is dropped afterwards, so one scatter_add does all rows.
-    padded = torch.full((len(token_lists), width), vocab, dtype=torch.int64)
-    for i, tokens in enumerate(token_lists):
-        if tokens:
-            padded[i, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.int64)
-    if padded.numel() and (int(padded.max()) > vocab or int(padded.min()) < 0):
+    # One flat host tensor and one copy to the device, whatever the batch size.
+    tokens = torch.tensor(list(itertools.chain.from_iterable(token_lists)), dtype=torch.int64)
+    if tokens.numel() and (int(tokens.max()) >= vocab or int(tokens.min()) < 0):
         raise ValueError(f"token id out of range for vocabulary of {vocab}")
-    padded = padded.to(device)
-    counts = torch.zeros((len(token_lists), vocab + 1), dtype=torch.int64, device=device)
-    counts.scatter_add_(1, padded, torch.ones_like(padded))
-    return counts[:, :vocab]
+    lengths = torch.tensor([len(t) for t in token_lists], dtype=torch.int64)
+    rows = torch.repeat_interleave(torch.arange(len(token_lists)), lengths)  # [num_tokens]
+    counts = torch.zeros((len(token_lists), vocab), dtype=torch.int64, device=device)
+    counts.index_put_(
+        (rows.to(device), tokens.to(device)),
+        torch.ones(len(tokens), dtype=torch.int64, device=device),
+        accumulate=True,
+    )
+    return counts
 
 
 def _column(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from opentelemetry.metrics import MeterProvider
+
 from filters import FilterPipeline
 from filters.detector import Detector
 from filters.policy_source import PolicySource
@@ -35,6 +37,7 @@ def make_pipeline(
     clock: Callable[[], float] | None = None,
     scan_clock: Callable[[], float] | None = None,
     timeout_s: float = 5.0,
+    meter_provider: MeterProvider | None = None,
 ) -> FilterPipeline:
     kwargs: dict[str, Callable[[], float]] = {}
     if clock is not None:
@@ -42,6 +45,11 @@ def make_pipeline(
     if scan_clock is not None:
         kwargs["scan_clock"] = scan_clock
     source = PolicySource(
-        policy, extra_detectors=extra_detectors, scan_timeout_s=timeout_s, reload_interval_s=1.0, **kwargs
+        policy,
+        extra_detectors=extra_detectors,
+        scan_timeout_s=timeout_s,
+        reload_interval_s=1.0,
+        meter_provider=meter_provider,
+        **kwargs,
     )
     return FilterPipeline(source)

@@ -83,13 +83,13 @@ def test_a_broken_policy_refuses_to_start(tmp_path: Path) -> None:
 
 
 def test_failure_metric_is_counted(tmp_path: Path) -> None:
-    from opentelemetry import metrics
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     reader = InMemoryMetricReader()
-    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
-    make_pipeline(write_policy(tmp_path), extra_detectors=[Exploding()]).check_request(["x"], CTX)
+    provider = MeterProvider(metric_readers=[reader])
+    pipeline = make_pipeline(write_policy(tmp_path), extra_detectors=[Exploding()], meter_provider=provider)
+    pipeline.check_request(["x"], CTX)
     data = reader.get_metrics_data()
     assert data is not None
     points = [

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ class ListSink:
     async def append(self, event: AuditEvent) -> int:
         if self.failing:
             raise AuditUnavailableError("audit log down")
+        await asyncio.sleep(0)  # a real sink yields to the loop while it writes
         self.events.append(event)
         return len(self.events)
 

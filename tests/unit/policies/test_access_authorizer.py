@@ -122,3 +122,16 @@ def test_seed_only_once(tmp_path: Path, sink: Any) -> None:
     again = Authorizer.open(AccessConfig(), tmp_path)
     assert again.version == 2 and not again.allowed(caller("analyst"), "chat", "demo-chat")
     assert (tmp_path / "policies" / "policy.db").exists()
+
+
+def test_concurrent_changes_in_one_process_serialise(authorizer: Authorizer, sink: Any) -> None:
+    async def run() -> list[int]:
+        changes = [
+            PolicyChange(op="grant", rule=Grant(role="analyst", pattern=f"m{i}", action="chat"))
+            for i in range(5)
+        ]
+        done = await asyncio.gather(*(authorizer.change([c], "root", sink) for c in changes))
+        return sorted(p.version for p in done)
+
+    assert asyncio.run(run()) == [2, 3, 4, 5, 6]
+    assert authorizer.version == 6 and len(sink.events) == 5
