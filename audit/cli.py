@@ -1,4 +1,4 @@
-"""``strongroom audit``: tail, search, verify, export, public-key.
+"""``strongroom audit``: tail, search, verify, export, public-key, archive.
 
 Commands open the log without lifecycle records or idle checkpoints, so they can run beside a
 live gateway (the chain writer re-reads the head on a conflict). Searches and exports made
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -22,7 +23,7 @@ from audit.config import AuditConfig
 from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.query import AuditQuery
-from audit.record import AuditRecord
+from audit.record import AuditRecord, iso_to_us
 from audit.signer import CheckpointVerifier
 from audit.verifier import VerifyReport
 
@@ -173,7 +174,18 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
             return await log.run_reader(lambda: verify_store(log.store, trusted))
         return await log.verify()
 
-    _print_report(_with_log(config_path, run))
+    report = _with_log(config_path, run)
+    _print_report(report)
+    cfg, _ = _settings(config_path)
+    if report.newest_checkpoint_time and not report.newest_checkpoint_final:
+        age_s = time.time() - iso_to_us(report.newest_checkpoint_time) / 1e6
+        if age_s > 2 * cfg.checkpoint_interval_s:
+            click.echo(
+                f"WARNING: newest checkpoint is {age_s:.0f} s old and not final: the writer stopped "
+                "uncleanly or the log's tail was removed",
+                err=True,
+            )
+            sys.exit(3)
 
 
 @audit.command()
@@ -203,3 +215,29 @@ def public_key(config_path: str | None) -> None:
 
 async def _const(value: T) -> T:
     return value
+
+
+@audit.command("archive")
+@config_option
+def archive_command(config_path: str | None) -> None:
+    """Move records older than retention_online_days into a sealed segment file, then check all segments.
+
+    With PostgreSQL this needs the schema owner's DSN: the gateway's append-only role cannot delete.
+    """
+    _, data_dir = _settings(config_path)
+
+    async def run(log: AuditLog) -> tuple[str, bool, str]:
+        entry = await log.archive(data_dir)
+        report = await log.verify_archives()
+        moved = (
+            "nothing old enough"
+            if entry is None
+            else f"records {entry.first_seq}..{entry.last_seq} to {entry.path}"
+        )
+        return moved, report.ok, report.problem
+
+    moved, ok, problem = _with_log(config_path, run)
+    click.echo(f"archived {moved}")
+    if not ok:
+        click.echo(f"FAILED: archives do not verify: {problem}", err=True)
+        sys.exit(1)

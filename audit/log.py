@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple, ParamSpec, TypeVar
 
 from audit.aggregates import AuditAggregates, aggregate
+from audit.archive import ArchiveReport, archive_older_than, online_cutoff_us, verify_archives
 from audit.bundle import export_bundle, export_csv, verify_store
 from audit.chain_writer import ChainWriter, Entry
 from audit.config import AuditConfig
@@ -40,7 +41,7 @@ from audit.query import MAX_LIMIT, AuditPage, AuditQuery, decode_cursor, encode_
 from audit.record import AuditContent, AuditRecord, record_from_row
 from audit.signer import CheckpointSigner
 from audit.sink import AuditSink
-from audit.store import AuditStore, open_store
+from audit.store import ArchiveEntry, AuditStore, open_store
 from audit.verifier import VerifyReport
 
 _log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class AuditLog:
         self._force_checkpoint = False
         self._is_closing = False
         self._task: asyncio.Task[None] | None = None
+        self._maintaining: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         return f"AuditLog(store={self._store!r}, key_id={self.signer.key_id!r})"
@@ -231,6 +233,8 @@ class AuditLog:
                     pending.future.set_exception(error)
             await self._tell_second_sink(entries, is_new_outage)
             return
+        if checkpoint:
+            self._maintenance(loop)
         self._force_checkpoint = False
         for pending, seq in zip(real, seqs, strict=True):
             if not pending.future.done():
@@ -238,6 +242,12 @@ class AuditLog:
         for pending in barriers:
             if not pending.future.done():
                 pending.future.set_result(self._writer.head.seq)
+
+    def _maintenance(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._maintaining is not None and not self._maintaining.done():
+            return
+        self._maintaining = loop.run_in_executor(self._read_pool, self._store.maintain)
+        self._maintaining.add_done_callback(_log_maintenance_failure)
 
     async def _tell_second_sink(self, entries: list[Entry], is_new_outage: bool) -> None:
         if self._second_sink is None:
@@ -331,6 +341,19 @@ class AuditLog:
         )
         return seal.num_records
 
+    async def archive(self, data_dir: Path) -> ArchiveEntry | None:
+        """Move records older than ``retention_online_days`` (up to a checkpoint) into a sealed segment."""
+        await self.checkpoint()
+        now_us = int(self._clock() * 1_000_000)
+        cutoff = online_cutoff_us(now_us, self.config.retention_online_days)
+        target = self.config.resolve(data_dir, self.config.archive_dir)
+        return await self._read(
+            archive_older_than, self._store, self.signer, target, cutoff_us=cutoff, now_us=now_us
+        )
+
+    async def verify_archives(self) -> ArchiveReport:
+        return await self._read(verify_archives, self._store, self.signer.verifier)
+
     @property
     def store(self) -> AuditStore:
         """For verification, export and archiving; call its methods off the event loop."""
@@ -339,6 +362,11 @@ class AuditLog:
     async def run_reader(self, fn: Callable[[], T]) -> T:
         """Run a blocking read (verification, export) on the reader thread."""
         return await self._read(fn)
+
+
+def _log_maintenance_failure(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        _log.warning("audit store maintenance failed: %s", type(future.exception()).__name__)
 
 
 _BARRIER = AuditEvent(

@@ -3,7 +3,7 @@
 Durability: WAL with ``synchronous=FULL``, so every commit fsyncs the WAL before returning.
 ``NORMAL`` would only fsync at WAL checkpoints and can lose the last commits on power loss,
 which breaks "durable before the response". Group commit in the log shares one fsync among a
-whole batch, which is what makes FULL affordable. Append-only: triggers abort any UPDATE or
+whole batch, which is what makes FULL affordable; WAL checkpoints run off the commit path. Append-only: triggers abort any UPDATE or
 DELETE; only ``prune`` (archiving, an operator action) lifts them inside its own transaction.
 """
 
@@ -74,6 +74,9 @@ class SqliteStore:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=5.0)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
+            # WAL-to-database copies run in ``maintain`` on the reader thread, not inside a commit
+            # (an automatic checkpoint there added ~3 ms to the p99 of the appends waiting on it).
+            conn.execute("PRAGMA wal_autocheckpoint=0")
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -177,6 +180,10 @@ class SqliteStore:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def maintain(self) -> None:
+        """A passive WAL checkpoint: copies committed pages into the database, never blocks the writer."""
+        self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
         with self._lock:

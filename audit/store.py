@@ -69,6 +69,10 @@ class AuditStore(Protocol):
         """Maintenance only: record the archive and drop its rows (bypasses the append-only guard)."""
         ...
 
+    def maintain(self) -> None:
+        """Housekeeping off the write path, called from the reader thread after each checkpoint."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -28,6 +28,10 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     """Records up to here are covered by a valid signature."""
     first_bad_seq: int | None = None
     problem: str = ""
+    newest_checkpoint_time: str = ""
+    """Checkpoints come at least every interval while a writer runs; an old, non-final newest
+    checkpoint means the writer died or the tail (records and checkpoints) was cut off."""
+    newest_checkpoint_final: bool = False
 
 
 class ChainVerifier:
@@ -101,6 +105,8 @@ class ChainVerifier:
             sealed_seq=self._sealed,
             first_bad_seq=None if bad is None else bad.seq,
             problem="" if bad is None else bad.problem,
+            newest_checkpoint_time="" if self._last_good_cp is None else self._last_good_cp.time,
+            newest_checkpoint_final=self._last_good_cp is not None and self._last_good_cp.final,
         )
 
     @property

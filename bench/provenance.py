@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +14,9 @@ _REPO = Path(__file__).resolve().parent.parent
 
 
 def git_commit() -> str:
+    """HEAD (with ``-dirty`` for local changes), or $GIT_COMMIT where the tree has no .git (device runs)."""
+    if commit := os.environ.get("GIT_COMMIT"):
+        return commit
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=_REPO, capture_output=True, text=True, timeout=10, check=True
@@ -49,9 +53,22 @@ def machine(device: str) -> dict[str, Any]:
     return info
 
 
+def command_line(argv: list[str]) -> str:
+    """The command as typed: ``python -m bench.x ...`` for a module run, ``strongroom bench ...`` otherwise."""
+    if not argv:
+        return ""
+    program = Path(argv[0])
+    head = (
+        ["python", "-m", f"{program.parent.name}.{program.stem}"]
+        if program.suffix == ".py"
+        else [program.name]
+    )
+    return shlex.join([*head, *argv[1:]])
+
+
 def provenance(argv: list[str], device: str) -> dict[str, Any]:
     return {
-        "command": " ".join(["python", "-m", "bench." + Path(argv[0]).stem, *argv[1:]]) if argv else "",
+        "command": command_line(argv),
         "git_commit": git_commit(),
         "machine": machine(device),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -117,12 +117,16 @@ async def run_serve(
     sleep: Sleep = asyncio.sleep,
     transport: httpx.AsyncBaseTransport | None = None,
     timeout_s: float = 600.0,
+    api_key: str | None = None,
 ) -> ServeMetrics:
     gaps = arrival_gaps(workload.num_requests, request_rate, seed)
     limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     url = base_url.rstrip("/") + "/v1/completions"
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(timeout=timeout_s, limits=limits, transport=transport) as client:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(
+        timeout=timeout_s, limits=limits, transport=transport, headers=headers
+    ) as client:
 
         async def one(i: int) -> RequestTiming:
             body = completion_body(
@@ -173,6 +177,7 @@ def format_metrics(metrics: ServeMetrics) -> str:
 @click.option("--slo-ttft-ms", type=float, default=None)
 @click.option("--slo-tpot-ms", type=float, default=None)
 @click.option("--slo-e2e-ms", type=float, default=None)
+@click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="Bearer token (env OPENAI_API_KEY).")
 @click.option(
     "--label", default="server", show_default=True, help="Name of the system under test in the JSON."
 )
@@ -187,6 +192,7 @@ def serve(
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
     slo_e2e_ms: float | None,
+    api_key: str | None,
     label: str,
     output: Path | None,
 ) -> None:
@@ -203,6 +209,7 @@ def serve(
             seed=seed,
             max_concurrency=max_concurrency,
             slo=slo,
+            api_key=api_key,
         )
     )
     click.echo(format_metrics(metrics))

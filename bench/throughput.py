@@ -17,6 +17,7 @@ import json
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -262,8 +263,14 @@ def throughput(
     errors: dict[str, str] = {}
 
     def on_error(system: str, exc: BaseException) -> None:
-        errors[system] = f"{type(exc).__name__}: {exc}"
+        tail = "".join(traceback.format_exception(exc)[-6:])
+        errors[system] = f"{type(exc).__name__}: {exc}\n{tail}"
         click.echo(f"{system}: FAILED {errors[system]}", err=True)
+        if device.startswith("cuda"):
+            # A device fault poisons the CUDA context: later systems in this process would fail too.
+            click.echo(
+                "a CUDA error leaves the context unusable; run the remaining systems separately", err=True
+            )
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = model_path or build_random_qwen3(

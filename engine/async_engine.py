@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +59,13 @@ class AsyncEngine:
         config: EngineConfig,
         data_dir: str | Path = ".",
         sources: Mapping[str, ModelSource] | None = None,
+        *,
+        skip_failed_models: bool = False,
     ) -> None:
         self.config = config
         self._data_dir = data_dir
         self._sources = sources
+        self._skip_failed = skip_failed_models
         self._core: LLMEngine | None = None
         self._cond = threading.Condition()
         """Guards the pending list and the streams; held only briefly, also by the event loop."""
@@ -76,7 +80,12 @@ class AsyncEngine:
         """Load every model (in a worker thread) and start the step loop."""
         if self._core is not None:
             return
-        self._core = await asyncio.to_thread(LLMEngine, self.config, self._data_dir, self._sources)
+        self._core = await asyncio.to_thread(
+            partial(LLMEngine, skip_failed_models=self._skip_failed),
+            self.config,
+            self._data_dir,
+            self._sources,
+        )
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="strongroom-engine", daemon=True)
         self._thread.start()
@@ -91,6 +100,11 @@ class AsyncEngine:
             self._thread = None
         for request_id in list(self._streams):
             await asyncio.to_thread(self._abort, request_id)
+
+    @property
+    def failed_models(self) -> dict[str, str]:
+        """Models left out of service at start-up (skip_failed_models), with the reason."""
+        return dict(self._core.failed_models) if self._core is not None else {}
 
     @property
     def core(self) -> LLMEngine:

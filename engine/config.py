@@ -68,6 +68,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """torch intra-op threads on CPU; None leaves torch's default."""
     seed: int = 0
     """Seed for requests that sample without a seed of their own."""
+    cuda_graphs: bool = True
+    """On CUDA, replay captured graphs for decode steps of up to max_num_seqs sequences (one
+    graph per batch-size bucket, captured on first use); False runs every step eagerly."""
 
     def __post_init__(self) -> None:
         if not self.models:

@@ -15,7 +15,13 @@ import torch
 
 from engine.block_pool import BlockPool
 from engine.config import EngineConfig, ModelSpec
-from engine.errors import EngineConfigError, InvalidRequestError, PromptTooLongError, UnknownModelError
+from engine.errors import (
+    EngineConfigError,
+    InvalidRequestError,
+    ModelLoadError,
+    PromptTooLongError,
+    UnknownModelError,
+)
 from engine.hosted_model import HostedModel
 from engine.kv_cache import KVCache
 from engine.kv_cache_manager import KVCacheManager
@@ -39,6 +45,8 @@ class LLMEngine:
         config: EngineConfig,
         data_dir: str | Path = ".",
         sources: Mapping[str, ModelSource] | None = None,
+        *,
+        skip_failed_models: bool = False,
     ) -> None:
         self.config = config
         self.device = torch.device(config.device)
@@ -46,11 +54,20 @@ class LLMEngine:
             torch.set_num_threads(config.num_threads)
         sources = dict(sources or {})
         self.models: dict[str, HostedModel] = {}
+        self.failed_models: dict[str, str] = {}
         for spec in config.models:
-            source = sources.get(spec.name) or DirectorySource(_resolve(spec, data_dir))
-            self.models[spec.name] = HostedModel.load(
-                spec, source, dtype=config.dtype_of(spec), device=self.device
-            )
+            try:
+                source = sources.get(spec.name) or DirectorySource(_resolve(spec, data_dir))
+                self.models[spec.name] = HostedModel.load(
+                    spec, source, dtype=config.dtype_of(spec), device=self.device
+                )
+            except ModelLoadError as exc:
+                # A server keeps its other models in service; the Python API fails loudly.
+                if not skip_failed_models:
+                    raise
+                self.failed_models[spec.name] = str(exc)
+        if not self.models:
+            raise ModelLoadError(f"no model could be loaded: {self.failed_models}")
         hosted = list(self.models.values())
         block_bytes = KVCache.block_bytes_for(hosted, config.block_size)
         self.kv_cache = KVCache(
@@ -69,7 +86,14 @@ class LLMEngine:
             max_num_batched_tokens=config.max_num_batched_tokens,
         )
         self.runners = {
-            name: ModelRunner(m, config.block_size, self.device) for name, m in self.models.items()
+            name: ModelRunner(
+                m,
+                config.block_size,
+                self.device,
+                cuda_graphs=config.cuda_graphs,
+                max_num_seqs=config.max_num_seqs,
+            )
+            for name, m in self.models.items()
         }
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
         self._requests: dict[str, list[Sequence]] = {}

@@ -2,7 +2,8 @@
 
 Inputs are the scheduled sequences' new tokens laid end to end (see
 ``engine.attention.metadata``); only sequences whose step reaches their last known token get a
-logits row, in the order they were scheduled.
+logits row, in the order they were scheduled. On CUDA, pure decode steps replay captured graphs
+(``engine.cuda_graph_runner``); every other step runs eagerly.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from engine.attention.metadata import AttentionMetadata
+from engine.cuda_graph_runner import CudaGraphRunner
 from engine.hosted_model import HostedModel
 from engine.scheduler import ScheduledSeq
 
@@ -17,14 +19,33 @@ __all__ = ["ModelRunner"]
 
 
 class ModelRunner:
-    def __init__(self, hosted: HostedModel, block_size: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        hosted: HostedModel,
+        block_size: int,
+        device: torch.device,
+        *,
+        cuda_graphs: bool = False,
+        max_num_seqs: int = 64,
+    ) -> None:
         self.hosted = hosted
         self.block_size = block_size
         self.device = device
+        self.graphs: CudaGraphRunner | None = None
+        if cuda_graphs and device.type == "cuda":
+            self.graphs = CudaGraphRunner(
+                hosted.model,
+                max_num_seqs=max_num_seqs,
+                max_blocks=-(-hosted.max_model_len // block_size),
+                block_size=block_size,
+                device=device,
+            )
 
     @torch.inference_mode()
     def execute(self, items: list[ScheduledSeq]) -> torch.Tensor:
         """logits: [num sampling items, vocab_size] float32."""
+        if self.graphs is not None and self._is_graph_step(self.graphs, items):
+            return self._execute_graph(self.graphs, items)
         token_ids, positions, meta = self._prepare(items)
         hidden = self.hosted.model(token_ids, positions, meta)  # [num_tokens, hidden]
         last = [meta.host_query_starts[i + 1] - 1 for i, item in enumerate(items) if item.is_sampling]
@@ -32,6 +53,24 @@ class ModelRunner:
             return torch.empty(0, self.hosted.config.vocab_size, device=self.device)
         index = torch.tensor(last, dtype=torch.long, device=self.device)
         return self.hosted.model.compute_logits(hidden[index])  # type: ignore[operator,no-any-return]
+
+    @staticmethod
+    def _is_graph_step(graphs: CudaGraphRunner, items: list[ScheduledSeq]) -> bool:
+        if not graphs.fits(len(items)):
+            return False
+        return all(item.num_new_tokens == 1 and item.is_sampling for item in items)
+
+    def _execute_graph(self, graphs: CudaGraphRunner, items: list[ScheduledSeq]) -> torch.Tensor:
+        bs = self.block_size
+        positions = [item.start for item in items]
+        return graphs.run(
+            token_ids=[item.seq.token_ids[item.start] for item in items],
+            positions=positions,
+            slots=[
+                item.seq.block_ids[p // bs] * bs + p % bs for item, p in zip(items, positions, strict=True)
+            ],
+            block_tables=[item.seq.block_ids for item in items],
+        )
 
     def _prepare(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         bs = self.block_size

@@ -21,7 +21,6 @@ from __future__ import annotations
 import msgspec
 
 from audit.event import AuditEvent
-
 from engine.sampling_params import SamplingParams
 
 __all__ = [

@@ -22,7 +22,7 @@ from litestar.status_codes import HTTP_200_OK
 
 from audit.event import AuditEvent
 from engine.backend import EngineBackend
-from engine.errors import EngineError, InvalidRequestError, UnknownModelError
+from engine.errors import EngineError, InvalidRequestError, ModelLoadError, UnknownModelError
 from engine.protocol import DeltaEvent, EngineInfo, ErrorEvent, GenerateRequest, LogprobEntry, ModelCard
 
 log = logging.getLogger("strongroom.engine")
@@ -79,6 +79,10 @@ class EngineServer:
             raise NotAuthorizedException("invalid engine token")
 
     def info(self) -> EngineInfo:
+        try:
+            infos = self.backend.model_infos()
+        except EngineError:
+            infos = []  # the backend never started: its failures are in failed_models
         cards = [
             ModelCard(
                 name=m.name,
@@ -87,9 +91,13 @@ class EngineServer:
                 dtype=str(m.dtype),
                 manifest_sha256=getattr(m, "manifest_sha256", ""),
             )
-            for m in self.backend.model_infos()
+            for m in infos
         ]
-        stats = {k: float(v) for k, v in self.backend.stats().items() if isinstance(v, int | float)}
+        try:
+            raw_stats = self.backend.stats()
+        except EngineError:
+            raw_stats = {}
+        stats = {k: float(v) for k, v in raw_stats.items() if isinstance(v, int | float)}
         return EngineInfo(
             instance_id=self.instance_id,
             models=cards,
@@ -165,7 +173,15 @@ class EngineServer:
             return Response(b'{"ready": %s}' % (b"true" if server._ready else b"false"), status_code=status)
 
         async def on_startup() -> None:
-            await server.backend.start()
+            try:
+                await server.backend.start()
+            except ModelLoadError as exc:
+                # Nothing loadable: stay up with no models so the gateway can say why (503).
+                log.error("engine has no model in service: %s", exc)
+                server._failed.setdefault("*", str(exc))
+                server._ready = True
+                return
+            server._failed.update(getattr(server.backend, "failed_models", {}))
             server._ready = True
             log.info("engine %s ready with %d models", server.instance_id, len(server.backend.model_infos()))
 

@@ -32,6 +32,7 @@ from filters.stream_filter import StreamFilter
 class FilterPipeline:
     def __init__(self, source: PolicySource) -> None:
         self._source = source
+        normalize("é")  # builds the fold table (~1 s) at start-up, not on the first request
 
     @classmethod
     def from_config(

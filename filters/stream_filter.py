@@ -30,7 +30,7 @@ from filters.context import StreamStep
 from filters.finding_tally import FindingTally
 from filters.normalized import NormalizedText, normalize
 from filters.rewrite import FAILED_PLACEHOLDER, rewrite
-from filters.scanner import Scanner
+from filters.scanner import Match, Scanner
 
 _BLOCKED = StreamStep(release="", blocked=True)
 
@@ -82,13 +82,8 @@ class StreamFilter:
             return self._fail(outcome.failed)
         n = len(norm.text)
         ctx = _normalized_index(norm, self._released)
-        release = n if final else max(ctx, n - self.hold_len)
+        release = n if final else self._release_point(norm, outcome.matches, ctx, max(ctx, n - self.hold_len))
         final_matches = []
-        for match in outcome.matches:
-            if match.end <= ctx:
-                continue
-            if match.start < release < match.end:
-                release = max(ctx, match.start)
         for match in outcome.matches:
             if ctx < match.end <= release:
                 final_matches.append(match)
@@ -101,6 +96,21 @@ class StreamFilter:
         text = rewrite(norm, final_matches, self._released, release_at)
         self._keep_context(norm, release, release_at)
         return StreamStep(release=text, blocked=False)
+
+    @staticmethod
+    def _release_point(norm: NormalizedText, matches: list[Match], ctx: int, release: int) -> int:
+        """Move ``release`` left until no match straddles it and it starts an original character
+        (one character can expand to several normalized ones: "ﬁ" -> "fi")."""
+        while True:
+            moved = release
+            if norm.starts is not None and release < len(norm.text):
+                moved = max(ctx, bisect.bisect_left(norm.starts, norm.starts[release]))
+            for match in matches:
+                if match.end > ctx and match.start < moved < match.end:
+                    moved = max(ctx, match.start)
+            if moved == release:
+                return release
+            release = moved
 
     def _keep_context(self, norm: NormalizedText, release: int, release_at: int) -> None:
         keep_from = norm.original_index(max(0, release - self._context_len))

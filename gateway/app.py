@@ -79,7 +79,9 @@ async def metrics_endpoint(request: Request[Any, Any, Any], services: Services) 
 
 
 @get("/admin/engines")
-async def admin_engines(request: Request[Any, Any, Any], services: Services, principal: Principal) -> Response[bytes]:
+async def admin_engines(
+    request: Request[Any, Any, Any], services: Services, principal: Principal
+) -> Response[bytes]:
     """The engine pool as the gateway sees it: health, models, load."""
     if not services.authorizer.allowed(principal, "admin:policy", "*"):
         ctx = context_of(request, "/admin/engines")
@@ -93,15 +95,10 @@ async def admin_engines(request: Request[Any, Any, Any], services: Services, pri
 
 
 def _extra_routers() -> list[Any]:
-    import importlib
+    from gateway.routes.admin import build_admin_router
+    from gateway.routes.audit import build_audit_router
 
-    routers = []
-    for module, factory in (("gateway.routes.admin", "build_admin_router"), ("gateway.routes.audit", "build_audit_router")):
-        try:  # TODO(lead): make strict once both routers exist
-            routers.append(getattr(importlib.import_module(module), factory)())
-        except (ImportError, AttributeError):
-            pass
-    return routers
+    return [build_admin_router(), build_audit_router()]
 
 
 def _authorizer(services: Services) -> Any:

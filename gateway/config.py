@@ -21,7 +21,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     engine_urls: tuple[str, ...] = ()
     """Remote engine instances (http://host:port). Empty: ``serve`` starts and supervises one local
     engine on a loopback port."""
-    engine_token_env: str = "STRONGROOM_ENGINE_TOKEN"
+    engine_token_env: str = "STRONGROOM_ENGINE_TOKEN"  # noqa: S105 (a variable name, not a secret)
     """Environment variable holding the shared secret between gateway and engines. For a local
     engine a fresh random token is generated when it is unset."""
     engine_connect_timeout_s: float = 2.0

@@ -10,8 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+import msgspec
+
+from audit.errors import AuditUnavailableError
+from audit.event import AuditEvent
+from audit.sink import AuditSink
 from engine.client import EngineClient
 from engine.errors import EngineError
 from engine.protocol import ModelCard
@@ -30,13 +35,17 @@ class _Member:
         self.healthy = False
         self.in_flight = 0
         self.stats: dict[str, float] = {}
+        self.num_audited = 0
 
 
 class EnginePool:
     """Routes by model name over a fixed list of engine clients."""
 
-    def __init__(self, clients: Sequence[EngineClient], *, refresh_s: float = 5.0) -> None:
+    def __init__(
+        self, clients: Sequence[EngineClient], *, refresh_s: float = 5.0, audit: AuditSink | None = None
+    ) -> None:
         self._members = [_Member(c) for c in clients]
+        self._audit = audit
         self._refresh_s = refresh_s
         self._task: asyncio.Task[None] | None = None
 
@@ -68,11 +77,29 @@ class EnginePool:
                 log.warning("engine %s is down: %s", member.client.base_url, exc)
             member.healthy = False
             return
+        if info.instance_id != member.instance_id:
+            member.num_audited = 0
+        await self._record_engine_events(member, info.instance_id, info.audit_events)
         member.models = {card.name: card for card in info.models}
         member.failed_models = dict(info.failed_models)
         member.instance_id = info.instance_id
         member.stats = dict(info.stats)
         member.healthy = True
+
+    async def _record_engine_events(
+        self, member: _Member, instance_id: str, events: list[AuditEvent]
+    ) -> None:
+        """Copy the engine's key operations (model unseals) into the audit log, each once."""
+        if self._audit is None:
+            return
+        for event in events[member.num_audited :]:
+            try:
+                await self._audit.append(
+                    msgspec.structs.replace(event, engine_instance=event.engine_instance or instance_id)
+                )
+            except AuditUnavailableError:
+                return  # retried on the next refresh
+            member.num_audited += 1
 
     def mark_down(self, client: EngineClient) -> None:
         """Called when a request found the engine unreachable; the next refresh may revive it."""
@@ -106,7 +133,7 @@ class EnginePool:
         return best.client, best.instance_id
 
     @contextlib.contextmanager
-    def track(self, client: EngineClient) -> contextlib.AbstractContextManager[None]:  # type: ignore[misc]
+    def track(self, client: EngineClient) -> Iterator[None]:
         member = next(m for m in self._members if m.client is client)
         member.in_flight += 1
         try:

@@ -124,6 +124,7 @@ def error_body(message: str, type_: str, code: str | None, param: str | None = N
 def _engine_error(exc: EngineError) -> GatewayError:
     if isinstance(exc, UnknownModelError):
         return ModelNotFoundError(exc.message, param="model")
+    err: GatewayError
     if isinstance(exc, InvalidRequestError):
         err = BadRequestError(exc.message, param=exc.param)
         err.code = exc.code

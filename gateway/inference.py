@@ -23,9 +23,10 @@ from engine.errors import EngineError, EngineUnavailableError
 from engine.protocol import ChatMessage, GenerateRequest, ModelCard
 from engine.sampling_params import SamplingParams
 from filters import FilterContext, FilterPipeline
-from gateway.auth import AuthenticationError, TokenVerifier
 from gateway.auditor import Auditor
+from gateway.auth import AuthenticationError, TokenVerifier
 from gateway.completion_builder import CompletionBuilder
+from gateway.engine_pool import EnginePool
 from gateway.errors import (
     BadRequestError,
     ContentPolicyError,
@@ -36,9 +37,8 @@ from gateway.errors import (
     UnauthenticatedError,
     http_error_of,
 )
-from gateway.engine_pool import EnginePool
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest
-from gateway.quota import QuotaExceededError, QuotaLease, Quotas
+from gateway.quota import QuotaLease, Quotas
 from gateway.request_context import RequestContext
 from gateway.telemetry import Telemetry
 from policies import Authorizer
@@ -106,21 +106,25 @@ class InferenceService:
             429: EventType.RATE_LIMIT,
         }.get(err.status_code, EventType.REQUEST_REJECTED)
         decision = Decision.ERROR if err.status_code >= 500 else Decision.DENY
-        await self.auditor.record(ctx, kind, decision, status=err.status_code, reason=f"{err.code}: {err.message}")
+        await self.auditor.record(
+            ctx, kind, decision, status=err.status_code, reason=f"{err.code}: {err.message}"
+        )
         return err
 
     def _card(self, model: str) -> tuple[ModelCard, EngineClient, str]:
         card = self.engines.models().get(model)
         if card is None:
-            if self.engines.known_model(model):
-                raise NoEngineError(f"model {model!r} is configured but no engine serving it is available")
+            if not self.engines.is_ready or self.engines.known_model(model):
+                raise NoEngineError(f"no engine serving model {model!r} is available")
             raise ModelNotFoundError(f"The model '{model}' does not exist", param="model")
         picked = self.engines.pick(model)
         if picked is None:
             raise NoEngineError(f"no engine is available for model {model!r}")
         return card, picked[0], picked[1]
 
-    async def prepare(self, ctx: RequestContext, kind: str, body: ChatCompletionRequest | CompletionRequest) -> Prepared:
+    async def prepare(
+        self, ctx: RequestContext, kind: str, body: ChatCompletionRequest | CompletionRequest
+    ) -> Prepared:
         """Everything between a parsed body and the engine call. Raises GatewayError (audited)."""
         assert ctx.principal is not None
         ctx.model = body.model
@@ -128,20 +132,25 @@ class InferenceService:
             card, client, instance = self._card(body.model)
             ctx.engine_instance = instance
             if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
-                raise PermissionDeniedError(f"You are not allowed to use the model '{body.model}'", param="model")
+                raise PermissionDeniedError(
+                    f"You are not allowed to use the model '{body.model}'", param="model"
+                )
             max_tokens = self._max_tokens(body, card)
             texts = _texts_of(body)
             lease = await self.quotas.reserve(
                 ctx.principal, body.model, _estimate_tokens(texts) + max_tokens, max_tokens=max_tokens
             )
-        except (GatewayError, EngineError, QuotaExceededError) as exc:
-            raise await self.reject(ctx, exc) from None
         except Exception as exc:
-            if getattr(exc, "status_code", None):
+            # GatewayError, EngineError and the sibling packages' errors all carry a status.
+            if isinstance(exc, GatewayError | EngineError) or isinstance(
+                getattr(exc, "status_code", None), int
+            ):
                 raise await self.reject(ctx, exc) from None
             raise
         try:
-            result = self.filters.check_request(texts, FilterContext(roles=ctx.principal.roles, model=body.model))
+            result = self.filters.check_request(
+                texts, FilterContext(roles=ctx.principal.roles, model=body.model)
+            )
             findings = list(result.findings)
             if result.blocked:
                 await self.auditor.record(
@@ -158,7 +167,14 @@ class InferenceService:
             await lease.release()
             raise
         return Prepared(
-            kind=kind, ctx=ctx, body=body, generate=generate, card=card, client=client, lease=lease, findings=findings
+            kind=kind,
+            ctx=ctx,
+            body=body,
+            generate=generate,
+            card=card,
+            client=client,
+            lease=lease,
+            findings=findings,
         )
 
     def _max_tokens(self, body: ChatCompletionRequest | CompletionRequest, card: ModelCard) -> int:
@@ -171,7 +187,12 @@ class InferenceService:
         return asked
 
     def _generate_request(
-        self, ctx: RequestContext, kind: str, body: ChatCompletionRequest | CompletionRequest, max_tokens: int, texts: list[str]
+        self,
+        ctx: RequestContext,
+        kind: str,
+        body: ChatCompletionRequest | CompletionRequest,
+        max_tokens: int,
+        texts: list[str],
     ) -> GenerateRequest:
         logprobs: int | None
         if isinstance(body, ChatCompletionRequest):
@@ -197,15 +218,21 @@ class InferenceService:
         except EngineError as exc:
             raise BadRequestError(exc.message, param=exc.param) from None
         tenant = ctx.principal.tenant if ctx.principal else None
-        common: dict[str, Any] = {"request_id": ctx.request_id, "model": body.model, "params": params, "tenant": tenant}
+        common: dict[str, Any] = {
+            "request_id": ctx.request_id,
+            "model": body.model,
+            "params": params,
+            "tenant": tenant,
+        }
         if isinstance(body, ChatCompletionRequest):
-            messages = [ChatMessage(role=m.role, content=t) for m, t in zip(body.messages, texts, strict=False)]
+            messages = [
+                ChatMessage(role=m.role, content=t) for m, t in zip(body.messages, texts, strict=False)
+            ]
             return GenerateRequest(messages=messages, **common)
         prompt = _single_prompt(body.prompt)
         if isinstance(prompt, str):
             return GenerateRequest(prompt=texts[0], **common)
         return GenerateRequest(prompt_token_ids=prompt, **common)
-
 
     # -- generation --------------------------------------------------------------------------
 
@@ -222,7 +249,9 @@ class InferenceService:
             if isinstance(exc, EngineUnavailableError):
                 self.engines.mark_down(prep.client)
             raise await self.reject(prep.ctx, exc) from None
-        ctx_f = FilterContext(roles=prep.ctx.principal.roles if prep.ctx.principal else (), model=prep.body.model)
+        ctx_f = FilterContext(
+            roles=prep.ctx.principal.roles if prep.ctx.principal else (), model=prep.body.model
+        )
         for index, text in builder.texts().items():
             result = self.filters.check_response(text, ctx_f)
             prep.findings.extend(result.findings)
@@ -235,7 +264,9 @@ class InferenceService:
         await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, builder.any_blocked)
         return builder.encode()
 
-    async def _audit_done(self, prep: Prepared, prompt_tokens: int, completion_tokens: int, blocked: bool) -> None:
+    async def _audit_done(
+        self, prep: Prepared, prompt_tokens: int, completion_tokens: int, blocked: bool
+    ) -> None:
         self.telemetry.tokens.add(prompt_tokens, {"kind": "prompt", "model": prep.body.model})
         self.telemetry.tokens.add(completion_tokens, {"kind": "completion", "model": prep.body.model})
         await self.auditor.record(
@@ -329,7 +360,9 @@ def _single_prompt(prompt: str | list[Any]) -> str | list[int]:
         return list(prompt)
     if not prompt:
         raise BadRequestError("prompt must not be empty", param="prompt")
-    raise BadRequestError("prompt must be a string or a list of token ids; one prompt per request", param="prompt")
+    raise BadRequestError(
+        "prompt must be a string or a list of token ids; one prompt per request", param="prompt"
+    )
 
 
 def _estimate_tokens(texts: Sequence[str]) -> int:
@@ -347,4 +380,3 @@ def _merged(findings: Sequence[Finding]) -> list[Finding]:
 
 def new_completion_id(kind: str) -> str:
     return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
-

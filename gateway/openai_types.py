@@ -60,7 +60,9 @@ class ChatMessageIn(msgspec.Struct, frozen=True, kw_only=True):
         parts = []
         for part in self.content:
             if part.type != "text" or part.text is None:
-                raise msgspec.ValidationError(f"content part type {part.type!r} is not supported - at `$.messages`")
+                raise msgspec.ValidationError(
+                    f"content part type {part.type!r} is not supported - at `$.messages`"
+                )
             parts.append(part.text)
         return "".join(parts)
 

@@ -37,7 +37,11 @@ class RequestMiddleware:
         span = self.telemetry.tracer.start_span(
             f"{scope.get('method', '')} {path}",
             kind=SpanKind.SERVER,
-            attributes={"http.request.method": scope.get("method", ""), "url.path": path, "strongroom.request_id": request_id},
+            attributes={
+                "http.request.method": scope.get("method", ""),
+                "url.path": path,
+                "strongroom.request_id": request_id,
+            },
         )
         ctx = trace.set_span_in_context(span)
         scope["state"]["trace_id"] = format(span.get_span_context().trace_id, "032x")
@@ -60,7 +64,9 @@ class RequestMiddleware:
                 span.set_status(Status(StatusCode.ERROR))
             span.end()
             route = _route_label(path)
-            self.telemetry.request_duration.record(time.perf_counter() - started, {"route": route, "status": status})
+            self.telemetry.request_duration.record(
+                time.perf_counter() - started, {"route": route, "status": status}
+            )
             self.telemetry.requests.add(1, {"route": route, "status": status})
 
 

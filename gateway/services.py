@@ -30,7 +30,11 @@ __all__ = ["Services"]
 def _redis_client(url: str) -> Redis:
     # Fail fast: a dead Redis must turn into a quick, fail-closed answer, not a stalled request.
     return Redis.from_url(
-        url, socket_connect_timeout=0.5, socket_timeout=1.0, retry=Retry(NoBackoff(), 0), health_check_interval=10
+        url,
+        socket_connect_timeout=0.5,
+        socket_timeout=1.0,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=10,
     )
 
 
@@ -81,11 +85,15 @@ class Services:
         quotas = Quotas(settings.quota, redis=redis)
         filters = FilterPipeline.from_config(settings.filters, data_dir)
         clients = [
-            EngineClient(url, token, connect_timeout_s=settings.server.engine_connect_timeout_s,
-                         read_timeout_s=settings.server.request_timeout_s)
+            EngineClient(
+                url,
+                token,
+                connect_timeout_s=settings.server.engine_connect_timeout_s,
+                read_timeout_s=settings.server.request_timeout_s,
+            )
             for url in urls
         ]
-        engines = EnginePool(clients, refresh_s=settings.server.engine_refresh_s)
+        engines = EnginePool(clients, refresh_s=settings.server.engine_refresh_s, audit=audit_log)
         await engines.start()
         inference = InferenceService(
             verifier=verifier,

@@ -48,7 +48,9 @@ class _Choice:
 
 
 class StreamWriter:
-    def __init__(self, prep: Prepared, filters: FilterPipeline, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, prep: Prepared, filters: FilterPipeline, clock: Callable[[], float] = time.time
+    ) -> None:
         self._prep = prep
         self._chat = prep.kind == "chat"
         self._id = ("chatcmpl-" if self._chat else "cmpl-") + uuid.uuid4().hex[:24]
@@ -175,9 +177,13 @@ class StreamWriter:
     def usage_chunk(self) -> bytes:
         body: ChatCompletionChunk | CompletionChunk
         if self._chat:
-            body = ChatCompletionChunk(id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage())
+            body = ChatCompletionChunk(
+                id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage()
+            )
         else:
-            body = CompletionChunk(id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage())
+            body = CompletionChunk(
+                id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage()
+            )
         return _sse(_encoder.encode(body))
 
     def filter_error(self) -> bytes:

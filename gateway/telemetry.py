@@ -47,7 +47,9 @@ class Telemetry:
             "strongroom.request.duration", unit="s", description="Gateway request duration"
         )
         self.tokens = meter.create_counter("strongroom.tokens", unit="{token}", description="Tokens by kind")
-        self.requests = meter.create_counter("strongroom.requests", description="Requests by endpoint and status")
+        self.requests = meter.create_counter(
+            "strongroom.requests", description="Requests by endpoint and status"
+        )
 
     @classmethod
     def install(cls, cfg: TelemetryConfig) -> Telemetry:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
+from audit.errors import AuditUnavailableError
 from audit.event import AuditEvent, Decision, EventType
 from audit.sink import AuditSink
+from keys.errors import AuditRequiredError
 from keys.provider import KeyRef
 
 
@@ -44,9 +46,6 @@ def key_event(
 
 async def record_all(audit: AuditSink | None, events: list[AuditEvent]) -> None:
     """Append each event; raises AuditRequiredError if the sink cannot make one durable."""
-    from audit.errors import AuditUnavailableError
-    from keys.errors import AuditRequiredError
-
     if audit is None:
         return
     for event in events:

@@ -31,11 +31,12 @@ class ManifestFile(msgspec.Struct, frozen=True, kw_only=True):
     """Plaintext bytes."""
     sha256: str
     """Hex SHA-256 of the plaintext (what ``sha256sum`` prints; checked by verify_model and unseal)."""
-    chunk_digest: str
-    """Hex SHA-256 over the concatenated SHA-256 digests of each plaintext chunk, in order.
+    tags_sha256: str
+    """Hex SHA-256 over the 16-byte AES-GCM tags of every chunk, in order.
 
-    Checked on every whole-file load: unlike the flat SHA-256 it is computed in parallel, each
-    decrypt thread hashing the chunks it just decrypted, so the check costs no wall time."""
+    Checked on every whole-file load, for free: it pins the exact ciphertext the signer produced,
+    while each tag already authenticates its chunk's plaintext. The flat ``sha256`` costs a
+    serial pass over the plaintext (slower than decryption), so only verify and unseal run it."""
 
     @property
     def sealed_name(self) -> str:

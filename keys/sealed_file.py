@@ -2,8 +2,9 @@
 
 Decryption reads the ciphertext through a read-only mmap and writes plaintext with
 ``decrypt_into`` straight into the caller's buffer, one segment of chunks per task on a thread
-pool. AES-GCM and SHA-256 both release the GIL, so every core decrypts a chunk and hashes it
-while it is still in cache; the calling thread only combines the per-chunk digests.
+pool; AES-GCM releases the GIL, so the cores decrypt in parallel. Integrity on this path is the
+per-chunk AEAD plus the signed digest of all chunk tags; the flat plaintext SHA-256 (a serial pass
+slower than decryption) is left to verify_model and unseal_model.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from keys import _crypto
+from keys._crypto import TAG_BYTES
 from keys.chunk_cipher import ChunkCipher, ChunkLayout
 from keys.errors import SealedFormatError, TamperedFileError
 from keys.header import MAX_HEADER_BYTES, FileHeader
@@ -63,30 +65,32 @@ class SealedFile:
             yield start, min(stop, start + per_segment)
 
     def _decrypt_chunks(
-        self, sealed: memoryview, first: int, stop: int, out: memoryview, out_base: int, hash_chunks: bool
-    ) -> bytes:
-        """Chunks [first, stop) into ``out`` (``out[0]`` is plaintext byte ``out_base``).
-
-        Returns the concatenated SHA-256 of each plaintext chunk when ``hash_chunks``, else b"".
-        The hash runs right after each decrypt, while the chunk is still in this core's cache.
-        """
+        self, sealed: memoryview, first: int, stop: int, out: memoryview, out_base: int
+    ) -> None:
+        """Chunks [first, stop) into ``out`` (``out[0]`` is plaintext byte ``out_base``)."""
         layout = self.layout
-        digests = []
         for index in range(first, stop):
             lo, hi = layout.sealed_span(index)
             plain_lo, plain_hi = layout.plain_span(index)
-            target = out[plain_lo - out_base : plain_hi - out_base]
-            self.cipher.decrypt_into(index, layout.is_last(index), sealed[lo:hi], target)
-            if hash_chunks:
-                digests.append(_crypto.sha256_of(target))
-        return b"".join(digests)
+            self.cipher.decrypt_into(
+                index, layout.is_last(index), sealed[lo:hi], out[plain_lo - out_base : plain_hi - out_base]
+            )
+
+    def check_tags(self, sealed: memoryview) -> None:
+        """Compare the SHA-256 of all chunk tags with the signed manifest (binds ciphertext to signature)."""
+        digest = _crypto.sha256()
+        for index in range(self.layout.num_chunks):
+            end = self.layout.sealed_span(index)[1]
+            digest.update(sealed[end - TAG_BYTES : end])
+        if not _crypto.constant_time_equal(digest.hexdigest().encode(), self.entry.tags_sha256.encode()):
+            raise TamperedFileError(f"{self.cipher.where}: chunk tags differ from the signed manifest")
 
     def decrypt(
         self, out: memoryview, *, first: int, stop: int, pool: ThreadPoolExecutor | None, verify_digest: bool
     ) -> None:
         """Decrypt chunks [first, stop) into ``out`` (which starts at chunk ``first``).
 
-        With ``verify_digest`` (whole file only) the chunk digest is checked against the manifest.
+        With ``verify_digest`` the tag digest is checked against the signed manifest first.
         """
         out_base = first * self.layout.chunk_size
         with open(self.path, "rb") as stream:
@@ -95,18 +99,19 @@ class SealedFile:
             )
         try:
             sealed = memoryview(mapped)
+            if verify_digest:
+                self.check_tags(sealed)
             segments = list(self._segments(first, stop))
             if pool is None or len(segments) == 1:
-                parts = [
-                    self._decrypt_chunks(sealed, a, b, out, out_base, verify_digest) for a, b in segments
-                ]
+                for a, b in segments:
+                    self._decrypt_chunks(sealed, a, b, out, out_base)
             else:
                 futures = [
-                    pool.submit(self._decrypt_chunks, sealed, a, b, out, out_base, verify_digest)
-                    for a, b in segments
+                    pool.submit(self._decrypt_chunks, sealed, a, b, out, out_base) for a, b in segments
                 ]
                 try:
-                    parts = [future.result() for future in futures]
+                    for future in futures:
+                        future.result()
                 finally:
                     for future in futures:
                         future.cancel()
@@ -116,14 +121,6 @@ class SealedFile:
             # A failed chunk's slice may still be referenced by a traceback; GC unmaps it then.
             with contextlib.suppress(BufferError):
                 mapped.close()
-        if verify_digest:
-            digest = _crypto.sha256()
-            for part in parts:
-                digest.update(part)
-            if not _crypto.constant_time_equal(digest.hexdigest().encode(), self.entry.chunk_digest.encode()):
-                raise TamperedFileError(
-                    f"{self.cipher.where}: plaintext chunk digest differs from the signed manifest"
-                )
 
     def segments(self) -> Iterator[tuple[int, int]]:
         return self._segments(0, self.layout.num_chunks)

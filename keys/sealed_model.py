@@ -8,6 +8,7 @@ material). ``open_model`` and ``verify_model`` are synchronous and deliver the e
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 from pathlib import Path
 
@@ -140,7 +141,7 @@ def verify_model(
     with open_model(model_dir, provider, audit=audit, process=process) as source:
         reports = []
         for name in source.names():
-            file = source._file(name)
+            file = source.sealed_file(name)
             _stream_file(file, None)
             reports.append(FileReport(name=name, size=file.entry.size, sha256=file.entry.sha256))
         return ManifestReport(
@@ -150,8 +151,14 @@ def verify_model(
 
 
 def _stream_file(file: SealedFile, sink: int | None) -> None:
-    """Decrypt segment by segment (memory bounded), check both digests, write to fd ``sink`` if given."""
-    digest, chunk_digests = _crypto.sha256(), _crypto.sha256()
+    """Decrypt segment by segment (memory bounded), check tags and SHA-256, write to fd ``sink`` if given."""
+    with (
+        open(file.path, "rb") as stream,
+        mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ) as mapped,
+        memoryview(mapped) as sealed,
+    ):
+        file.check_tags(sealed)
+    digest = _crypto.sha256()
     buf = bytearray()
     layout = file.layout
     for first, stop in file.segments():
@@ -161,17 +168,10 @@ def _stream_file(file: SealedFile, sink: int | None) -> None:
         view = memoryview(buf)[: hi - lo]
         file.decrypt(view, first=first, stop=stop, pool=None, verify_digest=False)
         digest.update(view)
-        for index in range(first, stop):
-            a, b = layout.plain_span(index)
-            chunk_digests.update(_crypto.sha256_of(view[a - lo : b - lo]))
-        if sink is not None:
-            os.write(sink, view)
-    for name, got, want in (
-        ("SHA-256", digest, file.entry.sha256),
-        ("chunk digest", chunk_digests, file.entry.chunk_digest),
-    ):
-        if not _crypto.constant_time_equal(got.hexdigest().encode(), want.encode()):
-            raise TamperedFileError(f"{file.cipher.where}: plaintext {name} differs from the signed manifest")
+        while sink is not None and view:
+            view = view[os.write(sink, view) :]
+    if not _crypto.constant_time_equal(digest.hexdigest().encode(), file.entry.sha256.encode()):
+        raise TamperedFileError(f"{file.cipher.where}: plaintext SHA-256 differs from the signed manifest")
 
 
 def unseal_model(
@@ -200,7 +200,7 @@ def unseal_model(
             target.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                _stream_file(source._file(name), fd)
+                _stream_file(source.sealed_file(name), fd)
             finally:
                 os.close(fd)
     return report

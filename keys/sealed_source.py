@@ -19,7 +19,7 @@ from keys.sealed_file import SealedFile
 
 
 def default_threads() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
+    return max(1, min(32, os.cpu_count() or 1))
 
 
 class SealedSource:
@@ -31,6 +31,7 @@ class SealedSource:
         self._path = path
         self._files = files
         self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
         self.manifest = manifest
         self.signer = signer
         self.key = key
@@ -47,10 +48,11 @@ class SealedSource:
         return sorted(self._files)
 
     def size(self, name: str) -> int:
-        return self._file(name).entry.size
+        return self.sealed_file(name).entry.size
 
-    def _file(self, name: str) -> SealedFile:
-        if self._files is None:
+    def sealed_file(self, name: str) -> SealedFile:
+        """The opened sealed file behind ``name`` (for verify/unseal, which stream it)."""
+        if self._closed:
             raise SealedModelError(f"{self._path}: source is closed")
         file = self._files.get(name)
         if file is None:
@@ -64,14 +66,14 @@ class SealedSource:
 
     def read(self, name: str) -> bytearray:
         """The whole plaintext of ``name``, its SHA-256 checked against the signed manifest."""
-        file = self._file(name)
+        file = self.sealed_file(name)
         out = bytearray(file.entry.size)
         self.read_into(name, memoryview(out))
         return out
 
     def read_into(self, name: str, out: memoryview) -> None:
         """Decrypt the whole of ``name`` into ``out`` (exactly ``size(name)`` writable bytes; pinned is fine)."""
-        file = self._file(name)
+        file = self.sealed_file(name)
         view = out.cast("B") if out.format != "B" or out.ndim != 1 else out
         if view.readonly or len(view) != file.entry.size:
             raise ValueError(f"read_into needs {file.entry.size} writable bytes, got {len(view)}")
@@ -83,7 +85,7 @@ class SealedSource:
         For tensor-parallel ranks. Every chunk read is authenticated (AEAD, bound to model, file and
         index); the whole-file SHA-256 is checked only by ``read``/``read_into`` and ``verify_model``.
         """
-        file = self._file(name)
+        file = self.sealed_file(name)
         if offset < 0 or length < 0 or offset + length > file.entry.size:
             raise ValueError(f"range {offset}+{length} outside {name} ({file.entry.size} bytes)")
         if length == 0:
@@ -102,6 +104,7 @@ class SealedSource:
             self._pool.shutdown(wait=True)
             self._pool = None
         self._files = {}
+        self._closed = True
 
     def __enter__(self) -> SealedSource:
         return self

@@ -57,13 +57,14 @@ def _write_sealed(
     cipher: ChunkCipher,
     header: bytes,
 ) -> tuple[str, str]:
-    digest, chunk_digests = _crypto.sha256(), _crypto.sha256()
+    digest, tags = _crypto.sha256(), _crypto.sha256()
     out.write(header)
     for index, chunk in enumerate(chunks):
         digest.update(chunk)
-        chunk_digests.update(_crypto.sha256_of(chunk))
-        out.write(cipher.encrypt(index, layout.is_last(index), chunk))
-    return digest.hexdigest(), chunk_digests.hexdigest()
+        sealed = cipher.encrypt(index, layout.is_last(index), chunk)
+        tags.update(sealed[-_crypto.TAG_BYTES :])
+        out.write(sealed)
+    return digest.hexdigest(), tags.hexdigest()
 
 
 def _source_files(src: str | Path | PlaintextFiles) -> list[str]:
@@ -94,24 +95,22 @@ def _seal_one(
         wrapped=wrapped,
     )
     cipher = ChunkCipher(dek, header, model_id=model_id, seal_id=seal_id, file_name=name, where=where)
-    target = staging / ManifestFile(name=name, size=0, sha256="", chunk_digest="").sealed_name
+    target = staging / ManifestFile(name=name, size=0, sha256="", tags_sha256="").sealed_name
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "xb") as out:
         if isinstance(src, Mapping):
             data = memoryview(src[name]).cast("B")
             layout = ChunkLayout.for_plaintext(len(data), chunk_size)
-            sha, chunk_digest = _write_sealed(
-                out, _chunks_of_buffer(data, layout), layout, cipher, header.encode()
-            )
+            sha, tags = _write_sealed(out, _chunks_of_buffer(data, layout), layout, cipher, header.encode())
         else:
             with open(Path(src) / name, "rb") as stream:
                 layout = ChunkLayout.for_plaintext(os.fstat(stream.fileno()).st_size, chunk_size)
-                sha, chunk_digest = _write_sealed(
+                sha, tags = _write_sealed(
                     out, _chunks_of_file(stream, layout, where), layout, cipher, header.encode()
                 )
         out.flush()
         os.fsync(out.fileno())
-    return ManifestFile(name=name, size=layout.plaintext_size, sha256=sha, chunk_digest=chunk_digest)
+    return ManifestFile(name=name, size=layout.plaintext_size, sha256=sha, tags_sha256=tags)
 
 
 def seal_model(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from typing import Any
@@ -103,11 +104,7 @@ def config_example() -> None:
 
 
 def _mount(group: click.Group, module: str, attr: str, name: str | None = None) -> None:
-    try:
-        mod: Any = __import__(module, fromlist=[attr])
-    except ImportError as exc:  # a broken optional part must not take the whole CLI down
-        click.echo(f"warning: {module} unavailable: {exc}", err=True)
-        return
+    mod: Any = importlib.import_module(module)
     group.add_command(getattr(mod, attr), name=name)
 
 

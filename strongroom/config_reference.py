@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import math
 import textwrap
 from functools import cache
@@ -32,7 +33,7 @@ def field_docs(cls: type) -> dict[str, str]:
         except (OSError, TypeError):
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for prev, node in zip(body, body[1:], strict=False):
+        for prev, node in itertools.pairwise(body):
             if (
                 isinstance(prev, ast.AnnAssign)
                 and isinstance(prev.target, ast.Name)
@@ -138,5 +139,7 @@ class ConfigReference:
             self.undocumented.append(f"{where}.{name}" if where else name)
             doc = "(undocumented)"
         out = ["", "# " + doc.replace("\n", "\n# ")]
-        out.append(f"# {name} = {_toml_value(value)}" if value is not None else f"# {name} =   (unset by default)")
+        out.append(
+            f"# {name} = {_toml_value(value)}" if value is not None else f"# {name} =   (unset by default)"
+        )
         return out

@@ -32,7 +32,10 @@ def _provider(settings: Settings, *, create: bool) -> Any:
     if cfg.provider == "file" and not path.exists():
         if not create:
             return None
-        log.warning("no master key at %s: creating a development key file (run `strongroom keys init` in production)", path)
+        log.warning(
+            "no master key at %s: creating a development key file (run `strongroom keys init` in production)",
+            path,
+        )
         return KeyFileProvider.create(path)
     return build_provider(cfg, settings.data_path)
 
@@ -118,7 +121,8 @@ def build_backend(settings: Settings, *, stub: bool = False) -> tuple[Any, dict[
     import msgspec
 
     config = msgspec.structs.replace(settings.engine, models=models)
-    return AsyncEngine(config, data_dir=settings.data_path, sources=sources), failed, audit_events
+    engine = AsyncEngine(config, data_dir=settings.data_path, sources=sources, skip_failed_models=True)
+    return engine, failed, audit_events
 
 
 def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub: bool = False) -> None:
@@ -134,4 +138,3 @@ def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub
     if sock is None:
         config.host, config.port = host, port
     uvicorn.Server(config).run(sockets=[sock] if sock else None)
-

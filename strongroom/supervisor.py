@@ -29,7 +29,9 @@ __all__ = ["EngineSupervisor"]
 class EngineSupervisor:
     """Starts, watches and restarts the local engine process."""
 
-    def __init__(self, settings: Settings, config_path: str | None, *, stub: bool = False, max_restarts: int = 5):
+    def __init__(
+        self, settings: Settings, config_path: str | None, *, stub: bool = False, max_restarts: int = 5
+    ):
         self._settings = settings
         self._config_path = config_path
         self._stub = stub
@@ -66,7 +68,9 @@ class EngineSupervisor:
         headers = {"authorization": f"Bearer {self.token}"}
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
-                raise RuntimeError(f"the engine process exited with code {self._proc.returncode} while starting")
+                raise RuntimeError(
+                    f"the engine process exited with code {self._proc.returncode} while starting"
+                )
             try:
                 if httpx.get(f"{self.url}/engine/v1/health", headers=headers, timeout=1.0).status_code == 200:
                     return
@@ -86,7 +90,12 @@ class EngineSupervisor:
                 self._sock.close()  # refuse connections at once instead of queueing them
                 return
             restarts += 1
-            log.error("engine exited with code %s; restarting (%d/%d)", proc.returncode, restarts, self._max_restarts)
+            log.error(
+                "engine exited with code %s; restarting (%d/%d)",
+                proc.returncode,
+                restarts,
+                self._max_restarts,
+            )
             time.sleep(min(2.0**restarts, 30.0))
             if not self._stopping.is_set():
                 self._proc = self._spawn()

@@ -6,5 +6,6 @@ the same ``forward(q, k_cache, v_cache, meta, ...)`` over the same page layout (
 
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.torch_paged import TorchPagedAttention
+from engine.attention.triton_paged import TritonPagedAttention
 
-__all__ = ["AttentionMetadata", "TorchPagedAttention"]
+__all__ = ["AttentionMetadata", "TorchPagedAttention", "TritonPagedAttention"]

@@ -1,4 +1,7 @@
-"""The attention layer: store this step's K/V into the paged cache, then attend through a backend."""
+"""The attention layer: store this step's K/V into the paged cache, then attend through a backend.
+
+The backend follows the cache's device: Triton kernels on CUDA, plain torch elsewhere.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from torch import nn
 
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.torch_paged import TorchPagedAttention
+from engine.attention.triton_paged import TritonPagedAttention
 
 __all__ = ["Attention"]
 
@@ -29,22 +33,31 @@ class Attention(nn.Module):
         self.head_dim = head_dim
         self.scale = scale
         self.sliding_window = sliding_window
-        self.backend = TorchPagedAttention()
+        self.backend: TorchPagedAttention | TritonPagedAttention = TorchPagedAttention()
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
 
     def bind_cache(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
         # k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] views of the shared pool
         self.k_cache, self.v_cache = k_cache, v_cache
+        self.backend = TritonPagedAttention() if k_cache.is_cuda else TorchPagedAttention()
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim]
+        if self.k_cache.is_cuda:
+            from engine.kernels import kv_write
+
+            kv_write(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        else:
+            self.write_cache_torch(k, v, meta)
+        return self.backend.forward(
+            q, self.k_cache, self.v_cache, meta, scale=self.scale, sliding_window=self.sliding_window
+        )
+
+    def write_cache_torch(self, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
         blocks = meta.slot_mapping // meta.block_size
         offsets = meta.slot_mapping % meta.block_size
         self.k_cache[blocks, offsets] = k
         self.v_cache[blocks, offsets] = v
-        return self.backend.forward(
-            q, self.k_cache, self.v_cache, meta, scale=self.scale, sliding_window=self.sliding_window
-        )

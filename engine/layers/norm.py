@@ -1,4 +1,7 @@
-"""RMSNorm computed in float32 and cast back, exactly as Hugging Face Llama/Qwen do."""
+"""RMSNorm computed in float32 and cast back, exactly as Hugging Face Llama/Qwen do.
+
+On CUDA the Triton kernel (``engine.kernels.rms_norm``) runs instead, rounding at the same places.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +19,13 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [..., size]
+        if x.is_cuda:
+            from engine.kernels import rms_norm
+
+            return rms_norm(x, self.weight, self.eps)[0]
+        return self.forward_torch(x)
+
+    def forward_torch(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)

@@ -13,7 +13,7 @@ Repetition is applied first, as vLLM does. A batch where no row uses a penalty i
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,7 +35,7 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.
     if any(uses_repetition):
         seen = (
             _token_counts(
-                [list(row.prompt_token_ids) + list(row.output_token_ids) for row in rows],
+                [itertools.chain(row.prompt_token_ids, row.output_token_ids) for row in rows],
                 vocab,
                 logits.device,
             )
@@ -52,21 +52,23 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.
     return logits
 
 
-def _token_counts(token_lists: Sequence[Sequence[int]], vocab: int, device: torch.device) -> torch.Tensor:
+def _token_counts(token_lists: Sequence[Iterable[int]], vocab: int, device: torch.device) -> torch.Tensor:
     # -> counts: [num_seqs, vocab] int64, counts[i, t] = occurrences of t in token_lists[i]
-    # One flat host tensor and one copy to the device, whatever the batch size.
-    tokens = torch.tensor(list(itertools.chain.from_iterable(token_lists)), dtype=torch.int64)
-    if tokens.numel() and (int(tokens.max()) >= vocab or int(tokens.min()) < 0):
+    # One flat host tensor, one copy to the device and one scatter, whatever the batch size.
+    lengths: list[int] = []
+    flat: list[int] = []
+    for tokens in token_lists:
+        before = len(flat)
+        flat.extend(tokens)
+        lengths.append(len(flat) - before)
+    tokens_t = torch.tensor(flat, dtype=torch.int64)
+    if tokens_t.numel() and (int(tokens_t.max()) >= vocab or int(tokens_t.min()) < 0):
         raise ValueError(f"token id out of range for vocabulary of {vocab}")
-    lengths = torch.tensor([len(t) for t in token_lists], dtype=torch.int64)
-    rows = torch.repeat_interleave(torch.arange(len(token_lists)), lengths)  # [num_tokens]
-    counts = torch.zeros((len(token_lists), vocab), dtype=torch.int64, device=device)
-    counts.index_put_(
-        (rows.to(device), tokens.to(device)),
-        torch.ones(len(tokens), dtype=torch.int64, device=device),
-        accumulate=True,
-    )
-    return counts
+    rows = torch.repeat_interleave(torch.arange(len(token_lists)), torch.tensor(lengths, dtype=torch.int64))
+    index = (rows * vocab + tokens_t).to(device)  # [num_tokens] into the flattened counts
+    counts = torch.zeros(len(token_lists) * vocab, dtype=torch.int64, device=device)
+    counts.scatter_add_(0, index, torch.ones_like(index))
+    return counts.view(len(token_lists), vocab)
 
 
 def _column(

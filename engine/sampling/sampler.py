@@ -29,7 +29,7 @@ Each step, the logits of every row go through, in this order (as vLLM and HF gen
         ├─ frequency, presence  (OpenAI: output tokens only; logit -= count·f + [count>0]·p)
         │
         ├─ temperature == 0 ──► argmax                          (greedy; no randomness drawn)
-        └─ / temperature ─► top-k ─► top-p ─► min-p ─► softmax ─► argmax(probs / q), q ~ Exp(1)
+        └─ / temperature ─► top-k ─► top-p ─► softmax ─► min-p ─► argmax(probs / q), q ~ Exp(1)
 
 Logprobs are those of the model's raw distribution (vLLM's default ``raw_logprobs`` mode; what
 OpenAI reports): penalties, temperature and truncation do not change them. Greedy with no penalties
@@ -39,7 +39,7 @@ Sampling is the exponential race: ``argmax(probs / q)`` with ``q ~ Exp(1)`` draw
 and it lets each row take its noise from its own generator while everything else stays batched.
 A seeded row's noise depends only on its generator and the vocabulary size, so the same seed gives
 the same tokens whatever else is in the batch. Unseeded rows share one draw from the sampler's own
-generator. Children of an ``n > 1`` request use ``derive_seed(seed, index)`` (index 0 is the seed
+generator. Every generator must live on the logits' device. Children of an ``n > 1`` request use ``derive_seed(seed, index)`` (index 0 is the seed
 itself), so siblings differ but are each reproducible.
 """
 

@@ -15,6 +15,7 @@ from litestar import Request, Router, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
 
+from audit.event import AuditEvent, Decision, EventType
 from audit.sink import AuditSink
 from gateway.auth.principal import Principal
 from policies.authorizer import Authorizer
@@ -67,9 +68,25 @@ async def _body(request: Request[Any, Any, Any], kind: type[_Body]) -> _Body:
         raise InvalidPolicyError(f"request body is not valid JSON: {exc}") from None
 
 
-def _require_admin(authorizer: Authorizer, principal: Principal) -> None:
-    if not authorizer.allowed(principal, "admin:policy", CONTROL_RESOURCE):
-        raise PolicyForbiddenError("admin:policy permission required")
+async def _require_admin(
+    authorizer: Authorizer, principal: Principal, audit: AuditSink, endpoint: str
+) -> None:
+    if authorizer.allowed(principal, "admin:policy", CONTROL_RESOURCE):
+        return
+    # The denial is recorded before it is answered; if the audit log is down this raises (503).
+    await audit.append(
+        AuditEvent(
+            event_type=EventType.AUTHORIZATION_DENIAL,
+            decision=Decision.DENY,
+            subject=principal.subject,
+            roles=principal.roles,
+            tenant=principal.tenant or "",
+            endpoint=endpoint,
+            status=403,
+            reason="admin:policy required",
+        )
+    )
+    raise PolicyForbiddenError("admin:policy permission required")
 
 
 def _grant(body: GrantBody) -> Grant:
@@ -86,14 +103,13 @@ def _assignment(body: AssignmentBody) -> Assignment:
 async def _apply(
     authorizer: Authorizer, principal: Principal, audit: AuditSink, change: PolicyChange
 ) -> dict[str, Any]:
-    _require_admin(authorizer, principal)
     policy = await authorizer.change([change], principal.subject, audit)
     return {"version": policy.version, "applied": change.to_dict()}
 
 
-@get("/policy", sync_to_thread=False)
-def get_policy(principal: PrincipalDep, authorizer: AuthorizerDep) -> dict[str, Any]:
-    _require_admin(authorizer, principal)
+@get("/policy")
+async def get_policy(principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep) -> dict[str, Any]:
+    await _require_admin(authorizer, principal, audit, "/admin/policy")
     return authorizer.policy.to_dict()
 
 
@@ -101,7 +117,7 @@ def get_policy(principal: PrincipalDep, authorizer: AuthorizerDep) -> dict[str, 
 async def add_grant(
     request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
-    _require_admin(authorizer, principal)
+    await _require_admin(authorizer, principal, audit, "/admin/grants")
     return await _apply(
         authorizer, principal, audit, PolicyChange(op="grant", rule=_grant(await _body(request, GrantBody)))
     )
@@ -111,7 +127,7 @@ async def add_grant(
 async def remove_grant(
     request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
-    _require_admin(authorizer, principal)
+    await _require_admin(authorizer, principal, audit, "/admin/grants/remove")
     return await _apply(
         authorizer, principal, audit, PolicyChange(op="ungrant", rule=_grant(await _body(request, GrantBody)))
     )
@@ -121,7 +137,7 @@ async def remove_grant(
 async def add_assignment(
     request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
-    _require_admin(authorizer, principal)
+    await _require_admin(authorizer, principal, audit, "/admin/assignments")
     return await _apply(
         authorizer,
         principal,
@@ -134,7 +150,7 @@ async def add_assignment(
 async def remove_assignment(
     request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
-    _require_admin(authorizer, principal)
+    await _require_admin(authorizer, principal, audit, "/admin/assignments/remove")
     return await _apply(
         authorizer,
         principal,
@@ -143,16 +159,17 @@ async def remove_assignment(
     )
 
 
-@get("/permissions", sync_to_thread=False)
-def permissions(
+@get("/permissions")
+async def permissions(
     principal: PrincipalDep,
     authorizer: AuthorizerDep,
+    audit: AuditDep,
     user: FromQuery[str | None] = None,
     role: FromQuery[str | None] = None,
     tenant: FromQuery[str | None] = None,
 ) -> dict[str, Any]:
     """Effective roles and grants of one user (its policy-assigned roles only) or one role."""
-    _require_admin(authorizer, principal)
+    await _require_admin(authorizer, principal, audit, "/admin/permissions")
     if (user is None) == (role is None):
         raise InvalidPolicyError("give exactly one of the query parameters 'user' or 'role'", param="user")
     member = user_member(user) if user is not None else str(role)
@@ -168,10 +185,10 @@ def permissions(
 
 @post("/check", status_code=200)
 async def check(
-    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep
+    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
     """Dry run: would a caller with this subject, token roles and tenant be allowed?"""
-    _require_admin(authorizer, principal)
+    await _require_admin(authorizer, principal, audit, "/admin/check")
     data = await _body(request, CheckBody)
     if data.user is None and not data.roles:
         raise InvalidPolicyError("give 'user', 'roles' or both", param="user")

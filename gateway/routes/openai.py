@@ -54,7 +54,9 @@ def _param_of(message: str) -> str | None:
     return path.rstrip("`").split(".")[0].split("[")[0] or None if path else None
 
 
-async def _infer(request: Request[Any, Any, Any], services: Services, kind: str, type_: type[Any]) -> Response[Any]:
+async def _infer(
+    request: Request[Any, Any, Any], services: Services, kind: str, type_: type[Any]
+) -> Response[Any]:
     endpoint = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
     ctx = context_of(request, endpoint)
     inference = services.inference
@@ -81,7 +83,9 @@ async def completions(request: Request[Any, Any, Any], services: Services) -> Re
     return await _infer(request, services, "completions", CompletionRequest)
 
 
-async def _visible_models(request: Request[Any, Any, Any], services: Services, endpoint: str) -> dict[str, ModelObject]:
+async def _visible_models(
+    request: Request[Any, Any, Any], services: Services, endpoint: str
+) -> dict[str, ModelObject]:
     ctx = context_of(request, endpoint)
     await services.inference.authenticate(ctx, request.headers.get("authorization"))
     assert ctx.principal is not None

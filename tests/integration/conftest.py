@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -65,7 +66,9 @@ class ServedGateway:
 
 
 @contextmanager
-def served_gateway(tmp: Path, *, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Iterator[ServedGateway]:
+def served_gateway(
+    tmp: Path, *, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (), wait_ready: bool = True
+) -> Iterator[ServedGateway]:
     port = free_port()
     data_dir = tmp / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
@@ -82,7 +85,11 @@ def served_gateway(tmp: Path, *, extra_env: dict[str, str] | None = None, args: 
     log_path = tmp / "serve.log"
     log = log_path.open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "strongroom", "serve", *args], cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "strongroom", "serve", *args],
+        cwd=tmp,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     served = ServedGateway(base_url=base, data_dir=data_dir, env=env, proc=proc, log_path=log_path)
@@ -92,7 +99,7 @@ def served_gateway(tmp: Path, *, extra_env: dict[str, str] | None = None, args: 
             if proc.poll() is not None:
                 raise RuntimeError(f"strongroom serve exited with {proc.returncode}:\n{served.log()}")
             try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{base}/{'readyz' if wait_ready else 'healthz'}", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -114,3 +121,9 @@ def served_gateway(tmp: Path, *, extra_env: dict[str, str] | None = None, args: 
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]:
     with served_gateway(tmp_path_factory.mktemp("serve")) as served:
         yield served
+
+
+@pytest.fixture
+def serve() -> Any:
+    """``with serve(tmp_path, extra_env=..., args=...) as gw:`` — a gateway of the test's own."""
+    return served_gateway

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,8 @@ class SSEServer:
     """Streams one chunk per requested token, then a usage chunk and [DONE]; 500 on FAIL_TOKEN."""
 
     def __init__(self) -> None:
-        self.bodies: list[dict[str, object]] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
         self.port = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -33,6 +35,7 @@ class SSEServer:
         length = int({k.lower(): v for k, v in headers.items()}["content-length"])
         body = json.loads(await reader.readexactly(length))
         self.bodies.append(body)
+        self.authorizations.append({k.lower(): v for k, v in headers.items()}.get("authorization"))
         if FAIL_TOKEN in body["prompt"]:
             writer.write(
                 b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\nConnection: close\r\n\r\nboom"
@@ -98,6 +101,7 @@ async def test_sequential_run_gives_exact_metrics(server: SSEServer) -> None:
     # Only the requests with E2E <= 3.5 s (1 and 3 chunks) meet the SLO.
     assert metrics.goodput == pytest.approx(2 / metrics.duration_s)
     assert [b["max_tokens"] for b in sorted(server.bodies, key=lambda b: b["prompt"])] == [4, 1, 3]
+    assert server.authorizations == [None, None, None]
     assert all(
         b["stream"] is True and b["ignore_eos"] is True and b["model"] == "tiny" for b in server.bodies
     )
@@ -106,8 +110,13 @@ async def test_sequential_run_gives_exact_metrics(server: SSEServer) -> None:
 async def test_concurrent_run_with_a_failing_request(server: SSEServer) -> None:
     workload = Workload(prompt_token_ids=[[1] * 5 for _ in range(8)] + [[FAIL_TOKEN]], max_tokens=[6] * 9)
     metrics = await run_serve(
-        base_url=f"http://127.0.0.1:{server.port}", model="tiny", workload=workload, request_rate=float("inf")
+        base_url=f"http://127.0.0.1:{server.port}",
+        model="tiny",
+        workload=workload,
+        request_rate=float("inf"),
+        api_key="sk-test",
     )
+    assert server.authorizations == ["Bearer sk-test"] * 9
     assert metrics.num_completed == 8 and metrics.num_failed == 1
     assert metrics.errors == ["HTTP 500: boom"]
     assert metrics.num_output_tokens == 48

@@ -48,7 +48,9 @@ def test_chat_completion_non_stream_is_served_and_audited(gateway: Any) -> None:
 def test_greedy_is_deterministic(gateway: Any) -> None:
     c = client(gateway, gateway.token("alice", "analyst"))
     texts = {
-        c.completions.create(model="demo-chat", prompt="The bank", max_tokens=12, temperature=0).choices[0].text
+        c.completions.create(model="demo-chat", prompt="The bank", max_tokens=12, temperature=0)
+        .choices[0]
+        .text
         for _ in range(2)
     }
     assert len(texts) == 1
@@ -86,9 +88,13 @@ def test_completions_stream_and_non_stream(gateway: Any) -> None:
     c = client(gateway, gateway.token("alice", "analyst"))
     done = c.completions.create(model="demo-chat", prompt="Hello", max_tokens=5, temperature=0)
     assert done.object == "text_completion" and done.usage is not None
-    pieces = [ch.choices[0].text for ch in c.completions.create(
-        model="demo-chat", prompt="Hello", max_tokens=5, temperature=0, stream=True
-    ) if ch.choices]
+    pieces = [
+        ch.choices[0].text
+        for ch in c.completions.create(
+            model="demo-chat", prompt="Hello", max_tokens=5, temperature=0, stream=True
+        )
+        if ch.choices
+    ]
     assert "".join(pieces) == done.choices[0].text
 
 
@@ -108,7 +114,9 @@ def test_missing_and_tampered_tokens_are_401_and_audited(gateway: Any) -> None:
     tampered = ".".join([head, payload[:-4] + ("AAAA" if payload[-4:] != "AAAA" else "BBBB"), sig])
     bare = httpx.post(f"{gateway.v1}/chat/completions", json={"model": "demo-chat", "messages": []})
     assert bare.status_code == 401 and bare.json()["error"]["message"] == "Invalid token"
-    assert audited(gateway, bare.headers["x-request-id"])[0]["event"]["event_type"] == "authentication_failure"
+    assert (
+        audited(gateway, bare.headers["x-request-id"])[0]["event"]["event_type"] == "authentication_failure"
+    )
     for token in ("not-a-jwt", tampered):
         with pytest.raises(openai.AuthenticationError) as err:
             client(gateway, token).chat.completions.create(
@@ -141,7 +149,10 @@ def test_unknown_model_is_404_and_audited(gateway: Any) -> None:
 
 
 def test_malformed_json_oversized_body_and_bad_fields(gateway: Any) -> None:
-    headers = {"authorization": f"Bearer {gateway.token('alice', 'analyst')}", "content-type": "application/json"}
+    headers = {
+        "authorization": f"Bearer {gateway.token('alice', 'analyst')}",
+        "content-type": "application/json",
+    }
     url = f"{gateway.v1}/chat/completions"
     bad = httpx.post(url, content=b'{"model": "demo-chat", "messages": [', headers=headers)
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"

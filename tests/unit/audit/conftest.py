@@ -5,10 +5,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit_testing import FakeClock
 
 from audit.config import AuditConfig
 from audit.log import AuditLog
+from audit.testing import FakeClock
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from audit_testing import event, run
 
 from audit.config import AuditConfig, ContentRule
 from audit.errors import AuditConfigError, AuditIntegrityError, AuditNotFoundError, AuditUnavailableError
 from audit.event import Decision, EventType
 from audit.query import AuditQuery
 from audit.record import AuditContent
+from audit.testing import sample_event as event
 
 
 def test_append_returns_consecutive_seqs_and_tail_reads_them(open_log) -> None:
@@ -22,7 +22,7 @@ def test_append_returns_consecutive_seqs_and_tail_reads_them(open_log) -> None:
         await log.close()
         return seqs, tail
 
-    seqs, tail = run(go())
+    seqs, tail = asyncio.run(go())
     assert seqs == list(range(2, 52))  # seq 1 is service_start
     assert [r.seq for r in tail] == [49, 50, 51]
     assert tail[-1].event.request_id == "req-49"
@@ -41,7 +41,7 @@ def test_records_survive_reopen_and_chain_continues(open_log, tmp_path: Path) ->
         await log.close()
         return seq, report
 
-    seq, report = run(go())
+    seq, report = asyncio.run(go())
     assert seq == 5  # start, 1, stop, start, 2
     assert report.ok, report.problem
     assert report.num_records == 5 and report.sealed_seq == 3  # the last two await the next checkpoint
@@ -61,7 +61,7 @@ def test_checkpoint_after_n_records_and_after_interval(open_log, clock) -> None:
         await log.close()
         return after_count, after_time
 
-    after_count, after_time = run(go())
+    after_count, after_time = asyncio.run(go())
     assert [cp.seq for cp in after_count] == [10, 20]
     assert [cp.seq for cp in after_time] == [10, 20, 27]
     assert after_time[1].prev == after_time[0].digest()
@@ -74,7 +74,7 @@ def test_closed_log_refuses_appends(open_log) -> None:
         with pytest.raises(AuditUnavailableError):
             await log.append(event(1))
 
-    run(go())
+    asyncio.run(go())
 
 
 def test_store_failure_fails_closed_then_records_the_outage(open_log, tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_store_failure_fails_closed_then_records_the_outage(open_log, tmp_path: 
         await log.close()
         return seq, records
 
-    seq, records = run(go())
+    seq, records = asyncio.run(go())
     outage, last = records[-2], records[-1]
     assert outage.event.event_type == EventType.AUDIT_OUTAGE
     assert "1 appends refused" in outage.event.reason
@@ -108,14 +108,14 @@ def test_wrong_signing_key_is_refused(open_log, tmp_path: Path) -> None:
         with pytest.raises(AuditConfigError):
             await open_log()
 
-    run(go())
+    asyncio.run(go())
 
 
 def test_signing_key_created_private(open_log, tmp_path: Path) -> None:
     async def go():
         await (await open_log()).close()
 
-    run(go())
+    asyncio.run(go())
     assert (tmp_path / "keys" / "audit-signing-key.pem").stat().st_mode & 0o777 == 0o600
 
 
@@ -145,7 +145,7 @@ def test_content_policy_per_role_and_model(open_log) -> None:
         await log.close()
         return opened, match, miss, stored
 
-    opened, match, miss, stored = run(go())
+    opened, match, miss, stored = asyncio.run(go())
     assert opened == content
     assert match == {"prompt": True, "completion": False}
     assert miss == {"prompt": False, "completion": False}
@@ -174,7 +174,7 @@ def test_search_filters_and_cursor_pagination(open_log, clock) -> None:
         await log.close()
         return pages, findings, denied, timed, no_like, agg
 
-    pages, findings, denied, timed, no_like, agg = run(go())
+    pages, findings, denied, timed, no_like, agg = asyncio.run(go())
     flat = [rid for page in pages for rid in page]
     assert flat == [f"req-{i}" for i in range(1, 30, 2)]
     assert [len(p) for p in pages] == [4, 4, 4, 3]
@@ -196,3 +196,58 @@ def test_bad_cursor_and_limit_are_query_errors() -> None:
         decode_cursor("not-a-cursor!")
     with pytest.raises(AuditQueryError):
         AuditQuery(limit=0)
+
+
+def test_archive_moves_old_segment_and_both_halves_still_verify(open_log, clock, tmp_path: Path) -> None:
+    cfg = AuditConfig(checkpoint_every=5, retention_online_days=90)
+
+    async def go():
+        log = await open_log(cfg)
+        for i in range(12):
+            await log.append(event(i))
+        clock.advance(100 * 86_400)
+        for i in range(12, 15):
+            await log.append(event(i))
+        entry = await log.archive(tmp_path)
+        live, archives = await log.verify(), await log.verify_archives()
+        seq = await log.append(event(99))
+        page = await log.search(AuditQuery())
+        await log.close()
+        return entry, live, archives, seq, page
+
+    entry, live, archives, seq, page = asyncio.run(go())
+    assert (entry.first_seq, entry.last_seq) == (1, 10)
+    assert live.ok, live.problem
+    assert archives.ok, archives.problem
+    assert page.records[0].seq == 11 and seq == 17
+    segment = Path(entry.path)
+    segment.write_text(segment.read_text().replace("req-3", "req-X"))
+
+    async def reverify():
+        log = await open_log(cfg)
+        report = await log.verify_archives()
+        await log.close()
+        return report
+
+    tampered = asyncio.run(reverify())
+    assert not tampered.ok and "modified" in tampered.problem
+
+
+def test_second_sink_gets_refused_events(open_log, tmp_path: Path) -> None:
+    from audit.testing import MemorySink
+
+    sink = MemorySink()
+
+    async def go():
+        log = await open_log(second_sink=sink)
+        blocker = sqlite3.connect(tmp_path / "audit" / "audit.db")
+        blocker.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(AuditUnavailableError):
+            await log.append(event(7))
+        blocker.rollback()
+        blocker.close()
+        await log.close()
+
+    asyncio.run(go())
+    assert [e.event_type for e in sink.events] == [EventType.AUDIT_OUTAGE, EventType.INFERENCE]
+    assert sink.events[1].request_id == "req-7"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import sqlite3
 from pathlib import Path
 
 import pytest
-from audit_testing import event, run
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from audit.bundle import verify_bundle, verify_store
@@ -15,6 +16,7 @@ from audit.checkpoint import Checkpoint, ExportSeal
 from audit.config import AuditConfig
 from audit.record import RecordRow, hash_body, record_from_row
 from audit.signer import CheckpointSigner
+from audit.testing import sample_event as event
 
 NUM_EVENTS = 40
 
@@ -31,7 +33,7 @@ def exported(open_log, tmp_path: Path):
         await log.close()
         return path, verifier
 
-    return run(go())
+    return asyncio.run(go())
 
 
 def _lines(path: Path) -> list[dict]:
@@ -81,14 +83,14 @@ def _mutations(lines: list[dict]) -> list[tuple[str, list[dict], int | None]]:
         m[i]["time_us"] += 1
         out.append((f"modify-time-{seq}", m, seq))
         out.append((f"delete-{seq}", lines[:i] + lines[i + 1 :], None))
-        out.append((f"duplicate-{seq}", lines[: i + 1] + [lines[i]] + lines[i + 1 :], None))
-    for a, b in zip(rec, rec[1:], strict=False):
+        out.append((f"duplicate-{seq}", [*lines[: i + 1], lines[i], *lines[i + 1 :]], None))
+    for a, b in itertools.pairwise(rec):
         m = list(lines)
         m[a], m[b] = m[b], m[a]
         out.append((f"swap-{lines[a]['seq']}-{lines[b]['seq']}", m, None))
     forged = dict(lines[rec[3]])
     forged["event"] = forged["event"].replace('"request_id":"req-2"', '"request_id":"forged"')
-    out.append(("insert-forged", lines[: rec[3]] + [_rehash(forged)] + lines[rec[3] :], None))
+    out.append(("insert-forged", [*lines[: rec[3]], _rehash(forged), *lines[rec[3] :]], None))
     out.append(("truncate-seal", lines[:-1], None))
     out.append(("truncate-records-keep-seal", [*lines[: rec[-3]], lines[-1]], None))
     out.append(("drop-first-record", [lines[0], *lines[rec[0] + 1 :]], None))
@@ -163,7 +165,7 @@ def _live_db(open_log, tmp_path: Path):
         await log.close()
         return verifier
 
-    verifier = run(go())
+    verifier = asyncio.run(go())
     return tmp_path / "audit" / "audit.db", verifier
 
 
@@ -228,3 +230,21 @@ def test_store_rejects_update_and_delete(open_log, tmp_path: Path) -> None:
         with pytest.raises(sqlite3.IntegrityError, match="append-only"):
             conn.execute(statement)
     conn.close()
+
+
+def test_cutting_the_tail_with_its_checkpoints_leaves_a_stale_non_final_checkpoint(
+    open_log, tmp_path: Path
+) -> None:
+    db, verifier = _live_db(open_log, tmp_path)
+    from audit.sqlite_store import SqliteStore
+
+    store = SqliteStore(db)
+    intact = verify_store(store, verifier)
+    assert intact.newest_checkpoint_final
+    _tamper(db, "DELETE FROM audit_records WHERE seq > 15", "DELETE FROM audit_checkpoints WHERE seq > 15")
+    cut = verify_store(store, verifier)
+    store.close()
+    assert cut.ok  # what is left is authentic...
+    assert (
+        not cut.newest_checkpoint_final
+    )  # ...but the clean-shutdown checkpoint is gone: flagged by `verify`

@@ -101,6 +101,7 @@ def test_metaspace_first_token_keeps_its_space_after_a_prompt(metaspace: Tokeniz
 
 def test_special_tokens_are_skipped_unless_asked(byte_level: Tokenizer) -> None:
     eos = byte_level.token_to_id("<|endoftext|>")
+    assert eos is not None
     ids = [*byte_level.encode("ok").ids, eos]
     assert "".join(_stream(byte_level, ids)) == "ok"
     assert "".join(_stream(byte_level, ids, skip_special_tokens=False)) == "ok<|endoftext|>"

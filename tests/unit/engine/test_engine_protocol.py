@@ -27,7 +27,9 @@ def engine_server(backend: StubEngine) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(EngineServer(backend, TOKEN).app(), log_level="error", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(EngineServer(backend, TOKEN).app(), log_level="error", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -44,7 +46,10 @@ def engine_server(backend: StubEngine) -> Iterator[str]:
 
 def request(model: str = "demo-chat", max_tokens: int = 3, **kw: object) -> GenerateRequest:
     return GenerateRequest(
-        request_id=f"r-{time.monotonic_ns()}", model=model, params=SamplingParams(max_tokens=max_tokens), **kw  # type: ignore[arg-type]
+        request_id=f"r-{time.monotonic_ns()}",
+        model=model,
+        params=SamplingParams(max_tokens=max_tokens),
+        **kw,  # type: ignore[arg-type]
     )
 
 

@@ -132,3 +132,22 @@ def test_config_validation() -> None:
         EngineConfig(kv_cache_fraction=0)
     with pytest.raises(InvalidRequestError):
         LLM()
+
+
+def test_stop_string_ends_generation_before_it(model_dirs: dict[str, Path]) -> None:
+    llm = LLM(str(model_dirs["qwen3"]), kv_cache_bytes=1 << 20)
+    prompt = [0, *range(20, 30)]
+    free = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))[0]
+    # Random weights emit broken UTF-8 too; stop on a plain-ASCII pair from the later text.
+    text = free.text
+    stop = next(
+        text[i : i + 2]
+        for i in range(len(text) // 3, len(text) - 1)
+        if text[i : i + 2].isascii() and text[i : i + 2].isalnum()
+    )
+    cut = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, stop=(stop,)))[
+        0
+    ]
+    assert cut.finish_reason == "stop"
+    assert cut.text == free.text[: free.text.index(stop)]
+    assert len(cut.token_ids) < len(free.token_ids)

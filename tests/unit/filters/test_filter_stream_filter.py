@@ -143,3 +143,11 @@ def test_stream_detector_failure_redacts_what_is_held(tmp_path: Path) -> None:
     sf.feed("secret 9")
     out = sf.feed(" tail").release + sf.finish().release
     assert "secret" not in out
+
+
+def test_expanding_characters_around_a_value_split_anywhere(redacting: FilterPipeline) -> None:
+    text = "ﬁ邮箱ﬁa@b.coﬁ㎏ end"
+    expected = redacting.check_response(text, CTX).texts[0]
+    assert expected == "ﬁ邮箱[REDACTED:EMAIL] end"  # the address reads "fia@b.cofikg" once normalized
+    for chunks in splits(text, seed=3):
+        assert run_stream(redacting, chunks) == (expected, False)

@@ -121,3 +121,13 @@ def test_retire_before(tmp_path: Path) -> None:
             (1, "retired"),
             (2, "current"),
         ]
+
+
+def test_config_fails_closed_on_incomplete_hsm_settings() -> None:
+    from keys import KeysConfig
+
+    assert KeysConfig().require_sealed is True
+    with pytest.raises(KeysConfigError, match="pkcs11_token_label and pkcs11_pin_env"):
+        KeysConfig(provider="pkcs11", pkcs11_token_label="t")
+    with pytest.raises(KeysConfigError, match="pkcs11_key_id"):
+        KeysConfig(pkcs11_key_id="a/b")

@@ -199,3 +199,11 @@ def test_seal_from_directory(tmp_path: Path, provider: KeyFileProvider) -> None:
     with open_model(tmp_path / "sealed", provider, audit=None, process="t") as source:
         assert source.read("sub/w.bin") == (src / "sub" / "w.bin").read_bytes()
     assert not list(tmp_path.glob(".sealed.sealing-*"))
+
+
+def test_closed_source_refuses_reads(sealed_dir: Path, provider: KeyFileProvider) -> None:
+    source = open_model(sealed_dir, provider, audit=None, process="t")
+    source.close()
+    with pytest.raises(SealedModelError, match="closed"):
+        source.read("config.json")
+    assert "material" not in repr(source) and "tiny" in repr(source)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -11,8 +12,8 @@ from engine.sampling_params import SamplingParams
 VOCAB = 64
 
 
-def _row(seed: int | None = None, output: list[int] | None = None, **kwargs: object) -> SamplingRow:
-    params = SamplingParams(seed=seed, **kwargs)  # type: ignore[arg-type]
+def _row(seed: int | None = None, *, output: list[int] | None = None, **kwargs: Any) -> SamplingRow:
+    params = SamplingParams(seed=seed, **kwargs)
     return SamplingRow(
         params=params,
         prompt_token_ids=[1, 2, 3],
@@ -41,7 +42,7 @@ def test_greedy_rows_stay_greedy_in_a_mixed_batch() -> None:
 
 
 @pytest.mark.parametrize("params", [{"top_k": 1}, {"top_p": 1e-6}, {"min_p": 1.0}])
-def test_degenerate_truncation_equals_greedy(params: dict[str, float]) -> None:
+def test_degenerate_truncation_equals_greedy(params: dict[str, Any]) -> None:
     logits = _logits(16, seed=1)
     rows = [_row(seed=s, temperature=2.0, **params) for s in range(16)]
     out = Sampler()(logits, rows)
@@ -64,7 +65,7 @@ def _generate(
 
 
 def test_seed_gives_the_same_tokens_whatever_else_is_in_the_batch() -> None:
-    params = {"temperature": 0.9, "top_p": 0.95, "top_k": 40}
+    params: dict[str, Any] = {"temperature": 0.9, "top_p": 0.95, "top_k": 40}
     alone = _generate(Sampler(), _row(seed=42, **params), [], steps=20)
     crowd = [_row(seed=7, temperature=1.3), _row(temperature=0.5), _row(temperature=0), _row(seed=42)]
     crowd += [_row(temperature=1.0, min_p=0.1) for _ in range(5)]

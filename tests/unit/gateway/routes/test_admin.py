@@ -77,7 +77,12 @@ def test_guarded_by_admin_policy(tmp_path: Path) -> None:
             )
             assert r.status_code == 403, (path, r.text)
             assert r.json()["error"]["code"] == "permission_denied"
-        assert authorizer.version == 1 and not sink.events
+        assert authorizer.version == 1
+        assert [e.event_type for e in sink.events] == [EventType.AUTHORIZATION_DENIAL] * 3
+        assert sink.events[1].subject == "ann" and sink.events[1].endpoint == "/admin/grants"
+        sink.failing = True  # a denial that cannot be recorded is not answered 403 but 503
+        r = await client.get("/admin/policy", headers=ANALYST)
+        assert r.status_code == 503
 
     run(tmp_path, body)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ from audit.config import AuditConfig
 from audit.errors import AuditError
 from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.log import AuditLog
-from audit.query import AuditQuery
 from audit.record import AuditContent
+from audit.signer import CheckpointVerifier
 from gateway.auth.principal import Principal
 from gateway.routes.audit import build_audit_router
 from policies.authorizer import Authorizer
@@ -33,32 +34,41 @@ def _error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     return Response({"error": {"message": str(exc), "code": exc.code}}, status_code=exc.status_code)
 
 
-async def _setup(tmp_path: Path) -> tuple[AuditLog, Litestar]:
-    log = await AuditLog.open(AuditConfig(content_default="encrypt"), tmp_path)
+def _app(tmp_path: Path, state: dict[str, Any]) -> Litestar:
+    """The log lives on the app's own loop (litestar's test client runs the app in a portal thread)."""
     authorizer = Authorizer.open(AccessConfig(), tmp_path)
-    for i in range(6):
-        findings = (Finding(type="pii.card", count=1, action="mask"),) if i % 2 else ()
-        await log.append(
-            AuditEvent(
-                event_type=EventType.INFERENCE,
-                decision=Decision.ALLOW,
-                subject=f"u{i}",
-                model="m",
-                roles=("analyst",),
-                findings=findings,
-            ),
-            AuditContent(prompt=f"secret prompt {i}", completion="answer"),
-        )
-    app = Litestar(
+
+    async def startup() -> None:
+        log = await AuditLog.open(AuditConfig(content_default="encrypt"), tmp_path)
+        for i in range(6):
+            findings = (Finding(type="pii.card", count=1, action="mask"),) if i % 2 else ()
+            await log.append(
+                AuditEvent(
+                    event_type=EventType.INFERENCE,
+                    decision=Decision.ALLOW,
+                    subject=f"u{i}",
+                    model="m",
+                    roles=("analyst",),
+                    findings=findings,
+                ),
+                AuditContent(prompt=f"secret prompt {i}", completion="answer"),
+            )
+        state["log"] = log
+
+    async def shutdown() -> None:
+        await state["log"].close()
+
+    return Litestar(
         route_handlers=[build_audit_router()],
+        on_startup=[startup],
+        on_shutdown=[shutdown],
         dependencies={
             "principal": Provide(_principal, sync_to_thread=False),
             "authorizer": Provide(lambda: authorizer, sync_to_thread=False),
-            "audit_log": Provide(lambda: log, sync_to_thread=False),
+            "audit_log": Provide(lambda: state["log"], sync_to_thread=False),
         },
         exception_handlers={AuditError: _error},
     )
-    return log, app
 
 
 AUDITOR = {"x-test-subject": "alice", "x-test-roles": "auditor"}
@@ -68,8 +78,8 @@ ANALYST = {"x-test-subject": "bob", "x-test-roles": "analyst"}
 
 def test_routes_end_to_end(tmp_path: Path) -> None:
     async def go() -> None:
-        log, app = await _setup(tmp_path)
-        async with AsyncTestClient(app) as client:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
             r = await client.get(
                 "/audit/records", params={"finding": "pii.card", "limit": 2}, headers=AUDITOR
             )
@@ -100,22 +110,24 @@ def test_routes_end_to_end(tmp_path: Path) -> None:
             export = await client.get("/audit/export", headers=AUDITOR)
             assert export.status_code == 200
             (tmp_path / "bundle.jsonl").write_bytes(export.content)
-            assert verify_bundle(tmp_path / "bundle.jsonl", log.signer.verifier).ok
+            pem = (await client.get("/audit/public-key", headers=AUDITOR)).content
+            assert verify_bundle(tmp_path / "bundle.jsonl", CheckpointVerifier.from_pem(pem)).ok
             csv = await client.get("/audit/export", params={"format": "csv"}, headers=AUDITOR)
             assert csv.text.splitlines()[0].startswith("seq,time,event_type")
 
-        # Every access above, and every refusal, is itself in the log.
-        access = await log.search(AuditQuery(event_type="audit_access", limit=100))
-        denials = await log.search(AuditQuery(event_type="authorization_denial"))
-        await log.close()
-        details = [r.event.detail.split(" ")[0] for r in access.records]
-        assert (
-            details.count("search") == 2
-            and "content" in details
-            and "export" in details
-            and "verify" in details
-        )
-        assert [(r.event.subject, r.event.reason) for r in denials.records] == [
+            # Every access above, and every refusal, is itself in the log.
+            access = (
+                await client.get("/audit/records", params={"event_type": "audit_access"}, headers=AUDITOR)
+            ).json()
+            denials = (
+                await client.get(
+                    "/audit/records", params={"event_type": "authorization_denial"}, headers=AUDITOR
+                )
+            ).json()
+        details = [r["event"]["detail"].split(" ")[0] for r in access["records"]]
+        assert details.count("search") == 4 and "content" in details and "export" in details
+        assert "verify" in details and "public-key" in details
+        assert [(r["event"]["subject"], r["event"]["reason"]) for r in denials["records"]] == [
             ("bob", "missing audit:read"),
             ("alice", "missing audit:content"),
         ]
@@ -125,10 +137,17 @@ def test_routes_end_to_end(tmp_path: Path) -> None:
 
 def test_refused_when_audit_log_cannot_record_the_access(tmp_path: Path) -> None:
     async def go() -> None:
-        log, app = await _setup(tmp_path)
-        async with AsyncTestClient(app) as client:
-            await log.close()  # nothing can be recorded any more: no data may leave either
-            r = await client.get("/audit/records/3/content", headers=COMPLIANCE)
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            ok = await client.get("/audit/records/3/content", headers=COMPLIANCE)
+            assert ok.status_code == 200
+            # The store goes read-only: nothing can be recorded, so no content may leave either.
+            db = tmp_path / "audit" / "audit.db"
+            subprocess.run(["chattr", "+i", str(db), f"{db}-wal"], check=True)
+            try:
+                r = await client.get("/audit/records/3/content", headers=COMPLIANCE)
+            finally:
+                subprocess.run(["chattr", "-i", str(db), f"{db}-wal"], check=True)
             assert r.status_code == 503 and "secret" not in r.text
 
     asyncio.run(go())

@@ -1,17 +1,30 @@
-"""Helpers shared by the audit tests (imported by name; tests have no packages)."""
+"""Test doubles for code that audits: a real in-memory ``AuditSink``, a settable clock, sample events."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
+from audit.errors import AuditUnavailableError
 from audit.event import AuditEvent, Decision, EventType, Finding
 
-T = TypeVar("T")
+
+class MemorySink:
+    """Satisfies ``AuditSink`` with a list; set ``is_available = False`` to exercise fail-closed paths."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+        self.is_available = True
+
+    async def append(self, event: AuditEvent) -> int:
+        if not self.is_available:
+            raise AuditUnavailableError("memory sink switched off")
+        self.events.append(event)
+        return len(self.events)
 
 
 class FakeClock:
+    """A wall clock that only moves when told to."""
+
     def __init__(self, now: float = 1_796_000_000.0) -> None:
         self.now = now
 
@@ -22,11 +35,8 @@ class FakeClock:
         self.now += seconds
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
-
-
-def event(i: int = 0, **overrides: Any) -> AuditEvent:
+def sample_event(i: int = 0, **overrides: Any) -> AuditEvent:
+    """Inference event number ``i``: odd ones are analyst/qwen-7b, even teller+ops/llama-8b, every 5th has a finding."""
     fields: dict[str, Any] = {
         "event_type": EventType.INFERENCE,
         "decision": Decision.ALLOW,

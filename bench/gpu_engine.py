@@ -1,0 +1,376 @@
+"""The GPU engine benchmark, one device call: gpu tests, batch-1 decode, throughput.
+
+    python -m bench.gpu_engine --out $OUT                     # everything, on the H200
+    python -m bench.gpu_engine --out $OUT --skip llama3-8b --throughput-scale 0.25
+
+Stages, each appended to ``gpu_engine.json`` as soon as it finishes (a timeout keeps what ran):
+
+1. ``pytest -m gpu`` over the kernel tests and the CUDA exactness test.
+2. Batch-1 decode (random weights, bf16, prompt 128, 256 new tokens, EOS ignored, greedy) for
+   the Qwen3-0.6B and Llama-3-8B shapes: ours with CUDA graphs, ours eager, HF ``generate``; the
+   memory-bandwidth floor (weights + KV read per token at the measured 4.27 TB/s) and MBU.
+   A torch.profiler pass over a few decode steps splits each token's time into GPU kernel time
+   and the rest (launch gaps, Python).
+3. Throughput on nano-vllm's workload (``--throughput-scale``), ours only (HF's 614 tok/s is in
+   ANCHORS.md, measured on the same machine).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bench.provenance import provenance
+
+COPY_BANDWIDTH = 4.27e12
+"""Measured H200 device-to-device copy bandwidth, bytes read + written per second (ANCHORS.md)."""
+PROMPT_LEN, NEW_TOKENS = 128, 256
+
+LLAMA3_8B: dict[str, Any] = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+}
+
+
+def _hf_model(shape: str) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from bench.random_model import _COMMON, SHAPES
+
+    torch.manual_seed(0)
+    if shape == "llama3-8b":
+        config: Any = LlamaConfig(**LLAMA3_8B, bos_token_id=0, eos_token_id=1)
+        cls: Any = LlamaForCausalLM
+    else:
+        fields = {**_COMMON, **SHAPES["qwen3-0.6b"]}
+        config = Qwen3Config(**fields, bos_token_id=0, eos_token_id=1)
+        cls = Qwen3ForCausalLM
+    with torch.device("cuda"):
+        model = cls(config).to(torch.bfloat16)
+    return model.eval()
+
+
+def _save(model: Any, path: Path) -> None:
+    from bench.random_model import _write_tokenizer
+
+    model.save_pretrained(path)
+    _write_tokenizer(path, int(model.config.vocab_size))
+
+
+def _floor(model: Any, context: int) -> dict[str, float]:
+    c = model.config
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv = c.num_hidden_layers * 2 * c.num_key_value_heads * head_dim * 2 * context
+    return {
+        "weight_bytes": weights,
+        "kv_bytes_per_token": kv,
+        "floor_ms": (weights + kv) / COPY_BANDWIDTH * 1e3,
+    }
+
+
+def run_hf(model: Any, prompt: list[int]) -> dict[str, float]:
+    import torch
+
+    ids = torch.tensor([prompt], device="cuda")
+
+    def generate(n: int) -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(
+                ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0
+            )
+        torch.cuda.synchronize()
+        assert out.shape[1] == len(prompt) + n
+        return time.perf_counter() - start
+
+    generate(4)
+    first, full = generate(1), generate(NEW_TOKENS)
+    return {
+        "decode_tok_s": (NEW_TOKENS - 1) / (full - first),
+        "e2e_tok_s": NEW_TOKENS / full,
+        "ttft_s": first,
+    }
+
+
+def _generate_timed(
+    engine: Any, model: str, prompt: list[int], tag: str, new_tokens: int = NEW_TOKENS
+) -> dict[str, float]:
+    import torch
+
+    from engine import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
+    engine.add_request(tag, model, prompt, params)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    first = None
+    tokens = 0
+    while engine.has_work:
+        for _, delta in engine.step():
+            tokens += len(delta.token_ids)
+        if first is None:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    assert tokens == new_tokens, tokens
+    assert first is not None
+    return {
+        "decode_tok_s": (new_tokens - 1) / (end - first),
+        "e2e_tok_s": new_tokens / (end - start),
+        "ttft_s": first - start,
+    }
+
+
+def _profile(engine: Any, model: str, prompt: list[int], steps: int = 24) -> dict[str, Any]:
+    """Batch-1 decode: GPU kernel time per step vs wall time per step, and the top kernels."""
+    from engine import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=steps + 8, ignore_eos=True)
+    engine.add_request("profile", model, prompt, params)
+    for _ in range(4):
+        engine.step()
+    result = _profile_steps(engine, steps)
+    while engine.has_work:
+        engine.step()
+    return result
+
+
+def _profile_steps(engine: Any, steps: int) -> dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            engine.step()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    kernels = [e for e in events if e.device_type.name == "CUDA"] or events
+    gpu_us = sum(e.self_device_time_total for e in kernels)
+    top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:12]
+    return {
+        "wall_ms_per_step": wall / steps * 1e3,
+        "gpu_kernel_ms_per_step": gpu_us / steps / 1e3,
+        "gpu_busy_fraction": gpu_us / 1e6 / wall,
+        "top_kernels": [
+            {"name": e.key[:90], "ms_per_step": e.self_device_time_total / steps / 1e3, "count": e.count}
+            for e in top
+        ],
+    }
+
+
+def _profile_big_batch(engine: Any, model: str, num_seqs: int = 256, context: int = 1024) -> dict[str, Any]:
+    """Decode at num_seqs sequences of ~context tokens: where a throughput step's time goes."""
+    from engine import SamplingParams
+
+    rng = random.Random(1)
+    params = SamplingParams(temperature=0.6, max_tokens=48, ignore_eos=True)
+    for i in range(num_seqs):
+        engine.add_request(f"big-{i}", model, [rng.randint(2, 10000) for _ in range(context)], params)
+    while engine.scheduler.num_waiting or engine.num_steps < 3:
+        engine.step()
+    for _ in range(3):
+        engine.step()
+    result = _profile_steps(engine, 8)
+    result["num_running"] = engine.scheduler.num_running
+    while engine.has_work:
+        engine.step()
+    return result
+
+
+def run_decode(shape: str, workdir: Path) -> dict[str, Any]:
+    import torch
+
+    from engine import LLM
+
+    random.seed(0)
+    prompt = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
+    t0 = time.perf_counter()
+    hf = _hf_model(shape)
+    path = workdir / shape
+    _save(hf, path)
+    floor = _floor(hf, PROMPT_LEN + NEW_TOKENS // 2)
+    result: dict[str, Any] = {"shape": shape, "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS, **floor}
+    result["hf_generate"] = run_hf(hf, prompt)
+    del hf
+    gc.collect()
+    torch.cuda.empty_cache()
+    result["build_s"] = time.perf_counter() - t0
+    llm = LLM(str(path), dtype="bfloat16", device="cuda", kv_cache_bytes=4 << 30, max_num_seqs=8)
+    engine, name = llm.engine, llm.model_names[0]
+    _generate_timed(engine, name, prompt[:16], "warmup", 8)
+    result["ours_graphs"] = _generate_timed(engine, name, prompt, "graphs")
+    result["ours_graphs_profile"] = _safe(lambda: _profile(engine, name, prompt))
+    runner = engine.runners[name]
+    graphs, runner.graphs = runner.graphs, None
+    _generate_timed(engine, name, prompt[:16], "warmup-eager", 8)
+    result["ours_eager"] = _generate_timed(engine, name, prompt, "eager")
+    result["ours_eager_profile"] = _safe(lambda: _profile(engine, name, prompt))
+    runner.graphs = graphs
+    for key in ("ours_graphs", "ours_eager", "hf_generate"):
+        ms = 1e3 / result[key]["decode_tok_s"]
+        result[key]["ms_per_token"] = ms
+        result[key]["mbu"] = floor["floor_ms"] / ms
+    return result
+
+
+def run_throughput(workdir: Path, scale: float) -> dict[str, Any]:
+    import torch
+
+    from bench.throughput import _result
+    from bench.workload import nano_vllm_workload
+    from engine import LLM, SamplingParams
+
+    workload = nano_vllm_workload().scaled(scale)
+    path = workdir / "qwen3-0.6b"
+    llm = LLM(
+        str(path),
+        dtype="bfloat16",
+        device="cuda",
+        kv_cache_bytes=48 << 30,
+        max_num_seqs=256,
+        max_num_batched_tokens=16384,
+    )
+    engine, name = llm.engine, llm.model_names[0]
+
+    def generate(prompts: list[list[int]], max_tokens: list[int], tag: str) -> int:
+        for i, (prompt, m) in enumerate(zip(prompts, max_tokens, strict=True)):
+            params = SamplingParams(temperature=workload.temperature, ignore_eos=True, max_tokens=m)
+            engine.add_request(f"{tag}-{i}", name, prompt, params)
+        num_output = 0
+        while engine.has_work:
+            for _, delta in engine.step():
+                num_output += len(delta.token_ids)
+        return num_output
+
+    # Warm-up: compiles every kernel variant and captures every decode bucket once.
+    generate([p[:64] for p in workload.prompt_token_ids], [24] * workload.num_requests, "warm")
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    num_output = generate(workload.prompt_token_ids, workload.max_tokens, "run")
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    return {
+        "scale": scale,
+        "steps": engine.num_steps,
+        **asdict(_result("ours", workload, elapsed, num_output)),
+    }
+
+
+def _free_gpu() -> None:
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _safe(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # a profiler failure must not lose the timings
+        return {"error": repr(exc)}
+
+
+def _run_tests(out: Path, paths: tuple[str, ...]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *paths]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
+    (out / "gpu_tests.log").write_text(proc.stdout + proc.stderr)
+    tail = (proc.stdout.strip().splitlines() or [""])[-1]
+    return {
+        "command": " ".join(cmd),
+        "returncode": proc.returncode,
+        "summary": tail,
+        "s": time.perf_counter() - start,
+    }
+
+
+@click.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@click.option("--skip", multiple=True, help="stages to skip: tests, qwen3-0.6b, llama3-8b, throughput")
+@click.option(
+    "--tests",
+    "test_paths",
+    multiple=True,
+    default=("tests/unit/engine/kernels", "tests/unit/engine/test_cuda.py"),
+    show_default=True,
+)
+@click.option("--throughput-scale", type=float, default=1.0, show_default=True)
+@click.option("--workdir", type=click.Path(path_type=Path), default=None, help="checkpoints; default RAM")
+def main(
+    out_dir: Path,
+    skip: tuple[str, ...],
+    test_paths: tuple[str, ...],
+    throughput_scale: float,
+    workdir: Path | None,
+) -> None:
+    if workdir is None:
+        in_ram = shutil.disk_usage("/dev/shm").free > 40 << 30 if Path("/dev/shm").is_dir() else False
+        workdir = Path("/dev/shm" if in_ram else tempfile.gettempdir()) / "strongroom-bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"provenance": provenance(sys.argv, "cuda"), "stages": {}}
+    target = out_dir / "gpu_engine.json"
+
+    def stage(name: str, fn: Any) -> None:
+        if name in skip:
+            return
+        start = time.perf_counter()
+        report["stages"][name] = _safe(fn)
+        report["stages"][name]["stage_s"] = round(time.perf_counter() - start, 1)
+        _free_gpu()
+        target.write_text(json.dumps(report, indent=2, default=str))
+        print(f"== {name}: {json.dumps(report['stages'][name], default=str)[:1500]}", flush=True)
+
+    stage("tests", lambda: _run_tests(out_dir, test_paths))
+    stage("qwen3-0.6b", lambda: run_decode("qwen3-0.6b", workdir))
+    if "throughput" not in skip and not (workdir / "qwen3-0.6b").exists():
+        _save(_hf_model("qwen3-0.6b"), workdir / "qwen3-0.6b")
+    stage("throughput", lambda: run_throughput(workdir, throughput_scale))
+    stage("llama3-8b", lambda: run_decode("llama3-8b", workdir))
+    _print_table(report)
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    for shape in ("qwen3-0.6b", "llama3-8b"):
+        r = report["stages"].get(shape)
+        if not r or "error" in r:
+            continue
+        print(f"{shape}: floor {r['floor_ms']:.3f} ms/token ({1e3 / r['floor_ms']:.0f} tok/s)")
+        for key in ("ours_graphs", "ours_eager", "hf_generate"):
+            x = r[key]
+            print(
+                f"  {key:12s} {x['decode_tok_s']:8.1f} tok/s  {x['ms_per_token']:.3f} ms  MBU {x['mbu']:.2f}"
+            )
+    t = report["stages"].get("throughput")
+    if t and "error" not in t:
+        print(
+            f"throughput (scale {t['scale']}): {t.get('output_tok_s')} output tok/s, {t.get('num_output_tokens')} tokens"
+        )
+
+
+if __name__ == "__main__":
+    main()

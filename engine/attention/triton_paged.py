@@ -1,0 +1,55 @@
+"""Paged attention on CUDA: the Triton kernel behind the same ``forward`` as the torch backend."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from engine.attention.metadata import AttentionMetadata
+
+__all__ = ["TritonPagedAttention"]
+
+_TARGET_PROGRAMS = 264
+"""About two programs per H200 multiprocessor: split decode keys until a step has this many."""
+_MAX_SPLITS = 16
+
+
+def num_splits_for(num_seqs: int, num_kv_heads: int, max_query_len: int) -> int:
+    """Split-K factor, a power of two that depends only on the batch shape (graph-safe)."""
+    if max_query_len > 1:
+        return 1
+    splits = 1
+    while splits < _MAX_SPLITS and num_seqs * num_kv_heads * splits < _TARGET_PROGRAMS:
+        splits *= 2
+    return splits
+
+
+class TritonPagedAttention:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        *,
+        scale: float,
+        sliding_window: int | None = None,
+    ) -> torch.Tensor:
+        # q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
+        from engine.kernels import paged_attention
+
+        starts = meta.host_query_starts
+        max_query_len = max(b - a for a, b in itertools.pairwise(starts))
+        return paged_attention(
+            q,
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.context_lens,
+            meta.query_starts,
+            max_query_len=max_query_len,
+            scale=scale,
+            sliding_window=sliding_window,
+            num_splits=num_splits_for(meta.num_seqs, k_cache.shape[2], max_query_len),
+        )

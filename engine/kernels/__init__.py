@@ -1,0 +1,12 @@
+"""Triton kernels for the CUDA path; the torch layers are their CPU path and their oracle.
+
+Nothing here is imported on CPU: the layers import a kernel only once they see a CUDA tensor.
+The tests run every kernel on CPU tensors under ``TRITON_INTERPRET=1``.
+"""
+
+from engine.kernels.paged_attention import paged_attention
+from engine.kernels.rms_norm import rms_norm
+from engine.kernels.rotary_kv import kv_write, rotary, rotary_kv_write
+from engine.kernels.silu_and_mul import silu_and_mul
+
+__all__ = ["kv_write", "paged_attention", "rms_norm", "rotary", "rotary_kv_write", "silu_and_mul"]

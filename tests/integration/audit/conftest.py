@@ -1,0 +1,80 @@
+"""Outage drill shared by the SQLite and PostgreSQL fail-closed tests, handed out as fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from types import SimpleNamespace
+
+import pytest
+
+from audit.errors import AuditUnavailableError
+from audit.event import AuditEvent, Decision, EventType
+from audit.log import AuditLog
+from audit.query import AuditQuery
+from audit.store import AuditStore
+
+
+async def _load(
+    log: AuditLog, stop: asyncio.Event, ok: dict[str, int], failed: list[str], workers: int = 16
+) -> None:
+    counter = itertools.count()
+
+    async def worker() -> None:
+        while not stop.is_set():
+            rid = f"r{next(counter)}"
+            try:
+                ok[rid] = await log.append(
+                    AuditEvent(event_type=EventType.INFERENCE, decision=Decision.ALLOW, request_id=rid)
+                )
+            except AuditUnavailableError:
+                failed.append(rid)
+                await asyncio.sleep(0.005)  # the gateway would be answering 503 here
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+
+
+async def run_outage(log: AuditLog, break_store, repair_store) -> tuple[dict[str, int], list[str]]:
+    ok: dict[str, int] = {}
+    failed: list[str] = []
+    stop = asyncio.Event()
+    load = asyncio.create_task(_load(log, stop, ok, failed))
+    await asyncio.sleep(0.3)
+    num_before = len(ok)
+    await asyncio.to_thread(break_store)
+    await asyncio.sleep(0.5)
+    num_during = len(ok)
+    await asyncio.to_thread(repair_store)
+    await asyncio.sleep(1.5)
+    stop.set()
+    await load
+    assert num_before > 0 and failed, "the outage must have refused appends"
+    assert len(ok) > num_during, "appends must succeed again once the store is back"
+    return ok, failed
+
+
+async def check_nothing_lost(log: AuditLog, store: AuditStore, ok: dict[str, int], failed: list[str]) -> None:
+    stored: dict[str, int] = {}
+    after = 0
+    while rows := await asyncio.to_thread(store.rows, after, 1000):
+        for row in rows:
+            rid = (
+                row.event.split('"request_id":"', 1)[1].split('"', 1)[0]
+                if '"request_id"' in row.event
+                else ""
+            )
+            stored[rid] = row.seq
+        after = rows[-1].seq
+    for rid, seq in ok.items():
+        assert stored.get(rid) == seq, f"acknowledged record {rid} (seq {seq}) is missing"
+    assert not set(failed) & set(stored), "a refused append must not appear as a record"
+    outages = await log.search(AuditQuery(event_type="audit_outage"))
+    assert len(outages.records) >= 1
+    assert "appends refused" in outages.records[0].event.reason
+    report = await log.verify()
+    assert report.ok, report.problem
+
+
+@pytest.fixture
+def drill() -> SimpleNamespace:
+    return SimpleNamespace(run_outage=run_outage, check_nothing_lost=check_nothing_lost)

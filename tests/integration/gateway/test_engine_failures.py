@@ -1,0 +1,72 @@
+"""A dead engine costs a clear 503, never a hang; a crashed local engine is restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+pytestmark = pytest.mark.integration
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def test_unreachable_engine_answers_503_and_not_ready(tmp_path: Path, serve: Any) -> None:
+    env = {
+        "STRONGROOM_SERVER__ENGINE_URLS": f'["http://127.0.0.1:{_closed_port()}"]',
+        "STRONGROOM_ENGINE_TOKEN": "x" * 32,
+    }
+    with serve(tmp_path, extra_env=env, wait_ready=False) as gw:
+        assert httpx.get(f"{gw.base_url}/readyz").status_code == 503
+        client = OpenAI(base_url=gw.v1, api_key=gw.token("alice", "analyst"), max_retries=0)
+        started = time.monotonic()
+        with pytest.raises(openai.InternalServerError) as err:
+            client.chat.completions.create(model="demo-chat", messages=[{"role": "user", "content": "hi"}])
+        assert err.value.status_code == 503
+        assert err.value.body["code"] == "engine_unavailable"  # type: ignore[index]
+        assert time.monotonic() - started < 5
+        [record] = gw.audit_for(err.value.response.headers["x-request-id"])
+        assert record["event"]["status"] == 503 and record["event"]["decision"] == "error"
+
+
+def test_killed_engine_is_restarted_and_serves_again(gateway: Any) -> None:
+    client = OpenAI(base_url=gateway.v1, api_key=gateway.token("alice", "analyst"), max_retries=0, timeout=60)
+    [engine_pid] = _children(gateway.proc.pid)
+    os.kill(engine_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            done = client.completions.create(model="demo-chat", prompt="hi", max_tokens=2)
+            break
+        except openai.APIStatusError as exc:
+            assert exc.status_code == 503, "while the engine is down the answer is 503"
+            time.sleep(0.5)
+    else:
+        raise AssertionError("the engine was not restarted")
+    assert done.usage is not None and done.usage.completion_tokens == 2
+    assert _children(gateway.proc.pid) != [engine_pid]

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from audit.cli import audit
+from audit.config import AuditConfig
+from audit.log import AuditLog
+from audit.testing import sample_event as event
+
+
+def _seed(tmp_path: Path) -> Path:
+    async def go() -> None:
+        log = await AuditLog.open(AuditConfig(), tmp_path / "data")
+        for i in range(5):
+            await log.append(event(i))
+        await log.close()
+
+    asyncio.run(go())
+    config = tmp_path / "strongroom.toml"
+    config.write_text(f'data_dir = "{tmp_path / "data"}"\n')
+    return config
+
+
+def test_tail_search_export_verify(tmp_path: Path) -> None:
+    config = str(_seed(tmp_path))
+    cli = CliRunner()
+
+    tail = cli.invoke(audit, ["tail", "--config", config, "-n", "2"])
+    assert tail.exit_code == 0, tail.output
+    assert tail.output.splitlines()[0].startswith("#6 ") and "service_stop" in tail.output
+
+    as_json = cli.invoke(audit, ["tail", "--config", config, "-n", "1", "--json"])
+    assert json.loads(as_json.output)["event"]["event_type"] == "service_stop"
+
+    found = cli.invoke(audit, ["search", "--config", config, "--model", "qwen-7b", "--json"])
+    assert [json.loads(line)["event"]["request_id"] for line in found.output.splitlines()] == [
+        "req-1",
+        "req-3",
+    ]
+
+    bundle = tmp_path / "out.jsonl"
+    assert cli.invoke(audit, ["export", "--config", config, str(bundle)]).exit_code == 0
+    key = tmp_path / "audit.pub"
+    key.write_text(cli.invoke(audit, ["public-key", "--config", config]).output)
+    ok = cli.invoke(audit, ["verify", "--file", str(bundle), "--public-key", str(key)])
+    assert ok.exit_code == 0 and ok.output.startswith("OK:")
+    live = cli.invoke(audit, ["verify", "--config", config])
+    assert live.exit_code == 0, live.output
+
+    lines = bundle.read_text().splitlines()
+    lines[3] = lines[3].replace("req-1", "req-9")
+    bundle.write_text("\n".join(lines) + "\n")
+    bad = cli.invoke(audit, ["verify", "--file", str(bundle), "--public-key", str(key)])
+    assert bad.exit_code == 1 and "FAILED at record 3" in bad.output
+
+    # The CLI's own search and export are audited.
+    tail = cli.invoke(audit, ["tail", "--config", config, "-n", "5", "--json"])
+    details = [json.loads(line)["event"].get("detail", "") for line in tail.output.splitlines()]
+    assert any(d.startswith("search ") for d in details) and any(d.startswith("export ") for d in details)
+
+
+def test_verify_file_needs_a_trusted_key(tmp_path: Path) -> None:
+    bundle = tmp_path / "x.jsonl"
+    bundle.write_text("{}\n")
+    result = CliRunner().invoke(audit, ["verify", "--file", str(bundle)])
+    assert result.exit_code == 2 and "--public-key" in result.output

@@ -1,0 +1,138 @@
+"""The Triton paged attention against the torch backend, over the pool's real strided views."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.attention import AttentionMetadata, TorchPagedAttention, TritonPagedAttention
+from engine.attention.triton_paged import num_splits_for
+from engine.kernels import paged_attention
+
+_TOL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
+
+
+def _case(
+    device: str,
+    dtype: torch.dtype,
+    *,
+    heads: tuple[int, int, int],
+    block_size: int,
+    q_lens: list[int],
+    ctx_lens: list[int],
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata]:
+    num_heads, num_kv_heads, head_dim = heads
+    g = torch.Generator().manual_seed(seed)
+    pages = [-(-c // block_size) for c in ctx_lens]
+    num_blocks = sum(pages) + 3
+    # The pool's layout: [num_blocks, L, 2, B, H, D]; the test uses layer 1, so strides are real.
+    pool = torch.randn(num_blocks, 2, 2, block_size, num_kv_heads, head_dim, generator=g)
+    pool = pool.to(dtype).to(device)
+    k_cache, v_cache = pool[:, 1, 0], pool[:, 1, 1]
+    order = torch.randperm(num_blocks, generator=g).tolist()
+    tables, used = [], 0
+    for n in pages:
+        tables.append(order[used : used + n] + [0] * (max(pages) - n))
+        used += n
+    starts = [0]
+    for n in q_lens:
+        starts.append(starts[-1] + n)
+    q = torch.randn(starts[-1], num_heads, head_dim, generator=g).to(dtype).to(device)
+
+    def ints(values: list[int] | list[list[int]], dt: torch.dtype) -> torch.Tensor:
+        return torch.tensor(values, dtype=dt, device=device)
+
+    meta = AttentionMetadata(
+        slot_mapping=ints([0] * starts[-1], torch.long),
+        block_tables=ints(tables, torch.int32),
+        context_lens=ints(ctx_lens, torch.int32),
+        query_starts=ints(starts, torch.int32),
+        block_size=block_size,
+        host_query_starts=tuple(starts),
+        host_context_lens=tuple(ctx_lens),
+    )
+    return q, k_cache, v_cache, meta
+
+
+def _check(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    assert not got.isnan().any()
+    err = (got.double() - want.double()).norm() / want.double().norm()
+    assert err < _TOL[dtype], f"relative error {err:.2e}"
+
+
+def _compare(device: str, dtype: torch.dtype, window: int | None = None, **case: object) -> None:
+    q, k_cache, v_cache, meta = _case(device, dtype, **case)  # type: ignore[arg-type]
+    scale = q.shape[-1] ** -0.5
+    want = TorchPagedAttention().forward(q, k_cache, v_cache, meta, scale=scale, sliding_window=window)
+    got = TritonPagedAttention().forward(q, k_cache, v_cache, meta, scale=scale, sliding_window=window)
+    _check(got, want, dtype)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 4])
+def test_decode_matches_torch_for_every_split(device: str, splits: int) -> None:
+    q, k_cache, v_cache, meta = _case(
+        device, torch.float32, heads=(4, 2, 16), block_size=4, q_lens=[1, 1, 1], ctx_lens=[5, 17, 70], seed=1
+    )
+    want = TorchPagedAttention().forward(q, k_cache, v_cache, meta, scale=0.25)
+    got = paged_attention(
+        q, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.query_starts,
+        max_query_len=1, scale=0.25, num_splits=splits,
+    )  # fmt: skip
+    _check(got, want, torch.float32)
+
+
+def test_prefill_and_extend_with_a_cached_prefix(device: str) -> None:
+    # seq 0: plain prefill; seq 1: decode; seq 2: 12 new tokens after 18 cached ones.
+    _compare(
+        device, torch.float32, heads=(4, 2, 16), block_size=4, q_lens=[7, 1, 12], ctx_lens=[7, 9, 30], seed=2
+    )
+
+
+def test_sliding_window(device: str) -> None:
+    _compare(
+        device, torch.float32, 5, heads=(4, 2, 16), block_size=4, q_lens=[9, 1], ctx_lens=[9, 23], seed=3
+    )
+
+
+@pytest.mark.parametrize("heads", [(2, 2, 32), (8, 2, 16), (3, 1, 24)])
+def test_group_sizes_and_odd_head_dim(device: str, heads: tuple[int, int, int]) -> None:
+    _compare(device, torch.float32, heads=heads, block_size=8, q_lens=[3, 1], ctx_lens=[3, 20], seed=4)
+
+
+def test_long_prefill_spans_several_query_tiles(device: str) -> None:
+    _compare(device, torch.float32, heads=(4, 2, 16), block_size=16, q_lens=[70], ctx_lens=[75], seed=5)
+
+
+def test_half_precision(device: str) -> None:
+    for dtype in (torch.float16, torch.bfloat16):
+        _compare(device, dtype, heads=(4, 2, 16), block_size=4, q_lens=[1, 5], ctx_lens=[13, 5], seed=6)
+
+
+def test_rejects_bad_arguments(device: str) -> None:
+    q, k_cache, v_cache, meta = _case(
+        device, torch.float32, heads=(4, 2, 16), block_size=4, q_lens=[1], ctx_lens=[5], seed=7
+    )
+    args = (k_cache, v_cache, meta.block_tables, meta.context_lens, meta.query_starts)
+    with pytest.raises(ValueError, match="power of two"):
+        paged_attention(q, *args, max_query_len=1, scale=1.0, num_splits=3)
+    with pytest.raises(ValueError, match="contiguous"):
+        paged_attention(q.transpose(1, 2), *args, max_query_len=1, scale=1.0)
+
+
+def test_split_count_depends_only_on_batch_shape() -> None:
+    assert num_splits_for(1, 8, 1) == 16
+    assert num_splits_for(64, 8, 1) == 1
+    assert num_splits_for(8, 8, 1) == 8
+    assert num_splits_for(1, 8, 128) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("heads", [(16, 8, 128), (32, 8, 128)])
+def test_real_shapes_on_gpu(heads: tuple[int, int, int]) -> None:
+    decode = {"q_lens": [1] * 8, "ctx_lens": [1, 17, 128, 700, 1500, 2049, 3000, 4096]}
+    mixed = {"q_lens": [512, 1, 300, 64], "ctx_lens": [512, 900, 1324, 64]}
+    for dtype in (torch.bfloat16, torch.float16):
+        for shape in (decode, mixed):
+            _compare("cuda", dtype, heads=heads, block_size=16, seed=8, **shape)  # type: ignore[arg-type]
