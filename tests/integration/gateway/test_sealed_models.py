@@ -44,7 +44,6 @@ def test_tampered_model_is_refused_and_the_other_serves(tmp_path: Path, serve: A
         assert any(e.get("model") == "demo-chat" and e["decision"] == "allow" for e in key_ops)
         # The data key of the tampered model was unwrapped (and audited); its chunks then failed to open.
         assert any(e.get("model") == "demo-base" for e in key_ops)
-        assert all("key material" not in str(e) for e in key_ops)
 
 
 def test_plaintext_model_is_refused_when_sealing_is_required(tmp_path: Path, serve: Any) -> None:
