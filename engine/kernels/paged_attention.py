@@ -74,7 +74,8 @@ def _attention_kernel(
     for tile in range(lo, hi, TILE_N):
         t = tile + n  # [TILE_N] key positions
         t_ok = t < hi
-        block = tl.load(tables_ptr + seq * stride_bt + t // BLOCK_SIZE, mask=t_ok, other=0)
+        # int64: block * stride(0) passes 2**31 elements once the pool is larger than 4 GiB (bf16).
+        block = tl.load(tables_ptr + seq * stride_bt + t // BLOCK_SIZE, mask=t_ok, other=0).to(tl.int64)
         slot = t % BLOCK_SIZE
         kv_mask = t_ok[:, None] & d_ok[None, :]
         k = tl.load(
@@ -174,7 +175,8 @@ def paged_attention(
     if num_splits < 1 or num_splits & (num_splits - 1):
         raise ValueError("num_splits must be a power of two")
     group = num_heads // num_kv_heads
-    block_q = max(1, min(triton.next_power_of_2(max_query_len), max(1, 64 // group)))
+    # Two variants per model (decode, and everything else), so few compile at first use.
+    block_q = 1 if max_query_len == 1 else max(1, 64 // group)
     m = max(16, triton.next_power_of_2(block_q * group))
     num_q_tiles = triton.cdiv(max_query_len, block_q)
     out = torch.empty_like(q)

@@ -23,7 +23,7 @@ def _rms_norm_kernel(
     inner, stride_x0, stride_x1, stride_r0, stride_r1, n_cols, eps,
     HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)
     i0, i1 = row // inner, row % inner
     cols = tl.arange(0, BLOCK_N)
     mask = cols < n_cols

@@ -48,7 +48,7 @@ def _rotary_kv_kernel(
     HALF: tl.constexpr, H_PAD: tl.constexpr, KV_PAD: tl.constexpr, D_HALF: tl.constexpr,
     WRITE_CACHE: tl.constexpr, ROTATE: tl.constexpr,
 ):  # fmt: skip
-    t = tl.program_id(0)
+    t = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, D_HALF)
     if ROTATE:
         inv_freq = tl.load(inv_freq_ptr + j, mask=j < HALF, other=0.0)

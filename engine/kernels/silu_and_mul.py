@@ -15,7 +15,7 @@ __all__ = ["silu_and_mul"]
 
 @triton.jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, size, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < size
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -191,3 +192,29 @@ def test_health_ready_metrics_and_request_ids(gateway: Any) -> None:
     assert metrics.status_code == 200 and "strongroom_request_duration" in metrics.text
     ids = {httpx.get(f"{gateway.base_url}/healthz").headers["x-request-id"] for _ in range(3)}
     assert len(ids) == 3
+
+
+def test_request_filters_block_and_redact_and_record_findings(gateway: Any) -> None:
+    c = client(gateway, gateway.token("alice", "analyst"))
+    secret = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7v9z\n-----END RSA PRIVATE KEY-----"
+    with pytest.raises(openai.BadRequestError) as err:
+        c.chat.completions.create(
+            model="demo-chat", messages=[{"role": "user", "content": f"store {secret}"}]
+        )
+    assert err.value.body["code"] == "content_policy_violation"  # type: ignore[index]
+    [record] = audited(gateway, err.value.response.headers["x-request-id"])
+    assert record["event"]["event_type"] == "filter_action" and record["event"]["decision"] == "deny"
+    assert [f["type"] for f in record["event"]["findings"]] == ["secret"]
+    assert "PRIVATE KEY" not in json.dumps(record)
+
+    raw = c.chat.completions.with_raw_response.create(
+        model="demo-chat",
+        messages=[{"role": "user", "content": "mail me at zhang.san@example.com please"}],
+        max_tokens=2,
+    )
+    assert raw.parse().choices[0].finish_reason in ("length", "stop")
+    [done] = audited(gateway, raw.headers["x-request-id"])
+    assert {"type": "email", "count": 1, "action": "redact", "direction": "request"} in done["event"][
+        "findings"
+    ]
+    assert "zhang.san" not in json.dumps(done)

@@ -23,7 +23,9 @@ def _redis_up() -> None:
     try:
         redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=1).ping()
     except redis.RedisError as exc:
-        raise AssertionError(f"these tests need Redis on 127.0.0.1:6379 ({exc}); run scripts/services.sh") from exc
+        raise AssertionError(
+            f"these tests need Redis on 127.0.0.1:6379 ({exc}); run scripts/services.sh"
+        ) from exc
 
 
 def test_two_replicas_admit_exactly_the_limit_and_share_policy(tmp_path: Path, serve: Any) -> None:
@@ -39,13 +41,20 @@ def test_two_replicas_admit_exactly_the_limit_and_share_policy(tmp_path: Path, s
     with ExitStack() as stack:
         first = stack.enter_context(serve(tmp_path, extra_env=env))
         (tmp_path / "second").mkdir()
-        second = stack.enter_context(serve(tmp_path / "second", extra_env={**env, "STRONGROOM_DATA_DIR": str(first.data_dir)}))
+        second = stack.enter_context(
+            serve(tmp_path / "second", extra_env={**env, "STRONGROOM_DATA_DIR": str(first.data_dir)})
+        )
         token = first.token("carol", "analyst")
         body = {"model": "demo-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 
         def call(i: int) -> httpx.Response:
             base = (first if i % 2 else second).v1
-            return httpx.post(f"{base}/chat/completions", json=body, headers={"authorization": f"Bearer {token}"}, timeout=60)
+            return httpx.post(
+                f"{base}/chat/completions",
+                json=body,
+                headers={"authorization": f"Bearer {token}"},
+                timeout=60,
+            )
 
         with concurrent.futures.ThreadPoolExecutor(BURST) as pool:
             responses = list(pool.map(call, range(BURST)))
@@ -65,10 +74,14 @@ def test_two_replicas_admit_exactly_the_limit_and_share_policy(tmp_path: Path, s
         models = httpx.get(f"{second.v1}/models", headers=dave).json()["data"]
         assert models == []
         grant = httpx.post(
-            f"{first.base_url}/admin/grants", json={"role": "trader", "pattern": "demo-base", "action": "chat"}, headers=admin
+            f"{first.base_url}/admin/grants",
+            json={"role": "trader", "pattern": "demo-base", "action": "chat"},
+            headers=admin,
         )
         assert grant.status_code == 201, grant.text
         deadline = time.monotonic() + 1.0
-        while [m["id"] for m in httpx.get(f"{second.v1}/models", headers=dave).json()["data"]] != ["demo-base"]:
+        while [m["id"] for m in httpx.get(f"{second.v1}/models", headers=dave).json()["data"]] != [
+            "demo-base"
+        ]:
             assert time.monotonic() < deadline, "the other replica did not see the grant within 1 s"
             time.sleep(0.05)

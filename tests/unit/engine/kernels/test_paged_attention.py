@@ -136,3 +136,29 @@ def test_real_shapes_on_gpu(heads: tuple[int, int, int]) -> None:
     for dtype in (torch.bfloat16, torch.float16):
         for shape in (decode, mixed):
             _compare("cuda", dtype, heads=heads, block_size=16, seed=8, **shape)  # type: ignore[arg-type]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_block_offsets_past_two_to_the_31_on_gpu() -> None:
+    # Regression: a 5 GiB pool (Qwen3-0.6B's 28-layer blocks) puts block 2900's offset past 2**31
+    # elements; int32 offset arithmetic read out of bounds (illegal address at full throughput scale).
+    num_blocks, block_size, kv_heads, head_dim = 3000, 16, 8, 128
+    pool = torch.randn(num_blocks, 28, 2, block_size, kv_heads, head_dim, dtype=torch.bfloat16, device="cuda")
+    k_cache, v_cache = pool[:, 27, 0], pool[:, 27, 1]
+    assert (num_blocks - 1) * k_cache.stride(0) > 2**31
+    tables = torch.tensor([[2999, 2998, 5], [2950, 0, 0]], dtype=torch.int32, device="cuda")
+    ctx = torch.tensor([40, 9], dtype=torch.int32, device="cuda")
+    q = torch.randn(2, 16, head_dim, dtype=torch.bfloat16, device="cuda")
+    meta = AttentionMetadata(
+        slot_mapping=torch.zeros(2, dtype=torch.long, device="cuda"),
+        block_tables=tables,
+        context_lens=ctx,
+        query_starts=torch.tensor([0, 1, 2], dtype=torch.int32, device="cuda"),
+        block_size=block_size,
+        host_query_starts=(0, 1, 2),
+        host_context_lens=(40, 9),
+    )
+    want = TorchPagedAttention().forward(q, k_cache, v_cache, meta, scale=0.1)
+    got = TritonPagedAttention().forward(q, k_cache, v_cache, meta, scale=0.1)
+    _check(got, want, torch.bfloat16)

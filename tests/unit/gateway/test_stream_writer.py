@@ -1,0 +1,110 @@
+"""The SSE writer never lets a blocked value out, however the engine splits it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.client import EngineClient
+from engine.protocol import DeltaEvent, GenerateRequest, ModelCard
+from engine.sampling_params import SamplingParams
+from filters import FilterConfig, FilterPipeline
+from gateway.auth.principal import Principal
+from gateway.inference import Prepared
+from gateway.openai_types import ChatCompletionRequest, ChatMessageIn
+from gateway.quota import Quotas
+from gateway.request_context import RequestContext
+from gateway.stream_writer import StreamWriter
+
+CARD = "6222 0200 0000 0007"  # UnionPay-shaped, Luhn-valid
+POLICY = """
+version = 1
+default_action = "flag"
+on_error = "block"
+[actions]
+payment_card = "{action}"
+"""
+
+
+def pipeline(tmp_path: Path, action: str) -> FilterPipeline:
+    policy = tmp_path / f"{action}.toml"
+    policy.write_text(POLICY.format(action=action))
+    return FilterPipeline.from_config(FilterConfig(policy_file=str(policy)), tmp_path)
+
+
+async def prepared() -> Prepared:
+    principal = Principal(subject="alice", roles=("analyst",), issuer="t")
+    ctx = RequestContext(request_id="req_1", endpoint="/v1/chat/completions", principal=principal)
+    body = ChatCompletionRequest(
+        model="demo-chat", messages=[ChatMessageIn(role="user", content="x")], stream=True
+    )
+    lease = await Quotas().reserve(principal, "demo-chat", 10)
+    return Prepared(
+        kind="chat",
+        ctx=ctx,
+        body=body,
+        generate=GenerateRequest(request_id="req_1", model="demo-chat", params=SamplingParams(max_tokens=64)),
+        card=ModelCard(name="demo-chat", max_model_len=2048, has_chat_template=True),
+        client=EngineClient("http://127.0.0.1:9", "t"),
+        lease=lease,
+        findings=[],
+    )
+
+
+def pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def sent_text(chunks: list[bytes]) -> str:
+    out = []
+    for chunk in chunks:
+        payload = json.loads(chunk.removeprefix(b"data: ").strip())
+        for choice in payload.get("choices", []):
+            out.append(choice["delta"].get("content") or "")
+    return "".join(out)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7])
+async def test_blocked_card_split_across_deltas_leaks_no_digit(tmp_path: Path, size: int) -> None:
+    writer = StreamWriter(await prepared(), pipeline(tmp_path, "block"))
+    text = "Your card is " + CARD + " and that is all."
+    chunks = [writer.start()]
+    for i, piece in enumerate(pieces(text, size)):
+        chunks += writer.add(DeltaEvent(index=0, text=piece, token_ids=[i], num_output_tokens=i + 1))
+        if writer.blocked:
+            break
+    chunks += writer.finish()
+    out = sent_text(chunks)
+    assert writer.blocked
+    assert not any(ch.isdigit() for ch in out), out
+    finish = json.loads(chunks[-1].removeprefix(b"data: "))["choices"][0]["finish_reason"]
+    assert finish == "content_filter"
+    error = json.loads(writer.filter_error().removeprefix(b"data: "))
+    assert error["error"]["code"] == "content_policy_violation"
+    assert [f.type for f in writer.findings] == ["payment_card"]
+
+
+@pytest.mark.anyio
+async def test_masked_card_streams_through_masked(tmp_path: Path) -> None:
+    writer = StreamWriter(await prepared(), pipeline(tmp_path, "mask"))
+    text = "card " + CARD + " ok"
+    chunks: list[bytes] = []
+    for i, piece in enumerate(pieces(text, 3)):
+        last = i == len(pieces(text, 3)) - 1
+        chunks += writer.add(
+            DeltaEvent(
+                index=0,
+                text=piece,
+                token_ids=[i],
+                num_output_tokens=i + 1,
+                finish_reason="stop" if last else None,
+            )
+        )
+    out = sent_text(chunks)
+    assert not writer.blocked
+    assert CARD not in out and "0200 0000" not in out
+    assert out.startswith("card 6222") and out.endswith("0007 ok")
+    assert writer.usage().completion_tokens == len(pieces(text, 3))
