@@ -32,6 +32,16 @@ class _Outage(NamedTuple):
     since_us: int
     num_refused: int
     last_error: str
+    landed: tuple[tuple[int, int], ...] = ()
+    """Seq ranges whose commit failed with an unknown outcome but that the store did keep."""
+
+
+class _Uncertain(NamedTuple):
+    """A batch whose commit raised: the store may or may not have kept it (e.g. lost COMMIT ack)."""
+
+    first_seq: int
+    last_seq: int
+    last_hash: str
 
 
 class ChainWriter:
@@ -52,6 +62,7 @@ class ChainWriter:
         self._head = head
         self._is_stale = False
         self._outage: _Outage | None = None
+        self._uncertain: list[_Uncertain] = []
         self._last_checkpoint_at = clock()
 
     @property
@@ -91,6 +102,7 @@ class ChainWriter:
             if self._is_stale:
                 self._head = self._store.head()
                 self._is_stale = False
+                self._settle_uncertain()
             batch = list(entries)
             if self._outage is not None:
                 batch.insert(0, self._outage_entry(self._outage))
@@ -103,6 +115,9 @@ class ChainWriter:
                 continue
             except Exception:
                 self._is_stale = True
+                real = rows[1:] if self._outage is not None else rows
+                if real:
+                    self._uncertain.append(_Uncertain(real[0].seq, real[-1].seq, real[-1].hash))
                 raise
             self._head = new_head._replace(checkpoint=new_checkpoint or self._head.checkpoint)
             if new_checkpoint is not None:
@@ -113,6 +128,23 @@ class ChainWriter:
                 seqs = seqs[1:]
             return seqs
         raise AuditUnavailableError("audit store: too many concurrent writers")
+
+    def _settle_uncertain(self) -> None:
+        """Find out which failed commits the store kept after all; the outage record names them.
+
+        Their callers were told "refused" (the gateway answered 503), so a kept record must not
+        pass for a served request: the outage record lists the ranges for auditors.
+        """
+        landed = []
+        for batch in self._uncertain:
+            if batch.last_seq > self._head.seq:
+                continue
+            found = self._store.rows(batch.last_seq - 1, 1)
+            if found and found[0].seq == batch.last_seq and found[0].hash == batch.last_hash:
+                landed.append((batch.first_seq, batch.last_seq))
+        self._uncertain = []
+        if landed and self._outage is not None:
+            self._outage = self._outage._replace(landed=self._outage.landed + tuple(landed))
 
     def _seal(self, batch: Sequence[Entry]) -> tuple[list[RecordRow], StoreHead]:
         seq, prev = self._head.seq, self._head.hash
@@ -149,6 +181,10 @@ class ChainWriter:
             event_type=EventType.AUDIT_OUTAGE,
             decision=Decision.ERROR,
             reason=f"audit store unavailable; {outage.num_refused} appends refused (answered 503)",
-            detail=f"from {us_to_iso(outage.since_us)} to {us_to_iso(now_us)}; last error {outage.last_error}",
+            detail=f"from {us_to_iso(outage.since_us)} to {us_to_iso(now_us)}; last error {outage.last_error}"
+            + "".join(
+                f"; records {a}-{b} were stored although their appends were reported refused"
+                for a, b in outage.landed
+            ),
         )
         return Entry(event, None, now_us)
