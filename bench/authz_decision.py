@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.provenance import provenance
 from gateway.auth.principal import Principal
 from policies import AccessConfig, Assignment, Authorizer, Grant, Policy, PolicyStore
 from policies.reference import reference_allowed, reference_enforcer
@@ -132,6 +133,7 @@ def main() -> None:
         "mismatches_vs_casbin": mismatches,
         "allowed_share": round(allowed_share, 3),
         "python": sys.version.split()[0],
+        **provenance(sys.argv, "cpu"),
     }
     for key, value in result.items():
         print(f"{key:>26}: {value}")

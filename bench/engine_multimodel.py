@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from bench.provenance import provenance
 from engine.config import EngineConfig, ModelSpec
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
@@ -107,6 +109,7 @@ def main() -> None:
         "static_split": static_result,
         "speedup": round(shared_result["output_tok_per_s"] / static_result["output_tok_per_s"], 3),
         "step_ratio": round(static_result["steps"] / shared_result["steps"], 3),
+        **provenance(sys.argv, "cpu"),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -11,6 +11,7 @@ cat > "$work/s.toml" <<TOML
 data_dir = "$work/data"
 [server]
 port = 18077
+allow_token_id_prompts = true   # the benchmark sends token ids
 [engine]
 models = [{ name = "tiny-qwen3", path = "$work/tiny-qwen3" }]
 num_threads = 1

@@ -13,7 +13,9 @@ from engine.errors import (
     EngineOverloadedError,
     EngineUnavailableError,
     InvalidRequestError,
+    ModelLoadError,
     PromptTooLongError,
+    RequestAbortedError,
     UnknownModelError,
 )
 from engine.protocol import DeltaEvent, EngineInfo, ErrorEvent, GenerateRequest, StreamEvent
@@ -26,6 +28,8 @@ _BY_CODE: dict[str, type[EngineError]] = {
         UnknownModelError,
         EngineOverloadedError,
         EngineUnavailableError,
+        ModelLoadError,
+        RequestAbortedError,
     )
 }
 _decoder = msgspec.json.Decoder(StreamEvent)
@@ -64,7 +68,10 @@ class EngineClient:
             raise EngineUnavailableError(f"engine {self.base_url} unreachable: {type(exc).__name__}") from exc
         if resp.status_code != 200:
             raise EngineUnavailableError(f"engine {self.base_url} answered {resp.status_code}")
-        return msgspec.json.decode(resp.content, type=EngineInfo)
+        try:
+            return msgspec.json.decode(resp.content, type=EngineInfo)
+        except msgspec.MsgspecError as exc:
+            raise EngineUnavailableError(f"engine {self.base_url} sent an unreadable info: {exc}") from None
 
     async def is_ready(self) -> bool:
         try:

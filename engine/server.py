@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.connection import ASGIConnection
@@ -123,8 +124,10 @@ class EngineServer:
             yield _encoder.encode(ErrorEvent(code=exc.code, message=exc.message, param=exc.param)) + b"\n"
         finally:
             if not finished:
-                # The gateway went away mid-stream: free the sequence's blocks now.
-                await self.backend.abort(req.request_id)
+                # The gateway went away mid-stream: free the sequence's blocks now. This runs
+                # inside a cancelled scope, so shield it or the abort itself is cancelled.
+                with anyio.CancelScope(shield=True):
+                    await self.backend.abort(req.request_id)
 
     def _prompt(self, req: GenerateRequest) -> str | list[int]:
         if req.messages is not None:

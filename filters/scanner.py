@@ -9,6 +9,7 @@ unbounded repetition so that none can run away.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
@@ -84,13 +85,22 @@ class Scanner:
 
 
 def _settle(found: list[tuple[int, int, int, str, Action]]) -> list[Match]:
-    """Keep the higher-priority, then longer, span wherever two overlap."""
+    """Keep the higher-priority, then longer, span wherever two overlap.
+
+    Kept spans are disjoint, so sorted by start they are sorted by end too: a candidate
+    overlaps one iff the last kept span starting before its end reaches past its start."""
     if len(found) <= 1:
         return [Match(s, e, name, action) for s, e, _, name, action in found]
     found.sort(key=lambda f: (-f[2], f[0] - f[1], f[0]))
+    starts: list[int] = []
+    ends: list[int] = []
     kept: list[Match] = []
     for start, end, _, name, action in found:
-        if all(end <= k.start or start >= k.end for k in kept):
-            kept.append(Match(start, end, name, action))
+        i = bisect.bisect_left(starts, end)
+        if i and ends[i - 1] > start:
+            continue
+        starts.insert(i, start)
+        ends.insert(i, end)
+        kept.insert(i, Match(start, end, name, action))
     kept.sort()
     return kept

@@ -13,7 +13,7 @@ from litestar.exceptions import HTTPException
 
 from audit.event import Decision, EventType
 from gateway.auth.principal import Principal
-from gateway.errors import GatewayError, PermissionDeniedError, error_body, http_error_of
+from gateway.errors import GatewayError, PermissionDeniedError, response_parts
 from gateway.request_middleware import RequestMiddleware
 from gateway.routes.openai import OPENAI_ROUTES, context_of
 from gateway.services import Services
@@ -26,24 +26,19 @@ _JSON = "application/json"
 
 def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     if isinstance(exc, HTTPException) and not isinstance(exc, GatewayError):
+        # Litestar's own refusals (unknown route, wrong method, body too large) in OpenAI's shape.
         err = GatewayError(str(exc.detail))
         err.status_code = exc.status_code
         err.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
         err.code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
             exc.status_code, "invalid_request" if exc.status_code < 500 else "internal_error"
         )
-    else:
-        err = http_error_of(exc)
-    headers = dict(err.headers)
-    if err.status_code == 429 and not getattr(exc, "retryable", True):
+        exc = err
+    status, body, headers = response_parts(exc)
+    if status == 429 and not getattr(exc, "retryable", True):
         # OpenAI SDKs retry 429s; a budget that retrying cannot fix says so.
-        headers["x-should-retry"] = "false"
-    return Response(
-        error_body(err.message, err.type, err.code, err.param),
-        status_code=err.status_code,
-        media_type=_JSON,
-        headers=headers,
-    )
+        headers = {**headers, "x-should-retry": "false"}
+    return Response(body, status_code=status, media_type=_JSON, headers=headers)
 
 
 async def _services(request: Request[Any, Any, Any]) -> Services:
@@ -66,7 +61,8 @@ async def healthz() -> Response[bytes]:
 @get("/readyz")
 async def readyz(services: Services) -> Response[bytes]:
     ready = services.engines.is_ready
-    body = {"ready": ready, "models": sorted(services.engines.models())}
+    # Unauthenticated: counts only, model names are for callers allowed to see them.
+    body = {"ready": ready, "models": len(services.engines.models())}
     return Response(msgspec.json.encode(body), status_code=200 if ready else 503, media_type=_JSON)
 
 

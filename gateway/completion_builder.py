@@ -91,6 +91,9 @@ class CompletionBuilder:
 
     def replace(self, index: int, text: str, *, blocked: bool) -> None:
         choice = self._choices[index]
+        if text != "".join(choice.text):
+            # Token logprobs spell out the original text: they go wherever the filter rewrote it.
+            choice.logprobs = []
         choice.text = [text]
         if blocked:
             choice.blocked = True

@@ -32,6 +32,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """How often the gateway re-reads each engine's model list and health."""
     request_timeout_s: float = 600.0
     """Longest a single generation may take end to end."""
+    allow_token_id_prompts: bool = False
+    """Accept /v1/completions prompts given as token ids. The request filters read text only, so
+    token ids would carry content past them: keep this off unless every caller is trusted
+    (benchmark rigs)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

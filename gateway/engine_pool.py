@@ -64,7 +64,10 @@ class EnginePool:
     async def _refresh_loop(self) -> None:
         while True:
             await asyncio.sleep(self._refresh_s)
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:  # the loop must outlive any one bad answer
+                log.exception("engine pool refresh failed")
 
     async def refresh(self) -> None:
         await asyncio.gather(*(self._refresh_one(m) for m in self._members))

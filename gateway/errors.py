@@ -17,6 +17,8 @@ from engine.errors import (
     EngineOverloadedError,
     EngineUnavailableError,
     InvalidRequestError,
+    ModelLoadError,
+    RequestAbortedError,
     UnknownModelError,
 )
 
@@ -133,7 +135,7 @@ def _engine_error(exc: EngineError) -> GatewayError:
         err = GatewayError(exc.message, headers={"retry-after": "1"})
         err.status_code, err.type, err.code = 429, "rate_limit_error", exc.code
         return err
-    if isinstance(exc, EngineUnavailableError):
+    if isinstance(exc, EngineUnavailableError | ModelLoadError | RequestAbortedError):
         return NoEngineError("no engine is available for this model")
     return GatewayError("the engine failed to serve the request")
 

@@ -10,17 +10,19 @@ records the decision before its first byte and the usage before ``[DONE]``.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import anyio
 import msgspec
 
 from audit.event import Decision, EventType, Finding
 from engine.client import EngineClient
 from engine.errors import EngineError, EngineUnavailableError
-from engine.protocol import ChatMessage, GenerateRequest, ModelCard
+from engine.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
 from engine.sampling_params import SamplingParams
 from filters import FilterContext, FilterPipeline
 from gateway.auditor import Auditor
@@ -44,6 +46,8 @@ from gateway.telemetry import Telemetry
 from policies import Authorizer
 
 __all__ = ["InferenceService", "Prepared"]
+
+log = logging.getLogger("strongroom.gateway")
 
 _ACTIONS = {"chat": "chat", "completions": "completion"}
 
@@ -75,6 +79,7 @@ class InferenceService:
         engines: EnginePool,
         telemetry: Telemetry,
         default_max_tokens: int = 1024,
+        allow_token_id_prompts: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.verifier = verifier
@@ -85,6 +90,7 @@ class InferenceService:
         self.engines = engines
         self.telemetry = telemetry
         self._default_max_tokens = default_max_tokens
+        self._allow_token_ids = allow_token_id_prompts
         self._clock = clock
 
     # -- checks ------------------------------------------------------------------------------
@@ -136,9 +142,13 @@ class InferenceService:
                     f"You are not allowed to use the model '{body.model}'", param="model"
                 )
             max_tokens = self._max_tokens(body, card)
-            texts = _texts_of(body)
+            params = self._params(body, max_tokens)
+            texts = _texts_of(body, allow_token_ids=self._allow_token_ids)
             lease = await self.quotas.reserve(
-                ctx.principal, body.model, _estimate_tokens(texts) + max_tokens, max_tokens=max_tokens
+                ctx.principal,
+                body.model,
+                _estimate_tokens(texts) + params.n * max_tokens,
+                max_tokens=max_tokens,
             )
         except Exception as exc:
             # GatewayError, EngineError and the sibling packages' errors all carry a status.
@@ -162,9 +172,9 @@ class InferenceService:
                     findings=findings,
                 )
                 raise ContentPolicyError("The request was blocked by the content policy")
-            generate = self._generate_request(ctx, kind, body, max_tokens, list(result.texts))
+            generate = self._generate_request(ctx, body, params, list(result.texts))
         except BaseException:
-            await lease.release()
+            await _close_lease(lease, 0)
             raise
         return Prepared(
             kind=kind,
@@ -186,21 +196,16 @@ class InferenceService:
             raise BadRequestError("max_tokens must be at least 1", param="max_tokens")
         return asked
 
-    def _generate_request(
-        self,
-        ctx: RequestContext,
-        kind: str,
-        body: ChatCompletionRequest | CompletionRequest,
-        max_tokens: int,
-        texts: list[str],
-    ) -> GenerateRequest:
+    def _params(self, body: ChatCompletionRequest | CompletionRequest, max_tokens: int) -> SamplingParams:
         logprobs: int | None
         if isinstance(body, ChatCompletionRequest):
             logprobs = (body.top_logprobs or 0) if body.logprobs else None
         else:
             logprobs = body.logprobs
+            if body.echo:
+                raise BadRequestError("echo is not supported", param="echo")
         try:
-            params = SamplingParams(
+            return SamplingParams(
                 temperature=1.0 if body.temperature is None else body.temperature,
                 top_p=1.0 if body.top_p is None else body.top_p,
                 top_k=body.top_k or 0,
@@ -217,6 +222,14 @@ class InferenceService:
             )
         except EngineError as exc:
             raise BadRequestError(exc.message, param=exc.param) from None
+
+    def _generate_request(
+        self,
+        ctx: RequestContext,
+        body: ChatCompletionRequest | CompletionRequest,
+        params: SamplingParams,
+        texts: list[str],
+    ) -> GenerateRequest:
         tenant = ctx.principal.tenant if ctx.principal else None
         common: dict[str, Any] = {
             "request_id": ctx.request_id,
@@ -239,30 +252,29 @@ class InferenceService:
     async def complete(self, prep: Prepared) -> bytes:
         """Non-streamed: run to the end, filter, audit, return the JSON body."""
         builder = CompletionBuilder(prep, self._clock)
+        used = 0
         try:
-            with self.engines.track(prep.client):
-                async with prep.client.generate(prep.generate) as events:
-                    async for event in events:
-                        builder.add(event)
-        except EngineError as exc:
-            await prep.lease.release()
-            if isinstance(exc, EngineUnavailableError):
-                self.engines.mark_down(prep.client)
-            raise await self.reject(prep.ctx, exc) from None
-        ctx_f = FilterContext(
-            roles=prep.ctx.principal.roles if prep.ctx.principal else (), model=prep.body.model
-        )
-        for index, text in builder.texts().items():
-            result = self.filters.check_response(text, ctx_f)
-            prep.findings.extend(result.findings)
-            builder.replace(index, "" if result.blocked else result.texts[0], blocked=result.blocked)
-        usage = builder.usage()
-        try:
-            await prep.lease.settle(usage.total_tokens)
+            try:
+                with self.engines.track(prep.client):
+                    async with prep.client.generate(prep.generate) as events:
+                        async for event in events:
+                            builder.add(event)
+            except EngineError as exc:
+                if isinstance(exc, EngineUnavailableError):
+                    self.engines.mark_down(prep.client)
+                used = builder.usage().total_tokens
+                raise await self.reject(prep.ctx, exc) from None
+            ctx_f = _filter_context(prep)
+            for index, text in builder.texts().items():
+                result = self.filters.check_response(text, ctx_f)
+                prep.findings.extend(result.findings)
+                builder.replace(index, "" if result.blocked else result.texts[0], blocked=result.blocked)
+            usage = builder.usage()
+            used = usage.total_tokens
+            await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, builder.any_blocked)
+            return builder.encode()
         finally:
-            await prep.lease.release()
-        await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, builder.any_blocked)
-        return builder.encode()
+            await _close_lease(prep.lease, used)
 
     async def _audit_done(
         self, prep: Prepared, prompt_tokens: int, completion_tokens: int, blocked: bool
@@ -281,38 +293,62 @@ class InferenceService:
             model_manifest=prep.card.manifest_sha256,
         )
 
-    async def stream(self, prep: Prepared) -> AsyncIterator[bytes]:
-        """Streamed: SSE ``data:`` lines. The decision is audited before the first byte."""
+    async def open_stream(self, prep: Prepared) -> AsyncIterator[bytes]:
+        """Start a streamed answer; refusals here still become plain HTTP errors.
+
+        The engine call is opened and its first event read before any byte goes out, so a
+        prompt that is too long is a 400 and an overloaded engine a 429, not an SSE error event;
+        then the decision is audited (fail closed: 503 if it cannot be), and only then does the
+        stream begin.
+        """
+        stack = contextlib.AsyncExitStack()
+        try:
+            stack.enter_context(self.engines.track(prep.client))
+            events = await stack.enter_async_context(prep.client.generate(prep.generate))
+            iterator = events.__aiter__()
+            first = await anext(iterator, None)
+            await self.auditor.record(
+                prep.ctx,
+                EventType.INFERENCE,
+                Decision.ALLOW,
+                status=200,
+                reason="stream started",
+                findings=_merged(prep.findings),
+                model_manifest=prep.card.manifest_sha256,
+            )
+        except BaseException as exc:
+            await _shielded(stack.aclose())
+            await _close_lease(prep.lease, 0)
+            if isinstance(exc, EngineError):
+                if isinstance(exc, EngineUnavailableError):
+                    self.engines.mark_down(prep.client)
+                raise await self.reject(prep.ctx, exc) from None
+            raise
+        return self._stream(prep, stack, first, iterator)
+
+    async def _stream(
+        self,
+        prep: Prepared,
+        stack: contextlib.AsyncExitStack,
+        first: DeltaEvent | None,
+        events: AsyncIterator[DeltaEvent],
+    ) -> AsyncIterator[bytes]:
         from gateway.stream_writer import StreamWriter
 
-        await self.auditor.record(
-            prep.ctx,
-            EventType.INFERENCE,
-            Decision.ALLOW,
-            status=200,
-            reason="stream started",
-            findings=_merged(prep.findings),
-            model_manifest=prep.card.manifest_sha256,
-        )
         writer = StreamWriter(prep, self.filters, self._clock)
-        settled = False
+        outcome = "client disconnected"
         try:
-            with self.engines.track(prep.client):
-                async with prep.client.generate(prep.generate) as events:
-                    if first := writer.start():
-                        yield first
-                    async for event in events:
-                        for chunk in writer.add(event):
-                            yield chunk
-                        if writer.blocked:
-                            break
+            if head := writer.start():
+                yield head
+            pending = [first] if first is not None else []
+            async for event in _chain(pending, events):
+                for chunk in writer.add(event):
+                    yield chunk
+                if writer.blocked:
+                    break
             for chunk in writer.finish():
                 yield chunk
-            usage = writer.usage()
-            prep.findings.extend(writer.findings)
-            await prep.lease.settle(usage.total_tokens)
-            settled = True
-            await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, writer.blocked)
+            outcome = ""
             if writer.blocked:
                 yield writer.filter_error()
             elif prep.body.include_usage:
@@ -321,17 +357,66 @@ class InferenceService:
         except EngineError as exc:
             if isinstance(exc, EngineUnavailableError):
                 self.engines.mark_down(prep.client)
-            err = http_error_of(exc)
-            yield writer.error(err)
-        except GatewayError as exc:
-            yield writer.error(exc)
+            outcome = f"engine failed mid-stream: {exc.code}"
+            yield writer.error(http_error_of(exc))
         finally:
-            if not settled:
-                await prep.lease.settle(writer.usage().total_tokens)
-            await prep.lease.release()
+            # A disconnect cancels this generator: shield the clean-up so the engine request is
+            # aborted, the quota settled and released, and the outcome audited all the same.
+            await _shielded(self._finish_stream(prep, stack, writer, outcome))
+
+    async def _finish_stream(
+        self, prep: Prepared, stack: contextlib.AsyncExitStack, writer: Any, outcome: str
+    ) -> None:
+        await stack.aclose()
+        usage = writer.usage()
+        prep.findings.extend(writer.findings)
+        await _close_lease(prep.lease, usage.total_tokens)
+        if not outcome:
+            await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, writer.blocked)
+            return
+        await self.auditor.record(
+            prep.ctx,
+            EventType.INFERENCE,
+            Decision.ERROR,
+            status=200,
+            reason=outcome,
+            findings=_merged(prep.findings),
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            model_manifest=prep.card.manifest_sha256,
+        )
 
 
-def _texts_of(body: ChatCompletionRequest | CompletionRequest) -> list[str]:
+async def _chain(first: list[DeltaEvent], rest: AsyncIterator[DeltaEvent]) -> AsyncIterator[DeltaEvent]:
+    for event in first:
+        yield event
+    async for event in rest:
+        yield event
+
+
+async def _shielded(awaitable: Any) -> None:
+    with anyio.CancelScope(shield=True):
+        try:
+            await awaitable
+        except Exception:
+            log.exception("clean-up after a stream failed")
+
+
+async def _close_lease(lease: QuotaLease, used_tokens: int) -> None:
+    """Charge what was really used (nothing for a refused request) and free the slot."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await lease.settle(used_tokens)
+        finally:
+            await lease.release()
+
+
+def _filter_context(prep: Prepared) -> FilterContext:
+    roles = prep.ctx.principal.roles if prep.ctx.principal else ()
+    return FilterContext(roles=roles, model=prep.body.model)
+
+
+def _texts_of(body: ChatCompletionRequest | CompletionRequest, *, allow_token_ids: bool) -> list[str]:
     """Every piece of caller text the request filters must see, in a fixed order."""
     if isinstance(body, ChatCompletionRequest):
         if not body.messages:
@@ -345,7 +430,12 @@ def _texts_of(body: ChatCompletionRequest | CompletionRequest) -> list[str]:
                 out.append(call.function.arguments)
         return out
     prompt = _single_prompt(body.prompt)
-    return [prompt] if isinstance(prompt, str) else []
+    if isinstance(prompt, str):
+        return [prompt]
+    if not allow_token_ids:
+        # The request filters read text; token ids would carry content past them unseen.
+        raise BadRequestError("token-id prompts are disabled (server.allow_token_id_prompts)", param="prompt")
+    return []
 
 
 def _single_prompt(prompt: str | list[Any]) -> str | list[int]:
@@ -376,7 +466,3 @@ def _merged(findings: Sequence[Finding]) -> list[Finding]:
         key = (f.type, f.action, f.direction)
         merged[key] = merged.get(key, 0) + f.count
     return [Finding(type=t, action=a, direction=d, count=c) for (t, a, d), c in merged.items()]
-
-
-def new_completion_id(kind: str) -> str:
-    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]

@@ -230,7 +230,3 @@ class ModelObject(msgspec.Struct, frozen=True, kw_only=True):
 class ModelList(msgspec.Struct, frozen=True, kw_only=True):
     data: list[ModelObject]
     object: str = "list"
-
-
-def decode_body(body: bytes, type_: type[Any]) -> Any:
-    return msgspec.json.decode(body, type=type_)

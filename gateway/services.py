@@ -103,6 +103,7 @@ class Services:
             auditor=Auditor(audit_log),
             engines=engines,
             telemetry=telemetry,
+            allow_token_id_prompts=settings.server.allow_token_id_prompts,
         )
         return cls(
             settings=settings,

@@ -45,6 +45,40 @@ class _Choice:
         self.filter = sf
         self.finished = False
         self.num_output_tokens = 0
+        self.fed: list[str] = []
+        self.num_fed = 0
+        self.released: list[str] = []
+        self.num_released = 0
+        self.pending_logprobs: list[tuple[int, list[LogprobEntry]]] = []
+        """(end offset in the engine's text, entries): held until that text is released as is."""
+        self.rewritten = False
+
+    def feed(self, text: str, logprobs: list[LogprobEntry] | None) -> None:
+        self.fed.append(text)
+        self.num_fed += len(text)
+        if logprobs:
+            self.pending_logprobs.append((self.num_fed, logprobs))
+
+    def release(self, text: str) -> list[LogprobEntry]:
+        """Record released text; return the logprobs that may go out with it.
+
+        Logprobs spell out tokens, so they leave only for text the client sees unchanged: once
+        the filter has rewritten anything (mask, redact), the rest of this choice's logprobs
+        are dropped.
+        """
+        self.released.append(text)
+        self.num_released += len(text)
+        if not self.rewritten:
+            original = "".join(self.fed)
+            if original[: self.num_released] != "".join(self.released):
+                self.rewritten = True
+        if self.rewritten:
+            self.pending_logprobs.clear()
+            return []
+        out: list[LogprobEntry] = []
+        while self.pending_logprobs and self.pending_logprobs[0][0] <= self.num_released:
+            out.extend(self.pending_logprobs.pop(0)[1])
+        return out
 
 
 class StreamWriter:
@@ -124,6 +158,7 @@ class StreamWriter:
         if choice.finished:
             return []
         choice.num_output_tokens = max(choice.num_output_tokens, event.num_output_tokens)
+        choice.feed(event.text, event.logprobs)
         out: list[bytes] = []
         step = choice.filter.feed(event.text)
         if step.blocked:
@@ -135,11 +170,11 @@ class StreamWriter:
                 return self._block(event.index, choice)
             released += tail.release
             choice.finished = True
-            if released or event.logprobs:
-                out.append(self._chunk(event.index, released, None, event.logprobs))
+        logprobs = choice.release(released)
+        if released or logprobs:
+            out.append(self._chunk(event.index, released, None, logprobs))
+        if event.finish_reason is not None:
             out.append(self._chunk(event.index, None if self._chat else "", event.finish_reason))
-        elif released or event.logprobs:
-            out.append(self._chunk(event.index, released, None, event.logprobs))
         return out
 
     def _block(self, index: int, choice: _Choice) -> list[bytes]:
@@ -158,8 +193,9 @@ class StreamWriter:
                 out.extend(self._block(index, choice))
                 continue
             choice.finished = True
-            if tail.release:
-                out.append(self._chunk(index, tail.release, None))
+            logprobs = choice.release(tail.release)
+            if tail.release or logprobs:
+                out.append(self._chunk(index, tail.release, None, logprobs))
         return out
 
     @property

@@ -25,6 +25,8 @@ log = logging.getLogger("strongroom.serve")
 
 __all__ = ["EngineSupervisor"]
 
+_HEALTHY_S = 300.0
+
 
 class EngineSupervisor:
     """Starts, watches and restarts the local engine process."""
@@ -81,9 +83,12 @@ class EngineSupervisor:
 
     def _watch(self) -> None:
         restarts = 0
+        started = time.monotonic()
         while not self._stopping.wait(0.5):
             proc = self._proc
             if proc is None or proc.poll() is None:
+                if restarts and time.monotonic() - started > _HEALTHY_S:
+                    restarts = 0  # a crash after a long healthy run is not a crash loop
                 continue
             if restarts >= self._max_restarts:
                 log.error("engine exited %d times; not restarting (models answer 503)", restarts)
@@ -99,6 +104,7 @@ class EngineSupervisor:
             time.sleep(min(2.0**restarts, 30.0))
             if not self._stopping.is_set():
                 self._proc = self._spawn()
+                started = time.monotonic()
 
     def stop(self) -> None:
         self._stopping.set()

@@ -25,6 +25,8 @@ IBAN_LENGTHS: dict[str, int] = {
     "tl": 23, "tn": 24, "tr": 26, "ua": 29, "va": 22, "vg": 24, "xk": 20,
 }  # fmt: skip
 _MAX_LEN = max(IBAN_LENGTHS.values())
+# Characters of an IBAN: ASCII letters and digits, single spaces only between them.
+_GROUPS = re.compile(r"[0-9A-Za-z]+(?: [0-9A-Za-z]+)*")
 
 
 class IbanDetector(PatternDetector):
@@ -41,15 +43,19 @@ class IbanDetector(PatternDetector):
         length = IBAN_LENGTHS.get(text[start : start + 2])
         if length is None:
             return None
-        chars: list[str] = []
-        i = start
-        while i < len(text) and len(chars) < length:
-            ch = text[i]
-            if ch.isascii() and ch.isalnum():
-                chars.append(ch)
-            elif not (ch == " " and chars and text[i + 1 : i + 2].isalnum()):
-                break
-            i += 1
-        if len(chars) != length or (i < len(text) and text[i].isascii() and text[i].isalnum()):
+        run = _GROUPS.match(text, start)
+        if run is None:
             return None
-        return (start, i) if iban_valid("".join(chars)) else None
+        end = start
+        num_chars = 0
+        groups: list[str] = []
+        for group in run.group().split(" "):
+            if num_chars + len(group) > length:
+                return None  # the registered length ends inside a group: glued to more
+            groups.append(group)
+            num_chars += len(group)
+            end += len(group)
+            if num_chars == length:
+                return (start, end) if iban_valid("".join(groups)) else None
+            end += 1
+        return None

@@ -73,6 +73,7 @@ class KeywordDetector:
         self._name = name
         self._priority = priority
         self._max_gap = max_gap
+        _is_separator()  # built here (~0.1 s) rather than on the first request
         unique = sorted({skeleton(normalize(term).text) for term in terms} - {""})
         self._terms = unique
         self._is_word = [term.isascii() for term in unique]

@@ -13,7 +13,29 @@ from filters.detector import Span
 from filters.detectors.pattern_detector import PatternDetector, compact
 
 # "GB74 HYRE 9238 …": digits continuing the groups of an IBAN-shaped code are not a card.
-_GROUPED_CODE_BEFORE = re.compile(r"(?<![0-9a-z])[a-z]{2}[0-9]{2}(?: [0-9a-z]{4})* $")
+# Shape: (?<![0-9a-z])[a-z]{2}[0-9]{2}(?: [0-9a-z]{4})* right before the card, then one space.
+_HEAD = re.compile(r"[a-z]{2}[0-9]{2}")
+_GROUP = re.compile(r"[0-9a-z]{4}")
+_LOWER_ALNUM = frozenset("0123456789abcdefghijklmnopqrstuvwxyz")
+
+
+def follows_grouped_code(text: str, start: int) -> bool:
+    """Does an IBAN-shaped code in 4-character groups end one space (or a space and a newline)
+    before ``start``? Walks back group by group, so the cost does not grow with the text."""
+    if text[start - 1 : start] == " ":
+        space = start - 1
+    elif text[max(start - 2, 0) : start] == " \n":
+        space = start - 2
+    else:
+        return False
+    while space >= 4:
+        head = space - 4
+        if _HEAD.fullmatch(text, head, space) and (head == 0 or text[head - 1] not in _LOWER_ALNUM):
+            return True
+        if not (_GROUP.fullmatch(text, head, space) and text[head - 1 : head] == " "):
+            return False
+        space = head - 1
+    return False
 
 
 class PaymentCardDetector(PatternDetector):
@@ -24,7 +46,7 @@ class PaymentCardDetector(PatternDetector):
 
     def accept(self, match: re.Match[str]) -> Span | None:
         value = match.group()
-        if _GROUPED_CODE_BEFORE.search(match.string, 0, match.start()):
+        if follows_grouped_code(match.string, match.start()):
             return None
         if " " in value and "-" in value:  # cards are grouped one way; "+86 138-…" is a phone
             return None

@@ -69,7 +69,7 @@ async def _infer(
     headers = dict(getattr(prep.lease, "headers", {}) or {})
     if body.stream:
         headers["cache-control"] = "no-cache"
-        return Stream(inference.stream(prep), media_type="text/event-stream", headers=headers)
+        return Stream(await inference.open_stream(prep), media_type="text/event-stream", headers=headers)
     return Response(await inference.complete(prep), media_type=_JSON, headers=headers)
 
 

@@ -169,9 +169,11 @@ def test_malformed_json_oversized_body_and_bad_fields(gateway: Any) -> None:
 def test_client_disconnect_aborts_generation(gateway: Any) -> None:
     admin = {"authorization": f"Bearer {gateway.token('root', 'admin')}"}
     c = client(gateway, gateway.token("alice", "analyst"))
-    stream = c.completions.create(
+    raw = c.completions.with_raw_response.create(
         model="demo-chat", prompt="Hello", max_tokens=1800, stream=True, extra_body={"ignore_eos": True}
     )
+    request_id = raw.headers["x-request-id"]
+    stream = raw.parse()
     next(iter(stream))
     stream.close()
     deadline = time.monotonic() + 10
@@ -182,12 +184,20 @@ def test_client_disconnect_aborts_generation(gateway: Any) -> None:
         time.sleep(0.1)
     else:
         raise AssertionError(f"generation still running after disconnect: {engines}")
+    deadline = time.monotonic() + 5
+    while not any(r["event"].get("reason") == "client disconnected" for r in gateway.audit_for(request_id)):
+        assert time.monotonic() < deadline, gateway.audit_for(request_id)
+        time.sleep(0.1)
+    closing = [
+        r["event"] for r in gateway.audit_for(request_id) if r["event"].get("reason") == "client disconnected"
+    ]
+    assert closing[0]["decision"] == "error" and 1 <= closing[0]["completion_tokens"] < 1800
 
 
 def test_health_ready_metrics_and_request_ids(gateway: Any) -> None:
     assert httpx.get(f"{gateway.base_url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{gateway.base_url}/readyz").json()
-    assert ready["ready"] is True and ready["models"] == ["demo-base", "demo-chat"]
+    assert ready == {"ready": True, "models": 2}  # unauthenticated: no model names
     metrics = httpx.get(f"{gateway.base_url}/metrics")
     assert metrics.status_code == 200 and "strongroom_request_duration" in metrics.text
     ids = {httpx.get(f"{gateway.base_url}/healthz").headers["x-request-id"] for _ in range(3)}
@@ -218,3 +228,28 @@ def test_request_filters_block_and_redact_and_record_findings(gateway: Any) -> N
         "findings"
     ]
     assert "zhang.san" not in json.dumps(done)
+
+
+def test_stream_refusals_are_http_errors_not_sse_events(gateway: Any) -> None:
+    c = client(gateway, gateway.token("alice", "analyst"))
+    with pytest.raises(openai.BadRequestError) as err:
+        c.completions.create(model="demo-chat", prompt="Hello there " * 3000, max_tokens=4, stream=True)
+    assert err.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
+    [record] = audited(gateway, err.value.response.headers["x-request-id"])
+    assert record["event"]["status"] == 400
+
+
+def test_invalid_sampling_parameters_are_400_and_audited(gateway: Any) -> None:
+    c = client(gateway, gateway.token("alice", "analyst"))
+    with pytest.raises(openai.BadRequestError) as err:
+        c.chat.completions.create(model="demo-chat", messages=[{"role": "user", "content": "hi"}], top_p=2)
+    assert err.value.body["param"] == "top_p"  # type: ignore[index]
+    assert audited(gateway, err.value.response.headers["x-request-id"])[0]["event"]["status"] == 400
+
+
+def test_token_id_prompts_are_refused_by_default(gateway: Any) -> None:
+    c = client(gateway, gateway.token("alice", "analyst"))
+    with pytest.raises(openai.BadRequestError) as err:
+        c.completions.create(model="demo-chat", prompt=[1, 2, 3], max_tokens=2)
+    assert "token-id prompts" in err.value.body["message"]  # type: ignore[index]
+    assert audited(gateway, err.value.response.headers["x-request-id"])[0]["event"]["decision"] == "deny"

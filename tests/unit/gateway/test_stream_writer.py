@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from engine.client import EngineClient
@@ -108,3 +109,39 @@ async def test_masked_card_streams_through_masked(tmp_path: Path) -> None:
     assert CARD not in out and "0200 0000" not in out
     assert out.startswith("card 6222") and out.endswith("0007 ok")
     assert writer.usage().completion_tokens == len(pieces(text, 3))
+
+
+@pytest.mark.anyio
+async def test_logprobs_never_spell_out_a_masked_value(tmp_path: Path) -> None:
+    from engine.protocol import LogprobEntry
+
+    prep = await prepared()
+    prep = msgspec.structs.replace(
+        prep,
+        generate=msgspec.structs.replace(prep.generate, params=SamplingParams(max_tokens=64, logprobs=1)),
+    )
+    writer = StreamWriter(prep, pipeline(tmp_path, "mask"))
+    text = "ok " * 120 + "card " + CARD + " done"
+    parts = pieces(text, 2)
+    chunks: list[bytes] = []
+    for i, piece in enumerate(parts):
+        lp = [LogprobEntry(token_id=i, token=piece, logprob=-0.5, top=[(piece, -0.5)])]
+        last = i == len(parts) - 1
+        chunks += writer.add(
+            DeltaEvent(
+                index=0,
+                text=piece,
+                token_ids=[i],
+                num_output_tokens=i + 1,
+                logprobs=lp,
+                finish_reason="stop" if last else None,
+            )
+        )
+    spelled = "".join(
+        entry["token"]
+        for chunk in chunks
+        for choice in json.loads(chunk.removeprefix(b"data: ")).get("choices", [])
+        for entry in ((choice.get("logprobs") or {}).get("content") or [])
+    )
+    assert "0200" not in spelled and "0000" not in spelled
+    assert spelled and text.startswith(spelled)  # what does go out is the unchanged prefix
