@@ -48,6 +48,10 @@ class AuditConfig(msgspec.Struct, frozen=True, kw_only=True):
     """32 random bytes: the salt of the content HMAC (created 0600 when missing)."""
     content_key_file: str = "keys/audit-content.key"
     """32 random bytes: the AES-256-GCM audit key for encrypted content (created 0600 when missing)."""
+    max_pending: int = 100_000
+    """Appends waiting for the writer beyond which new ones are refused at once (503)."""
+    append_timeout_s: float = 10.0
+    """Longest an append waits to become durable before the request is refused (503)."""
     max_batch: int = 4096
     """Upper bound of records in one group commit."""
     archive_dir: str = "audit/archive"
@@ -66,6 +70,8 @@ class AuditConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("audit.checkpoint_interval_s must be in (0, 3600]")
         if self.checkpoint_every < 1:
             raise ValueError("audit.checkpoint_every must be >= 1")
+        if self.max_pending < 1 or self.append_timeout_s <= 0:
+            raise ValueError("audit.max_pending must be >= 1 and audit.append_timeout_s > 0")
         if self.max_batch < 1:
             raise ValueError("audit.max_batch must be >= 1")
         if self.retention_days < 365:

@@ -158,10 +158,21 @@ class AuditLog:
         """Record ``event`` (and content, kept as the policy says); returns its sequence number once durable."""
         if self._is_closing:
             raise AuditUnavailableError("audit log is closed")
+        if len(self._pending) >= self.config.max_pending:
+            # The writer is not keeping up (a hung store): refuse rather than queue without bound.
+            raise AuditUnavailableError("audit log backlog is full")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(Entry(event, content, int(self._clock() * 1_000_000)), future))
         self._wake.set()
-        return await future
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.config.append_timeout_s)
+        except TimeoutError:
+            # Not yet taken by the writer: it is dropped there (its future is done), so a refused
+            # request never gets a record later.
+            if not future.done():
+                future.set_exception(AuditUnavailableError("audit append timed out"))
+                future.exception()  # retrieved: no "never retrieved" warning
+            raise AuditUnavailableError("audit append timed out") from None
 
     async def checkpoint(self) -> None:
         """Seal everything appended so far now (also used by tests instead of waiting 60 s)."""
@@ -194,8 +205,8 @@ class AuditLog:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
-            batch = self._pending[: self.config.max_batch]
-            del self._pending[: len(batch)]
+            batch = [p for p in self._pending[: self.config.max_batch] if not p.future.done()]
+            del self._pending[: self.config.max_batch]
             barriers = [p for p in batch if p.entry.event is _BARRIER]
             real = [p for p in batch if p.entry.event is not _BARRIER]
             closing = self._is_closing and not self._pending

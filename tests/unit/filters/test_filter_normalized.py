@@ -1,4 +1,6 @@
-from filters.normalized import normalize
+import random
+
+from filters.normalized import NormalizedText, _fold_table, _normalize_general, normalize
 
 
 def test_ascii_is_lowered_with_identity_offsets() -> None:
@@ -31,3 +33,31 @@ def test_bidi_and_soft_hyphen_are_removed() -> None:
 def test_normalizing_a_concatenation_equals_concatenated_parts() -> None:
     parts = ["６２\u200b", "ß", "ＡＢ", "x\u200d"]
     assert normalize("".join(parts)).text == "".join(normalize(p).text for p in parts)
+
+
+def _reference(text: str) -> NormalizedText:
+    """The general path (whole-text NFKC, else per character) that the table fast path replaces."""
+    return _normalize_general(text, _fold_table())
+
+
+# Characters around every seam of the fast path: ones that compose (e + U+0301, か + U+3099, Hangul
+# LV + T jamo), reorder (two combining marks), expand (ß, ﬁ), vanish (format characters), fold
+# one-to-one (full-width, Kelvin sign), lone surrogates, and plain ASCII / CJK / Hangul syllables.
+_SEAM_CHARS = list("aeKz09 ，。—中文가각かが") + [
+    "\u0301", "\u0323", "\u3099", "\u1100", "\u1161", "\u11a8", "\u212a", "\u2126", "ß", "ﬁ", "Ａ",
+    "６", "\u200b", "\u00ad", "\ud800", "\u0f73", "\u0344", "\u0cca", "\u0cd5", "ﾊﾞ", "\uff9e",
+]  # fmt: skip
+
+
+def test_fast_path_equals_general_path_on_every_seam() -> None:
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = "".join(rng.choice(_SEAM_CHARS) for _ in range(rng.randint(1, 6)))
+        norm, ref = normalize(text), _reference(text)
+        assert (norm.text, norm.starts) == (ref.text, ref.starts), [hex(ord(c)) for c in text]
+
+
+def test_composing_sequences_stay_per_character() -> None:
+    assert normalize("cafe\u0301，").text == "cafe\u0301,"
+    assert normalize("ＡＢ，中").text == "ab,中"
+    assert normalize("中文").starts is None

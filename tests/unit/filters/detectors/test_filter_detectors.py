@@ -1,6 +1,10 @@
+import random
+import re
+
 import pytest
 
 from filters.detectors import builtin_detectors
+from filters.detectors.payment_card import follows_grouped_code
 from filters.normalized import normalize
 
 DETECTORS = {d.name: d for d in builtin_detectors()}
@@ -86,3 +90,19 @@ def test_every_span_respects_max_match_len() -> None:
     for detector in DETECTORS.values():
         for start, end in detector.scan(norm.text):
             assert end - start <= detector.max_match_len, detector.name
+
+
+def test_grouped_code_walk_equals_the_look_back_regex() -> None:
+    look_back = re.compile(r"(?<![0-9a-z])[a-z]{2}[0-9]{2}(?: [0-9a-z]{4})* $")
+    rng = random.Random(11)
+    pieces = [*"ab12 \nx中9", "de89 ", "3704 ", "gb74 hyre ", "ab12"]
+    for _ in range(5_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        for start in range(len(text) + 1):
+            assert follows_grouped_code(text, start) == bool(look_back.search(text, 0, start)), (text, start)
+
+
+def test_card_after_iban_groups_far_into_a_long_text_is_not_a_card() -> None:
+    text = "中" * 5_000 + " gb74 hyre 9238 4111 1111 1111 1111"
+    assert found("payment_card", text) == []
+    assert found("payment_card", "中" * 5_000 + " card 4111 1111 1111 1111") == ["4111 1111 1111 1111"]
