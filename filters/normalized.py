@@ -39,7 +39,7 @@ _HANGUL_SECONDS = (*range(0x1161, 0x1176), *range(0x11A8, 0x11C3))
 
 
 class _FoldTable:
-    """Per-character normalization of every code point that changes, built once (~1 s)."""
+    """Per-character normalization of every code point that changes, built once (~0.3 s)."""
 
     def __init__(self) -> None:
         self.table: dict[int, str | None] = {}
@@ -47,6 +47,7 @@ class _FoldTable:
         nfkc_images: dict[int, str] = {}
         seconds = set(_HANGUL_SECONDS)
         first_of: dict[int, int] = {}
+        marks: set[int] = set()
         for cp in range(sys.maxunicode + 1):
             ch = chr(cp)
             category = unicodedata.category(ch)
@@ -56,6 +57,8 @@ class _FoldTable:
                 self.table[cp] = None
                 changing_length.append(ch)
                 continue
+            if unicodedata.combining(ch):
+                marks.add(cp)
             decomposition = unicodedata.decomposition(ch)
             if decomposition:
                 parts = decomposition.split()
@@ -71,10 +74,10 @@ class _FoldTable:
                 if len(mapped) != 1:
                     changing_length.append(ch)
         self.changes_length = frozenset(changing_length)
-        self.kind, self.single = self._arrays(nfkc_images, seconds, first_of)
+        self.kind, self.single = self._arrays(nfkc_images, seconds, first_of, marks)
 
     def _arrays(
-        self, nfkc_images: dict[int, str], seconds: set[int], first_of: dict[int, int]
+        self, nfkc_images: dict[int, str], seconds: set[int], first_of: dict[int, int], marks: set[int]
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint32]]:
         def starts_clean(ch: str) -> bool:
             first = first_of.get(ord(ch), ord(ch))
@@ -82,9 +85,8 @@ class _FoldTable:
 
         kind = np.zeros(sys.maxunicode + 1, dtype=np.uint8)
         kind[0xD800:0xE000] = _GENERAL  # lone surrogates: leave them to the general path
-        for cp in range(sys.maxunicode + 1):
-            if cp in first_of or cp in seconds or unicodedata.combining(chr(cp)):
-                kind[cp] = _SAME if starts_clean(chr(cp)) else _GENERAL
+        for cp in first_of.keys() | seconds | marks:
+            kind[cp] = _SAME if starts_clean(chr(cp)) else _GENERAL
         single = np.arange(sys.maxunicode + 1, dtype=np.uint32)
         for cp, mapped in self.table.items():
             image = nfkc_images.get(cp, chr(cp))

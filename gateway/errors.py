@@ -102,6 +102,14 @@ class NoEngineError(GatewayError):
     code = "engine_unavailable"
 
 
+class ClientDisconnectedError(GatewayError):
+    """The caller went away before the answer; nobody reads this response (nginx's 499)."""
+
+    status_code = 499
+    type = "invalid_request_error"
+    code = "client_disconnected"
+
+
 class AuditUnavailable(GatewayError):
     status_code = 503
     type = "server_error"

@@ -10,6 +10,7 @@ records the decision before its first byte and the usage before ``[DONE]``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -273,6 +274,23 @@ class InferenceService:
             used = usage.total_tokens
             await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, builder.any_blocked)
             return builder.encode()
+        except asyncio.CancelledError:
+            # The client left (see routes.openai): leaving the engine call aborted it there.
+            usage = builder.usage()
+            used = usage.total_tokens
+            await _shielded(
+                self.auditor.record(
+                    prep.ctx,
+                    EventType.INFERENCE,
+                    Decision.ERROR,
+                    status=499,
+                    reason="client disconnected",
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    model_manifest=prep.card.manifest_sha256,
+                )
+            )
+            raise
         finally:
             await _close_lease(prep.lease, used)
 

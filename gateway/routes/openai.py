@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import msgspec
@@ -10,7 +13,7 @@ from litestar import Request, Response, get, post
 from litestar.exceptions import ClientException
 from litestar.response import Stream
 
-from gateway.errors import BadRequestError, ModelNotFoundError, PayloadTooLargeError
+from gateway.errors import BadRequestError, ClientDisconnectedError, ModelNotFoundError, PayloadTooLargeError
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ModelList, ModelObject
 from gateway.request_context import RequestContext
 from gateway.services import Services
@@ -70,7 +73,29 @@ async def _infer(
     if body.stream:
         headers["cache-control"] = "no-cache"
         return Stream(await inference.open_stream(prep), media_type="text/event-stream", headers=headers)
-    return Response(await inference.complete(prep), media_type=_JSON, headers=headers)
+    body_bytes = await _unless_client_leaves(request, inference.complete(prep))
+    return Response(body_bytes, media_type=_JSON, headers=headers)
+
+
+async def _unless_client_leaves(request: Request[Any, Any, Any], work: Coroutine[Any, Any, bytes]) -> bytes:
+    """Run ``work``; if the client disconnects first, cancel it so the engine stops generating."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task not in done:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ClientDisconnectedError("the client disconnected")
+    return task.result()
+
+
+async def _disconnected(request: Request[Any, Any, Any]) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 @post("/v1/chat/completions", status_code=200)

@@ -253,3 +253,23 @@ def test_token_id_prompts_are_refused_by_default(gateway: Any) -> None:
         c.completions.create(model="demo-chat", prompt=[1, 2, 3], max_tokens=2)
     assert "token-id prompts" in err.value.body["message"]  # type: ignore[index]
     assert audited(gateway, err.value.response.headers["x-request-id"])[0]["event"]["decision"] == "deny"
+
+
+def test_non_streamed_request_is_aborted_when_the_client_leaves(gateway: Any) -> None:
+    admin = {"authorization": f"Bearer {gateway.token('root', 'admin')}"}
+    body = {"model": "demo-chat", "prompt": "Hello", "max_tokens": 1900, "ignore_eos": True}
+    headers = {"authorization": f"Bearer {gateway.token('alice', 'analyst')}"}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{gateway.v1}/completions", json=body, headers=headers, timeout=httpx.Timeout(0.5, connect=5)
+        )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        [engine] = httpx.get(f"{gateway.base_url}/admin/engines", headers=admin).json()["engines"]
+        if engine["in_flight"] == 0 and engine["stats"].get("running", 0) == 0:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the engine kept generating for a client that left: {engine}")
+    records = [r["event"] for r in gateway.audit_records(50) if r["event"].get("status") == 499]
+    assert records and records[-1]["reason"] == "client disconnected"

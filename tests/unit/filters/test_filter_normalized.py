@@ -43,7 +43,8 @@ def _reference(text: str) -> NormalizedText:
 # Characters around every seam of the fast path: ones that compose (e + U+0301, か + U+3099, Hangul
 # LV + T jamo), reorder (two combining marks), expand (ß, ﬁ), vanish (format characters), fold
 # one-to-one (full-width, Kelvin sign), lone surrogates, and plain ASCII / CJK / Hangul syllables.
-_SEAM_CHARS = list("aeKz09 ，。—中文가각かが") + [
+_SEAM_CHARS = [
+    *"aeKz09 ，。—中文가각かが",
     "\u0301", "\u0323", "\u3099", "\u1100", "\u1161", "\u11a8", "\u212a", "\u2126", "ß", "ﬁ", "Ａ",
     "６", "\u200b", "\u00ad", "\ud800", "\u0f73", "\u0344", "\u0cca", "\u0cd5", "ﾊﾞ", "\uff9e",
 ]  # fmt: skip

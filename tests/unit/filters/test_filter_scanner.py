@@ -14,9 +14,15 @@ def _settle_by_pairs(found: list[tuple[int, int, int, str, Action]]) -> list[Mat
 
 
 def test_higher_priority_then_longer_span_wins() -> None:
-    found = [(0, 4, 10, "phone", Action.REDACT), (2, 9, 50, "card", Action.MASK), (9, 12, 10, "ip", Action.FLAG)]
+    found = [
+        (0, 4, 10, "phone", Action.REDACT),
+        (2, 9, 50, "card", Action.MASK),
+        (9, 12, 10, "ip", Action.FLAG),
+    ]
     assert _settle(found) == [Match(2, 9, "card", Action.MASK), Match(9, 12, "ip", Action.FLAG)]
-    assert _settle([(0, 3, 5, "a", Action.FLAG), (1, 6, 5, "b", Action.FLAG)]) == [Match(1, 6, "b", Action.FLAG)]
+    assert _settle([(0, 3, 5, "a", Action.FLAG), (1, 6, 5, "b", Action.FLAG)]) == [
+        Match(1, 6, "b", Action.FLAG)
+    ]
 
 
 def test_settle_equals_the_pairwise_definition() -> None:

@@ -50,7 +50,7 @@ def test_read_terms_skips_comments_and_missing_file_is_a_policy_error(tmp_path: 
 
 def test_skeleton_removes_exactly_what_the_separator_regex_matches() -> None:
     rng = random.Random(3)
-    pool = list("ab_ 9-.，。中文\u3000\t!@") + ["\ud800", "😀", "٣", "ǅ"]
+    pool = [*"ab_ 9-.，。中文\u3000\t!@", "\ud800", "😀", "٣", "ǅ"]
     for _ in range(5_000):
         text = "".join(rng.choice(pool) for _ in range(rng.randint(0, 12)))
         assert skeleton(text) == re.sub(r"[\W_]+", "", text)
@@ -59,4 +59,4 @@ def test_skeleton_removes_exactly_what_the_separator_regex_matches() -> None:
 def test_hits_map_back_through_removed_separators() -> None:
     detector = KeywordDetector("keyword", ["洗钱", "bomb"])
     text = normalize("。。洗，，钱 and b-o-m-b!").text
-    assert [text[a:b] for a, b in detector.scan(text)] == ["洗，，钱", "b-o-m-b"]
+    assert [text[a:b] for a, b in detector.scan(text)] == ["洗,,钱", "b-o-m-b"]
