@@ -15,7 +15,7 @@ from audit.config import AuditConfig
 from audit.content_guard import ContentGuard
 from audit.errors import AuditUnavailableError
 from audit.event import AuditEvent, Decision, EventType
-from audit.record import AuditContent, RecordRow, row_from_record, seal_record, us_to_iso
+from audit.record import AuditContent, EncodedEvent, RecordRow, encode_event, seal_row, us_to_iso
 from audit.signer import CheckpointSigner
 from audit.store import AuditStore, StoreConflictError, StoreHead
 
@@ -23,9 +23,13 @@ _MAX_CONFLICT_RETRIES = 5
 
 
 class Entry(NamedTuple):
-    event: AuditEvent
+    encoded: EncodedEvent
+    """The event with its time, already canonical (see ``encode_event``)."""
     content: AuditContent | None
-    time_us: int
+
+    @property
+    def event(self) -> AuditEvent:
+        return self.encoded.event
 
 
 class _Outage(NamedTuple):
@@ -155,9 +159,9 @@ class ChainWriter:
             if entry.content is not None:
                 mode = self._guard.mode_for(entry.event)
                 stored = self._guard.protect(mode, entry.content, log_id=self._head.log_id, seq=seq)
-            record = seal_record(seq, us_to_iso(entry.time_us), entry.event, stored, prev)
-            rows.append(row_from_record(record))
-            prev = record.hash
+            row = seal_row(entry.encoded, seq, prev, stored)
+            rows.append(row)
+            prev = row.hash
         return rows, self._head._replace(seq=seq, hash=prev)
 
     def _checkpoint(self, head: StoreHead, final: bool) -> Checkpoint:
@@ -187,4 +191,4 @@ class ChainWriter:
                 for a, b in outage.landed
             ),
         )
-        return Entry(event, None, now_us)
+        return Entry(encode_event(event, now_us), None)

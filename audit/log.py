@@ -1,8 +1,7 @@
 """The audit log: durable, chained, signed, fail-closed appends with group commit.
 
-    append() --future--> pending list --wake--> writer task --executor--> ChainWriter.commit
-                                                  (one batch at a time; everything that queued
-                                                   while a commit ran goes into the next one)
+    append(): encode_event (canonical JSON, on the caller) --> GroupCommit (writer thread)
+              --> ChainWriter.commit, one transaction and fsync per batch --> seq returned
 
 ``append`` returns only after the transaction holding its record committed (SQLite WAL with
 synchronous=FULL fsyncs; PostgreSQL with synchronous_commit on). If the store fails, every
@@ -19,9 +18,9 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from audit.aggregates import AuditAggregates, aggregate
 from audit.archive import ArchiveReport, archive_older_than, online_cutoff_us, verify_archives
@@ -37,8 +36,9 @@ from audit.errors import (
     AuditUnavailableError,
 )
 from audit.event import AuditEvent, Decision, EventType
+from audit.group_commit import BatchTiming, GroupCommit
 from audit.query import MAX_LIMIT, AuditPage, AuditQuery, decode_cursor, encode_cursor
-from audit.record import AuditContent, AuditRecord, record_from_row
+from audit.record import AuditContent, AuditRecord, encode_event, record_from_row
 from audit.signer import CheckpointSigner
 from audit.sink import AuditSink
 from audit.store import ArchiveEntry, AuditStore, open_store
@@ -47,11 +47,6 @@ from audit.verifier import VerifyReport
 _log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-class _Pending(NamedTuple):
-    entry: Entry
-    future: asyncio.Future[int]
 
 
 class AuditLog:
@@ -64,29 +59,35 @@ class AuditLog:
         signer: CheckpointSigner,
         guard: ContentGuard,
         writer: ChainWriter,
-        executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor],
+        read_pool: ThreadPoolExecutor,
         *,
         clock: Callable[[], float],
         second_sink: AuditSink | None,
         heartbeat: bool,
         record_lifecycle: bool,
+        on_batch: Callable[[BatchTiming], None] | None,
     ) -> None:
         self.config = cfg
         self.signer = signer
         self.guard = guard
         self._store = store
         self._writer = writer
-        self._write_pool, self._read_pool = executors
+        self._read_pool = read_pool
         self._clock = clock
         self._second_sink = second_sink
-        self._heartbeat = heartbeat
         self._record_lifecycle = record_lifecycle
-        self._pending: list[_Pending] = []
-        self._wake = asyncio.Event()
-        self._force_checkpoint = False
         self._is_closing = False
-        self._task: asyncio.Task[None] | None = None
-        self._maintaining: asyncio.Future[None] | None = None
+        self._maintaining: Future[None] | None = None
+        self._telling_second_sink: asyncio.Task[None] | None = None
+        self._group = GroupCommit(
+            cfg,
+            writer,
+            heartbeat=heartbeat,
+            record_lifecycle=record_lifecycle,
+            on_checkpoint=self._maintenance,
+            on_failure=self._on_failure,
+            on_batch=on_batch,
+        )
 
     def __repr__(self) -> str:
         return f"AuditLog(store={self._store!r}, key_id={self.signer.key_id!r})"
@@ -103,8 +104,12 @@ class AuditLog:
         second_sink: AuditSink | None = None,
         heartbeat: bool = True,
         record_lifecycle: bool = True,
+        on_batch: Callable[[BatchTiming], None] | None = None,
     ) -> AuditLog:
-        """Open (creating if needed) the log. The CLI passes heartbeat/record_lifecycle False."""
+        """Open (creating if needed) the log. The CLI passes heartbeat/record_lifecycle False.
+
+        ``on_batch`` sees the timing of every group commit, on the event loop (metrics, benchmarks).
+        """
         signer = CheckpointSigner.load(
             cfg.resolve(data_dir, cfg.signing_key_file), create=cfg.create_signing_key
         )
@@ -116,17 +121,14 @@ class AuditLog:
             from audit.file_sink import FileSink
 
             second_sink = FileSink(cfg.resolve(data_dir, cfg.second_sink_path))
-        write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-writer")
         read_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-reader")
         loop = asyncio.get_running_loop()
         try:
-            head = await loop.run_in_executor(write_pool, store.open, uuid.uuid4().hex)
+            head = await loop.run_in_executor(read_pool, store.open, uuid.uuid4().hex)
         except Exception as exc:
-            write_pool.shutdown()
             read_pool.shutdown()
             raise AuditUnavailableError(f"cannot open the audit store: {exc}") from exc
         if head.checkpoint is not None and head.checkpoint.key_id != signer.key_id:
-            write_pool.shutdown()
             read_pool.shutdown()
             raise AuditConfigError(
                 f"audit log is signed by key {head.checkpoint.key_id}, configured key is {signer.key_id}"
@@ -139,13 +141,13 @@ class AuditLog:
             signer,
             guard,
             writer,
-            (write_pool, read_pool),
+            read_pool,
             clock=clock,
             second_sink=second_sink,
             heartbeat=heartbeat,
             record_lifecycle=record_lifecycle,
+            on_batch=on_batch,
         )
-        log._task = asyncio.create_task(log._run(), name="audit-writer")
         if record_lifecycle:
             await log.append(AuditEvent(event_type=EventType.SERVICE_START, decision=Decision.ALLOW))
         return log
@@ -158,29 +160,16 @@ class AuditLog:
         """Record ``event`` (and content, kept as the policy says); returns its sequence number once durable."""
         if self._is_closing:
             raise AuditUnavailableError("audit log is closed")
-        if len(self._pending) >= self.config.max_pending:
-            # The writer is not keeping up (a hung store): refuse rather than queue without bound.
-            raise AuditUnavailableError("audit log backlog is full")
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(Entry(event, content, int(self._clock() * 1_000_000)), future))
-        self._wake.set()
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.config.append_timeout_s)
-        except TimeoutError:
-            # Not yet taken by the writer: it is dropped there (its future is done), so a refused
-            # request never gets a record later.
-            if not future.done():
-                future.set_exception(AuditUnavailableError("audit append timed out"))
-                future.exception()  # retrieved: no "never retrieved" warning
-            raise AuditUnavailableError("audit append timed out") from None
+            encoded = encode_event(event, int(self._clock() * 1_000_000))
+        except (TypeError, ValueError) as exc:  # e.g. a NaN: refuse this append, not its whole batch
+            _log.error("audit event cannot be encoded: %s", type(exc).__name__)
+            raise AuditUnavailableError("audit event cannot be encoded") from exc
+        return await self._group.append(Entry(encoded, content))
 
     async def checkpoint(self) -> None:
         """Seal everything appended so far now (also used by tests instead of waiting 60 s)."""
-        self._force_checkpoint = True
-        self._wake.set()
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(Entry(_BARRIER, None, 0), done))
-        await done
+        await self._group.barrier()
 
     async def close(self) -> None:
         if self._is_closing:
@@ -189,80 +178,34 @@ class AuditLog:
             with contextlib.suppress(AuditUnavailableError):
                 await self.append(AuditEvent(event_type=EventType.SERVICE_STOP, decision=Decision.ALLOW))
         self._is_closing = True
-        self._wake.set()
-        if self._task is not None:
-            await self._task
-        self._write_pool.shutdown()
+        await self._group.close()
+        if self._telling_second_sink is not None:
+            await self._telling_second_sink
         self._read_pool.shutdown()
         await asyncio.to_thread(self._store.close)
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            timeout = (
-                self._writer.seconds_to_checkpoint() if self._heartbeat or self._writer.num_unsealed else None
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            self._wake.clear()
-            batch = [p for p in self._pending[: self.config.max_batch] if not p.future.done()]
-            del self._pending[: self.config.max_batch]
-            barriers = [p for p in batch if p.entry.event is _BARRIER]
-            real = [p for p in batch if p.entry.event is not _BARRIER]
-            closing = self._is_closing and not self._pending
-            force = self._force_checkpoint or bool(barriers)
-            due = force or closing or self._writer.is_checkpoint_due(len(real), heartbeat=self._heartbeat)
-            if real or due:
-                await self._commit(
-                    loop, real, barriers, checkpoint=due, final=closing and self._record_lifecycle
-                )
-            if self._pending:
-                self._wake.set()
-            elif closing:
-                return
-
-    async def _commit(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        real: list[_Pending],
-        barriers: list[_Pending],
-        *,
-        checkpoint: bool,
-        final: bool,
-    ) -> None:
-        entries = [p.entry for p in real]
-        try:
-            seqs = await loop.run_in_executor(
-                self._write_pool, lambda: self._writer.commit(entries, checkpoint=checkpoint, final=final)
-            )
-        except Exception as exc:
-            _log.error("audit append failed (%d records refused): %s", len(real), type(exc).__name__)
-            is_new_outage = self._writer.note_failure(len(real), exc)
-            error = exc if isinstance(exc, AuditUnavailableError) else AuditUnavailableError(str(exc))
-            for pending in (*real, *barriers):
-                if not pending.future.done():
-                    pending.future.set_exception(error)
-            await self._tell_second_sink(entries, is_new_outage)
-            return
-        if checkpoint:
-            self._maintenance(loop)
-        self._force_checkpoint = False
-        for pending, seq in zip(real, seqs, strict=True):
-            if not pending.future.done():
-                pending.future.set_result(seq)
-        for pending in barriers:
-            if not pending.future.done():
-                pending.future.set_result(self._writer.head.seq)
-
-    def _maintenance(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _maintenance(self) -> None:
+        """On the writer thread after a checkpoint: store housekeeping goes to the reader thread."""
         if self._maintaining is not None and not self._maintaining.done():
             return
-        self._maintaining = loop.run_in_executor(self._read_pool, self._store.maintain)
+        self._maintaining = self._read_pool.submit(self._store.maintain)
         self._maintaining.add_done_callback(_log_maintenance_failure)
 
-    async def _tell_second_sink(self, entries: list[Entry], is_new_outage: bool) -> None:
+    def _on_failure(self, entries: list[Entry], is_new_outage: bool) -> None:
+        """On the event loop after a failed batch: tell the second sink, in order, off the writer."""
         if self._second_sink is None:
             return
+        previous = self._telling_second_sink
+        self._telling_second_sink = asyncio.create_task(
+            self._tell_second_sink(previous, [entry.event for entry in entries], is_new_outage)
+        )
+
+    async def _tell_second_sink(
+        self, previous: asyncio.Task[None] | None, events: list[AuditEvent], is_new_outage: bool
+    ) -> None:
+        assert self._second_sink is not None
+        if previous is not None:
+            await previous
         try:
             if is_new_outage:
                 await self._second_sink.append(
@@ -272,8 +215,8 @@ class AuditLog:
                         reason="primary audit store unavailable; appends refused",
                     )
                 )
-            for entry in entries:
-                await self._second_sink.append(entry.event)
+            for event in events:
+                await self._second_sink.append(event)
         except AuditUnavailableError:
             _log.error("second audit sink unavailable too")
 
@@ -375,11 +318,6 @@ class AuditLog:
         return await self._read(fn)
 
 
-def _log_maintenance_failure(future: asyncio.Future[None]) -> None:
+def _log_maintenance_failure(future: Future[None]) -> None:
     if not future.cancelled() and future.exception() is not None:
         _log.warning("audit store maintenance failed: %s", type(future.exception()).__name__)
-
-
-_BARRIER = AuditEvent(
-    event_type=EventType.AUDIT_ACCESS, decision=Decision.ALLOW, detail="<checkpoint barrier>"
-)

@@ -25,6 +25,13 @@ _COLUMNS = "seq, time_us, event_type, decision, subject, tenant, model, roles, f
 
 _SELECT = "SELECT " + _COLUMNS + " FROM audit_records "  # noqa: S608 - constant columns
 
+_INSERT = "INSERT INTO audit_records (" + _COLUMNS + ") VALUES "  # noqa: S608 - constant columns
+
+_ROW = "(" + ",".join(["%s"] * 13) + ")"
+
+_MAX_PARAMS = 65_535
+"""The protocol's limit of bind parameters in one statement."""
+
 
 def _script(name: str, **identifiers: str) -> sql.Composed:
     text = resources.files("audit").joinpath(name).read_text()
@@ -66,10 +73,17 @@ class PostgresStore:
         return conn
 
     def _rows(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
-        try:
-            return self._conn().execute(query.encode(), params).fetchall()
-        except psycopg.Error as exc:
-            raise AuditUnavailableError(f"postgres audit store: {type(exc).__name__}") from exc
+        """A read; retried once on a fresh connection when the old one died (e.g. a server restart)."""
+        for attempt in range(2):
+            conn: psycopg.Connection[tuple[object, ...]] | None = None
+            try:
+                conn = self._conn()
+                return conn.execute(query.encode(), params).fetchall()
+            except psycopg.Error as exc:
+                if attempt == 0 and conn is not None and conn.broken:
+                    continue
+                raise AuditUnavailableError(f"postgres audit store: {type(exc).__name__}") from exc
+        raise AssertionError("unreachable")
 
     def open(self, new_log_id: str) -> StoreHead:
         try:
@@ -102,15 +116,34 @@ class PostgresStore:
         return StoreHead(log_id=log_id, seq=seq, hash=digest, checkpoint=checkpoint)
 
     def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
+        """One statement, so one round trip: in autocommit it is its own transaction (atomic,
+        durable with synchronous_commit on); the checkpoint rides along in a data-modifying CTE."""
+        params: list[object] = []
+        head = ""
+        if checkpoint is not None:
+            head = "WITH checkpoint AS (INSERT INTO audit_checkpoints (idx, seq, body) VALUES (%s, %s, %s)) "
+            params += [checkpoint.index, checkpoint.seq, msgspec.json.encode(checkpoint).decode()]
+        if rows:
+            query = head + _INSERT + ",".join([_ROW] * len(rows))
+            params += [value for row in rows for value in row]
+        else:
+            query = head + "SELECT 1"
+        if len(params) > _MAX_PARAMS:
+            self._append_in_transaction(rows, checkpoint)
+            return
+        try:
+            self._conn().execute(query.encode(), params)
+        except psycopg.errors.UniqueViolation as exc:
+            raise StoreConflictError(str(exc)) from exc
+        except psycopg.Error as exc:
+            raise AuditUnavailableError(f"postgres audit store: {type(exc).__name__}") from exc
+
+    def _append_in_transaction(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
+        """A batch too big for one statement's parameters (``max_batch`` above ~5,000)."""
         try:
             conn = self._conn()
             with conn.transaction(), conn.cursor() as cur:
-                if rows:
-                    cur.executemany(
-                        "INSERT INTO audit_records (" + _COLUMNS + ") VALUES "  # noqa: S608 - constant columns
-                        "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                        rows,
-                    )
+                cur.executemany((_INSERT + _ROW).encode(), rows)
                 if checkpoint is not None:
                     cur.execute(
                         "INSERT INTO audit_checkpoints (idx, seq, body) VALUES (%s, %s, %s)",

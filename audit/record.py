@@ -121,6 +121,74 @@ def seal_record(
     return AuditRecord(seq=seq, time=time, event=event, content=content, prev_hash=prev_hash, hash=digest)
 
 
+class EncodedEvent(NamedTuple):
+    """The part of a row that needs no sequence number, encoded once by the caller of ``append``.
+
+    Canonical JSON and the index columns are built on the caller's side, so the single writer
+    only adds seq, prev and the hash (``seal_row``) while holding the chain.
+    """
+
+    event: AuditEvent
+    time_us: int
+    time: str
+    event_type: str
+    decision: str
+    subject: str
+    tenant: str
+    model: str
+    roles: str
+    findings: str
+    event_json: str
+    """JCS text of the event, the ``event`` column and the ``event`` member of the hashed body."""
+
+
+def encode_event(event: AuditEvent, time_us: int) -> EncodedEvent:
+    return EncodedEvent(
+        event=event,
+        time_us=time_us,
+        time=us_to_iso(time_us),
+        event_type=str(event.event_type),
+        decision=str(event.decision),
+        subject=event.subject,
+        tenant=event.tenant,
+        model=event.model,
+        roles=_tags(list(event.roles)),
+        findings=_tags(sorted({f.type for f in event.findings})),
+        event_json=canonical_json(msgspec.to_builtins(event)).decode(),
+    )
+
+
+def seal_row(encoded: EncodedEvent, seq: int, prev_hash: str, content: StoredContent | None) -> RecordRow:
+    """The row of ``seal_record`` for an encoded event, without re-encoding it.
+
+    JCS of the body is spliced from canonical parts: members in code-unit order (content, event,
+    prev, seq, time, v), nested values already canonical, and prev (hex) and time (RFC 3339
+    digits) plain ASCII that JSON writes unescaped. tests/unit/audit/test_seal_row.py holds it
+    equal to ``hash_body(record_body(...))``.
+    """
+    content_json = None if content is None else canonical_json(msgspec.to_builtins(content)).decode()
+    head = "{" if content_json is None else '{"content":' + content_json + ","
+    body = (
+        f'{head}"event":{encoded.event_json},"prev":"{prev_hash}","seq":{seq},"time":"{encoded.time}","v":1}}'
+    )
+    digest = hashlib.sha256(b"strongroom.audit.record.v1\n" + body.encode()).hexdigest()
+    return RecordRow(
+        seq,
+        encoded.time_us,
+        encoded.event_type,
+        encoded.decision,
+        encoded.subject,
+        encoded.tenant,
+        encoded.model,
+        encoded.roles,
+        encoded.findings,
+        encoded.event_json,
+        content_json,
+        prev_hash,
+        digest,
+    )
+
+
 def us_to_iso(time_us: int) -> str:
     moment = _EPOCH + dt.timedelta(microseconds=time_us)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,18 +1,26 @@
 """Audit log throughput and added latency per append (group commit, SQLite WAL synchronous=FULL).
 
     .venv/bin/python bench/audit_throughput.py [--backend sqlite|postgres] [--records 50000]
+        [--stages] [--gc on|freeze|off] [--out PATH]
 
 1. sustained: ``--concurrency`` closed-loop appenders for ``--records`` records -> records/s.
 2. latency: open-loop arrivals at each ``--rates`` value (requests/s) for ``--seconds`` each,
    every arrival one append; p50/p99 of the time append() takes (the latency the gateway adds).
-Writes bench/results/audit_throughput[_postgres].json with command, commit, machine and date.
+   Garbage-collector pauses during each run are counted (``gc_*``).
+3. ``--stages``: where each append's time goes, from the log's ``on_batch`` stamps and a timed
+   store (``StageProfile``): the fastest half against the slowest 1 %. It adds a trace callback
+   per SQL statement, so headline numbers come from runs without it.
+Writes bench/results/audit_throughput[_postgres].json (or ``--out``) with command, commit,
+machine, load average and date.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import datetime as dt
+import gc
 import json
 import os
 import platform
@@ -22,14 +30,25 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
+from audit.checkpoint import Checkpoint
 from audit.config import AuditConfig
 from audit.event import AuditEvent, Decision, EventType, Finding
+from audit.group_commit import BatchTiming
 from audit.log import AuditLog
+from audit.postgres_store import PostgresStore
+from audit.record import RecordRow
+from audit.sqlite_store import SqliteStore
 from audit.store import AuditStore
 
 COMMIT = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+IS_DIRTY = bool(
+    subprocess.run(
+        ["git", "status", "--porcelain", "--", "audit", "bench"], capture_output=True, text=True
+    ).stdout.strip()
+)
 
 
 def _event(i: int) -> AuditEvent:
@@ -55,6 +74,115 @@ def _event(i: int) -> AuditEvent:
     )
 
 
+class StageProfile:
+    """Per-append stages: bench stamps, the log's ``BatchTiming`` and the store's, joined on seq.
+
+    to_writer  call -> writer took the batch (caller-side encoding, queue, thread wake-up);
+               ``behind_commit`` is the part spent waiting for the previous batch's commit
+    seal       chain, hash and (when due) sign the checkpoint, on the writer thread
+    insert     BEGIN .. COMMIT issued (SQLite; PostgreSQL reports insert+commit as ``store``)
+    commit     COMMIT: WAL write and fdatasync
+    to_loop    durable -> the event loop runs the batch's callback
+    wake       futures resolved -> the awaiting append returns
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.batches: list[BatchTiming] = []
+        self.store: dict[int, tuple[float, float | None, float]] = {}
+        self.appends: list[tuple[int, float, float]] = []
+
+    def note_batch(self, timing: BatchTiming) -> None:
+        if timing.num_records:
+            self.batches.append(timing)
+
+    def note_store(self, first_seq: int, begin: float, commit_started: float | None, end: float) -> None:
+        self.store[first_seq] = (begin, commit_started, end)
+
+    def note_append(self, seq: int, t0: float, t1: float) -> None:
+        self.appends.append((seq, t0, t1))
+
+    def _stages(self, seq: int, t0: float, t1: float, firsts: list[int]) -> dict[str, float] | None:
+        i = bisect.bisect_right(firsts, seq) - 1
+        if i < 0 or (batch := self.batches[i]).first_seq not in self.store:
+            return None
+        begin, commit_started, end = self.store[batch.first_seq]
+        previous_end = self.batches[i - 1].committed_at if i > 0 else t0
+        out = {
+            "total": t1 - t0,
+            "to_writer": batch.taken_at - t0,
+            "behind_commit": max(0.0, min(previous_end, batch.taken_at) - t0),
+            "seal": begin - batch.taken_at,
+        }
+        if commit_started is None:
+            out["store"] = end - begin
+        else:
+            out["insert"], out["commit"] = commit_started - begin, end - commit_started
+        out["to_loop"] = batch.resolved_at - batch.committed_at
+        out["wake"] = t1 - batch.resolved_at
+        return out
+
+    def report(self) -> dict[str, object]:
+        self.batches.sort(key=lambda b: b.first_seq)
+        firsts = [b.first_seq for b in self.batches]
+        rows = [r for a in self.appends if (r := self._stages(*a, firsts)) is not None]
+        rows.sort(key=lambda r: r["total"])
+        slowest = rows[-max(1, len(rows) // 100) :]
+
+        def mean_ms(sel: Sequence[dict[str, float]]) -> dict[str, float]:
+            return {k: round(statistics.fmean(r[k] for r in sel) * 1e3, 3) for k in sel[0]}
+
+        commits = sorted(end - begin for begin, _, end in self.store.values())
+        return {
+            "num_batches": len(self.batches),
+            "mean_batch": statistics.fmean(b.num_records for b in self.batches),
+            "fastest_half_mean_ms": mean_ms(rows[: len(rows) // 2]),
+            "slowest_1pct_mean_ms": mean_ms(slowest),
+            "store_append_ms": {
+                "p50": commits[len(commits) // 2] * 1e3,
+                "p99": commits[int(len(commits) * 0.99) - 1] * 1e3,
+                "max": commits[-1] * 1e3,
+            },
+        }
+
+
+class TimedSqliteStore(SqliteStore):
+    """Stamps each append, and when COMMIT starts (a trace callback on the writer's connection)."""
+
+    def __init__(self, path: Path, profile: StageProfile) -> None:
+        super().__init__(path)
+        self._profile = profile
+        self._commit_started = 0.0
+        self._is_traced = False
+
+    def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
+        if not self._is_traced:  # first call, on the writer thread: its own connection
+            self._conn().set_trace_callback(self._trace)
+            self._is_traced = True
+        begin = time.perf_counter()
+        super().append(rows, checkpoint)
+        if rows:
+            self._profile.note_store(rows[0].seq, begin, self._commit_started, time.perf_counter())
+
+    def _trace(self, statement: str) -> None:
+        if statement == "COMMIT":
+            self._commit_started = time.perf_counter()
+
+
+class TimedPostgresStore(PostgresStore):
+    def __init__(self, dsn: str, schema: str, profile: StageProfile) -> None:
+        super().__init__(dsn, schema)
+        self._profile = profile
+
+    def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
+        begin = time.perf_counter()
+        super().append(rows, checkpoint)
+        if rows:
+            self._profile.note_store(rows[0].seq, begin, None, time.perf_counter())
+
+
 async def sustained(log: AuditLog, num_records: int, concurrency: int) -> float:
     counter = iter(range(num_records))
 
@@ -67,46 +195,107 @@ async def sustained(log: AuditLog, num_records: int, concurrency: int) -> float:
     return num_records / (time.perf_counter() - start)
 
 
-async def latency_at(log: AuditLog, rate: float, seconds: float) -> dict[str, float]:
+class GcPauses:
+    """Collector pauses (any thread) while active: count, total, longest, and full (gen 2) ones."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+    def summary(self) -> dict[str, float]:
+        full = [p for g, p in self.pauses if g == 2]
+        return {
+            "gc_num": len(self.pauses),
+            "gc_total_ms": sum(p for _, p in self.pauses) * 1e3,
+            "gc_max_ms": max((p for _, p in self.pauses), default=0.0) * 1e3,
+            "gc_gen2_num": len(full),
+            "gc_gen2_max_ms": max(full, default=0.0) * 1e3,
+        }
+
+
+async def latency_at(
+    log: AuditLog, rate: float, seconds: float, profile: StageProfile | None
+) -> dict[str, object]:
     latencies: list[float] = []
+    pauses = GcPauses()
 
     async def one(i: int) -> None:
         t0 = time.perf_counter()
-        await log.append(_event(i))
-        latencies.append(time.perf_counter() - t0)
+        seq = await log.append(_event(i))
+        t1 = time.perf_counter()
+        latencies.append(t1 - t0)
+        if profile is not None:
+            profile.note_append(seq, t0, t1)
 
-    tasks = []
+    if profile is not None:
+        profile.reset()
+
+    # Only appends in flight are referenced, as in a server: keeping every finished task until
+    # the end (as runs before 2026-12-02 23:30 did) grows the heap the collector walks.
+    in_flight: set[asyncio.Task[None]] = set()
     start = time.perf_counter()
     n = int(rate * seconds)
     for i in range(n):
         delay = start + i / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(i)))
-    await asyncio.gather(*tasks)
+        task = asyncio.create_task(one(i))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+    while in_flight:
+        await asyncio.gather(*in_flight)
+    gc.callbacks.remove(pauses._callback)
     latencies.sort()
-    return {
+    result: dict[str, object] = {
         "rate_per_s": rate,
         "num": len(latencies),
         "achieved_per_s": len(latencies) / (time.perf_counter() - start),
         "p50_ms": statistics.median(latencies) * 1e3,
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1e3,
         "max_ms": latencies[-1] * 1e3,
+        **pauses.summary(),
     }
+    if profile is not None:
+        result["stages"] = profile.report()
+    return result
 
 
 async def main(args: argparse.Namespace) -> dict[str, object]:
     data_dir = Path(tempfile.mkdtemp(prefix="audit-bench-", dir=args.dir))
+    load_before = os.getloadavg()
+    profile = StageProfile() if args.stages else None
+    schema = f"audit_bench_{uuid.uuid4().hex[:8]}"
     store: AuditStore | None = None
     if args.backend == "postgres":
-        from audit.postgres_store import PostgresStore
-
-        store = PostgresStore(args.dsn, f"audit_bench_{uuid.uuid4().hex[:8]}")
-    log = await AuditLog.open(AuditConfig(), data_dir, store=store)
+        store = (
+            PostgresStore(args.dsn, schema)
+            if profile is None
+            else TimedPostgresStore(args.dsn, schema, profile)
+        )
+    elif profile is not None:
+        store = TimedSqliteStore(data_dir / "audit" / "audit.db", profile)
+    log = await AuditLog.open(
+        AuditConfig(), data_dir, store=store, on_batch=None if profile is None else profile.note_batch
+    )
+    wal = data_dir / "audit" / "audit.db-wal"
     try:
         await sustained(log, 2000, args.concurrency)  # warm-up
         rps = await sustained(log, args.records, args.concurrency)
-        rates = [await latency_at(log, float(r), args.seconds) for r in args.rates.split(",")]
+        if args.gc == "freeze":
+            gc.collect()
+            gc.freeze()
+        elif args.gc == "off":
+            gc.disable()
+        rates = [await latency_at(log, float(r), args.seconds, profile) for r in args.rates.split(",")]
+        gc.enable()
+        wal_bytes = wal.stat().st_size if wal.exists() else None
         report = await log.verify()
     finally:
         await log.close()
@@ -120,11 +309,16 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "concurrency": args.concurrency,
         "records": args.records,
         "latency": rates,
+        "gc": args.gc,
+        "wal_bytes_at_end": wal_bytes,
         "verified_records": report.num_records,
         "verify_ok": report.ok,
         "command": " ".join([".venv/bin/python", *sys.argv]),
         "commit": COMMIT,
+        "tree": "working tree (uncommitted changes under audit/ or bench/)" if IS_DIRTY else "clean",
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "storage_dir": str(data_dir.parent),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
@@ -139,9 +333,15 @@ if __name__ == "__main__":
     parser.add_argument("--rates", default="500,1000,2000")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--dir", default=None, help="where the temporary data dir goes (default: $TMPDIR)")
-    result = asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--stages", action="store_true", help="profile where each append's time goes")
+    parser.add_argument(
+        "--gc", choices=["on", "freeze", "off"], default="on", help="collector during the latency runs"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: bench/results/...)")
+    args = parser.parse_args()
+    result = asyncio.run(main(args))
     suffix = "" if result["backend"] == "sqlite" else "_postgres"
-    out = Path(__file__).parent / "results" / f"audit_throughput{suffix}.json"
+    out = args.out or Path(__file__).parent / "results" / f"audit_throughput{suffix}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

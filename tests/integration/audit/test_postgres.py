@@ -20,11 +20,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from audit.checkpoint import Checkpoint
 from audit.config import AuditConfig
 from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.log import AuditLog
 from audit.postgres_store import PostgresStore, grant_append_only, install_schema
 from audit.query import AuditQuery
+from audit.record import RecordRow, encode_event, seal_row
+from audit.store import StoreConflictError
+from audit.testing import sample_event
 
 pytestmark = pytest.mark.integration
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
@@ -125,6 +129,57 @@ def test_append_only_role_cannot_rewrite_history(schema_and_role, tmp_path: Path
         conn.execute("INSERT INTO audit_meta VALUES ('probe', 'x')")  # INSERT is allowed
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(statement)
+
+
+def _rows(first: int, n: int) -> list[RecordRow]:
+    return [
+        seal_row(encode_event(sample_event(seq), seq), seq, "ab" * 32, None)
+        for seq in range(first, first + n)
+    ]
+
+
+def _checkpoint(index: int, seq: int) -> Checkpoint:
+    return Checkpoint(log_id="l", index=index, seq=seq, head="h", time="t", prev="p", key_id="k")
+
+
+@pytest.mark.parametrize("batch", [3, 5_100], ids=["one-statement", "over-the-parameter-limit"])
+def test_a_batch_and_its_checkpoint_land_together_or_not_at_all(schema_and_role, batch: int) -> None:
+    schema, role = schema_and_role
+    store = PostgresStore(f"host=127.0.0.1 port=5432 user={role} dbname=test", schema)
+    store.open("l")
+    store.append(_rows(1, batch), _checkpoint(1, batch))
+    with pytest.raises(StoreConflictError):  # seq `batch` is taken: nothing of this batch may stay
+        store.append(_rows(batch, 3), _checkpoint(2, batch + 2))
+    with pytest.raises(StoreConflictError):  # checkpoint index 1 is taken: the rows must go too
+        store.append(_rows(batch + 1, 2), _checkpoint(1, batch + 2))
+    head = store.head()
+    assert head.seq == batch
+    assert head.checkpoint is not None and head.checkpoint.index == 1
+    assert [r.seq for r in store.rows(0, 10_000)] == list(range(1, batch + 1))
+    store.append([], _checkpoint(2, batch))  # a checkpoint alone (heartbeat)
+    assert [cp.index for cp in store.checkpoints(0, 10)] == [1, 2]
+    store.close()
+
+
+def test_a_read_after_the_server_dropped_the_connection_reconnects(schema_and_role, tmp_path: Path) -> None:
+    """E.g. after a server restart: the reader thread's idle connection is dead, the read must not be."""
+    schema, role = schema_and_role
+    dsn = f"host=127.0.0.1 port=5432 user={role} dbname=test"
+
+    async def go() -> list[str]:
+        log = await AuditLog.open(AuditConfig(), tmp_path, store=PostgresStore(dsn, schema))
+        try:
+            await log.append(_events()[1])
+            await log.tail(1)  # the reader thread now holds a connection
+            with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,)
+                )
+            return [r.event.request_id for r in await log.tail(2)]
+        finally:
+            await log.close()
+
+    assert asyncio.run(go()) == ["", "r1"]
 
 
 def _free_port() -> int:

@@ -1,0 +1,244 @@
+"""Group commit on one dedicated writer thread.
+
+    event loop                          writer thread                           event loop
+    append(entry) --put--> SimpleQueue --> take what queued (<= max_batch)
+                                           ChainWriter.commit: seal, INSERT,
+                                           COMMIT (one fsync for the batch)
+                                           --call_soon_threadsafe(batch)-->  futures resolved
+
+One batch at a time: whatever queued while a commit ran goes into the next one. The writer
+blocks in the queue itself, so starting a commit costs no event-loop turn, and a batch's
+results come back in one callback. Entries are encoded by the caller (``encode_event``)
+before they are queued; the writer only chains, hashes and stores.
+
+An append that times out before the writer took it is dropped, never written: ``taken`` and
+``dropped`` are only set under one lock. A cancelled caller does not drop its record (it
+may describe a response already sent). Only the writer thread calls the ``ChainWriter``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from audit.chain_writer import ChainWriter, Entry
+from audit.config import AuditConfig
+from audit.errors import AuditUnavailableError
+
+_log = logging.getLogger(__name__)
+
+
+class BatchTiming(NamedTuple):
+    """``time.perf_counter`` stamps of one group commit, for metrics and the benchmark's profile."""
+
+    first_seq: int
+    num_records: int
+    taken_at: float
+    """The writer drew the batch from the queue."""
+    committed_at: float
+    """The store's transaction returned: the batch is durable."""
+    resolved_at: float
+    """Back on the event loop, just before the appends' futures are resolved."""
+
+
+class _Pending:
+    __slots__ = ("dropped", "entry", "future", "taken")
+
+    def __init__(self, entry: Entry | None, future: asyncio.Future[int]) -> None:
+        self.entry = entry
+        """None for a barrier (``checkpoint``)."""
+        self.future = future
+        self.taken = False
+        self.dropped = False
+
+
+_FAILURE_BACKOFF_S = 0.05
+"""After a failed commit, a due checkpoint alone retries no sooner than this (appends still wake it)."""
+
+_WAKE = object()
+"""Queued by ``close`` so a writer blocked in the queue looks at the closing flag."""
+
+
+class GroupCommit:
+    def __init__(
+        self,
+        cfg: AuditConfig,
+        writer: ChainWriter,
+        *,
+        heartbeat: bool,
+        record_lifecycle: bool,
+        on_checkpoint: Callable[[], None],
+        on_failure: Callable[[list[Entry], bool], None],
+        on_batch: Callable[[BatchTiming], None] | None = None,
+    ) -> None:
+        """``on_checkpoint`` runs on the writer thread after a checkpoint committed (keep it short);
+        ``on_failure(entries, is_new_outage)`` and ``on_batch`` run on the event loop."""
+        self._cfg = cfg
+        self._writer = writer
+        self._heartbeat = heartbeat
+        self._record_lifecycle = record_lifecycle
+        self._on_checkpoint = on_checkpoint
+        self._on_failure = on_failure
+        self._on_batch = on_batch
+        self._loop = asyncio.get_running_loop()
+        self._queue: queue.SimpleQueue[_Pending | object] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._force_checkpoint = False
+        self._is_failing = False
+        self._is_closing = False
+        self._stopped: asyncio.Future[None] = self._loop.create_future()
+        self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
+        self._thread.start()
+
+    async def append(self, entry: Entry) -> int:
+        """Queue ``entry``; its sequence number once durable, or ``AuditUnavailableError``."""
+        if self._stopped.done():
+            raise AuditUnavailableError("audit writer stopped")
+        if self._queue.qsize() >= self._cfg.max_pending:
+            # The writer is not keeping up (a hung store): refuse rather than queue without bound.
+            raise AuditUnavailableError("audit log backlog is full")
+        pending = _Pending(entry, self._loop.create_future())
+        self._queue.put(pending)
+        timer = self._loop.call_later(self._cfg.append_timeout_s, self._expire, pending)
+        try:
+            return await pending.future
+        finally:
+            timer.cancel()
+
+    async def barrier(self) -> int:
+        """Commit a checkpoint covering everything queued so far; returns the head seq."""
+        if self._is_closing or self._stopped.done():
+            raise AuditUnavailableError("audit log is closed")
+        pending = _Pending(None, self._loop.create_future())
+        self._queue.put(pending)
+        return await pending.future
+
+    async def close(self) -> None:
+        """Commit what is queued, then the last checkpoint (``final`` when recording the lifecycle)."""
+        self._is_closing = True
+        self._queue.put(_WAKE)
+        await self._stopped
+        self._thread.join()
+        while not self._queue.empty():  # a barrier queued after close started: nobody will take it
+            item = self._queue.get_nowait()
+            if isinstance(item, _Pending) and not item.future.done():
+                item.future.set_exception(AuditUnavailableError("audit log is closed"))
+
+    def _expire(self, pending: _Pending) -> None:
+        with self._lock:
+            if not pending.taken:
+                pending.dropped = True  # the writer skips it: a refused request never gets a record
+        if not pending.future.done():
+            pending.future.set_exception(AuditUnavailableError("audit append timed out"))
+
+    # --- writer thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while self._run_once():
+                pass
+        except BaseException:  # a bug, not a store failure: waiting appends time out (fail closed)
+            _log.exception("audit writer thread died")
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is gone already
+                self._loop.call_soon_threadsafe(_set_done, self._stopped)
+
+    def _run_once(self) -> bool:
+        """Take and commit one batch; False once closed."""
+        items = self._take()
+        with self._lock:
+            real = [p for p in items if p.entry is not None and not p.dropped]
+            for p in real:
+                p.taken = True
+        barriers = [p for p in items if p.entry is None]
+        closing = self._is_closing and self._queue.empty()
+        due = (
+            self._force_checkpoint
+            or bool(barriers)
+            or closing
+            or self._writer.is_checkpoint_due(len(real), heartbeat=self._heartbeat)
+        )
+        if real or due:
+            self._commit(real, barriers, checkpoint=due, final=closing and self._record_lifecycle)
+        return not closing
+
+    def _take(self) -> list[_Pending]:
+        """Block until something is queued (or a checkpoint is due), then drain up to max_batch."""
+        timeout = (
+            self._writer.seconds_to_checkpoint() if self._heartbeat or self._writer.num_unsealed else None
+        )
+        if self._is_failing and timeout is not None:
+            timeout = max(timeout, _FAILURE_BACKOFF_S)
+        items: list[_Pending] = []
+        try:
+            item = self._queue.get(timeout=timeout)
+            while True:
+                if isinstance(item, _Pending):
+                    items.append(item)
+                if len(items) >= self._cfg.max_batch:
+                    break
+                item = self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        return items
+
+    def _commit(
+        self, real: list[_Pending], barriers: list[_Pending], *, checkpoint: bool, final: bool
+    ) -> None:
+        taken_at = time.perf_counter()
+        entries = [p.entry for p in real if p.entry is not None]
+        try:
+            seqs = self._writer.commit(entries, checkpoint=checkpoint, final=final)
+        except Exception as exc:
+            _log.error("audit append failed (%d records refused): %s", len(real), type(exc).__name__)
+            is_new_outage = self._writer.note_failure(len(real), exc)
+            self._is_failing = True
+            self._force_checkpoint = self._force_checkpoint or bool(barriers)
+            error = exc if isinstance(exc, AuditUnavailableError) else AuditUnavailableError(str(exc))
+            self._loop.call_soon_threadsafe(self._fail, [*real, *barriers], error, entries, is_new_outage)
+            return
+        committed_at = time.perf_counter()
+        if checkpoint:
+            self._on_checkpoint()
+        self._force_checkpoint = self._is_failing = False
+        timing = (seqs[0] if seqs else 0, len(seqs), taken_at, committed_at)
+        self._loop.call_soon_threadsafe(self._resolve, real, seqs, barriers, self._writer.head.seq, timing)
+
+    # --- back on the event loop ----------------------------------------------------------------
+
+    def _resolve(
+        self,
+        real: list[_Pending],
+        seqs: list[int],
+        barriers: list[_Pending],
+        head_seq: int,
+        timing: tuple[int, int, float, float],
+    ) -> None:
+        resolved_at = time.perf_counter()
+        for pending, seq in zip(real, seqs, strict=True):
+            if not pending.future.done():  # timed out after it was taken, or its caller cancelled
+                pending.future.set_result(seq)
+        for pending in barriers:
+            if not pending.future.done():
+                pending.future.set_result(head_seq)
+        if self._on_batch is not None:
+            self._on_batch(BatchTiming(*timing, resolved_at))
+
+    def _fail(
+        self, pendings: list[_Pending], error: Exception, entries: list[Entry], is_new_outage: bool
+    ) -> None:
+        for pending in pendings:
+            if not pending.future.done():
+                pending.future.set_exception(error)
+        self._on_failure(entries, is_new_outage)
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,113 @@
+"""The writer thread: what a batch shares, what it does not, and how it reports itself."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.config import AuditConfig
+from audit.errors import AuditUnavailableError
+from audit.group_commit import BatchTiming
+from audit.log import AuditLog
+from audit.query import AuditQuery
+from audit.sqlite_store import SqliteStore
+from audit.testing import FakeClock, sample_event
+
+pytestmark = pytest.mark.anyio
+
+
+class GatedStore(SqliteStore):
+    """A real SQLite store that records the thread of each append, blocks while ``gate`` is clear
+    and fails while ``is_broken``."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.is_broken = False
+        self.threads: list[str] = []
+
+    def append(self, rows: Any, checkpoint: Any) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.gate.wait(10)
+        if self.is_broken:
+            raise AuditUnavailableError("store switched off")
+        super().append(rows, checkpoint)
+
+
+async def test_a_bad_event_is_refused_alone_and_its_batch_commits(open_log) -> None:
+    log = await open_log(heartbeat=False)
+    bad = sample_event(99, request_id="bad", latency_ms=math.nan)
+    results = await asyncio.gather(
+        *(log.append(sample_event(i)) for i in range(5)), log.append(bad), return_exceptions=True
+    )
+    assert isinstance(results[-1], AuditUnavailableError)
+    assert sorted(results[:-1]) == [2, 3, 4, 5, 6]  # type: ignore[type-var]
+    assert (await log.search(AuditQuery(event_type="audit_outage"))).records == []
+    assert (await log.verify()).ok
+    await log.close()
+
+
+async def test_a_cancelled_append_is_still_recorded(tmp_path: Path) -> None:
+    """The caller going away (a client disconnect) must not erase the record of what it did."""
+    store = GatedStore(tmp_path / "audit.db")
+    log = await AuditLog.open(AuditConfig(), tmp_path, store=store, heartbeat=False)
+    store.gate.clear()
+    first = asyncio.create_task(log.append(sample_event(1, request_id="first")))
+    await asyncio.sleep(0.05)  # the writer takes it and waits inside the store
+    queued = asyncio.create_task(log.append(sample_event(2, request_id="cancelled")))
+    await asyncio.sleep(0.01)
+    queued.cancel()
+    store.gate.set()
+    await first
+    last = await log.append(sample_event(3, request_id="after"))
+    assert [r.event.request_id for r in await log.tail(3)] == ["first", "cancelled", "after"]
+    assert (await log.tail(1))[0].seq == last
+    await log.close()
+
+
+async def test_commits_run_on_the_writer_thread_and_report_their_timing(tmp_path: Path) -> None:
+    timings: list[BatchTiming] = []
+    store = GatedStore(tmp_path / "audit.db")
+    log = await AuditLog.open(AuditConfig(), tmp_path, store=store, heartbeat=False, on_batch=timings.append)
+    seqs = await asyncio.gather(*(log.append(sample_event(i)) for i in range(40)))
+    await log.close()
+    assert set(store.threads) == {"audit-writer"}
+    with_records = [t for t in timings if t.num_records]
+    assert sum(t.num_records for t in with_records) == 42  # service_start, 40 appends, service_stop
+    assert len(with_records) < 42  # group commit: at least one batch held several
+    assert [t.first_seq for t in with_records][:2] == [1, 2]
+    for before, after in itertools.pairwise(with_records):
+        assert after.first_seq == before.first_seq + before.num_records
+    assert all(t.taken_at <= t.committed_at <= t.resolved_at for t in timings)
+    assert sorted(seqs) == list(range(2, 42))
+
+
+async def test_a_failing_store_is_not_retried_in_a_tight_loop(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = GatedStore(tmp_path / "audit.db")
+    log = await AuditLog.open(AuditConfig(), tmp_path, store=store, clock=clock)
+    store.is_broken = True
+    clock.advance(120)  # a heartbeat checkpoint is due now and stays due while the store fails
+    num_before = len(store.threads)
+    wake = asyncio.create_task(log.append(sample_event(1)))
+    with pytest.raises(AuditUnavailableError):
+        await wake
+    await asyncio.sleep(0.3)
+    assert len(store.threads) - num_before < 20  # about one try per 50 ms, not thousands
+    store.is_broken = False
+    assert await log.append(sample_event(2)) > 0
+    await log.close()
+
+
+async def test_checkpoint_after_close_is_refused(open_log) -> None:
+    log = await open_log()
+    await log.close()
+    with pytest.raises(AuditUnavailableError, match="closed"):
+        await asyncio.wait_for(log.checkpoint(), 2)
