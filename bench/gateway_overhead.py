@@ -4,9 +4,13 @@
     load ──────────────────────────────────────────────────────▶ stub engine     "direct"
 
 The stub engine answers instantly, so the difference between the two is what the gateway adds.
-Both paths run in this one invocation, at each concurrency level, for the same duration.
-On a 2-core machine the load generator, the gateway and the engine share the cores: the
-figures are honest upper bounds on overhead, not best cases.
+Both paths run in this one invocation, at each concurrency level, for the same total time, in
+alternating rounds (direct, gateway, direct, ...) so that a noisy neighbour on a shared machine
+hits both alike. The load generator is a closed loop of keep-alive HTTP/1.1 connections, one per
+concurrent caller, sending pre-encoded requests: on a 2-core machine it shares the cores with
+the gateway and the engine, so it has to cost far less than what it measures. The figures are
+honest upper bounds on overhead, not best cases. Where /proc exists, the CPU time the gateway
+and the engine processes spent per request is recorded too.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,37 +64,141 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _drive(
-    send: Callable[[], Awaitable[None]], concurrency: int, duration_s: float
-) -> dict[str, float]:
-    latencies: list[float] = []
-    errors = 0
+class _LoadConnection:
+    """One keep-alive HTTP/1.1 connection sending a fixed, pre-encoded request.
+
+    The load generator shares two cores with the gateway and the engine, so it must cost far
+    less than what it measures: httpx spends ~1.5 ms of CPU per request here and its pool
+    degrades with many concurrent requests. This client writes the request bytes, reads the
+    status line and headers, and drains a ``content-length`` or chunked body. Nothing more.
+    """
+
+    def __init__(self, host: str, port: int, request: bytes) -> None:
+        self._host, self._port, self._request = host, port, request
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def send(self) -> int:
+        """One request and its whole response; returns the HTTP status."""
+        if self._writer is None or self._reader is None:
+            self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
+        reader = self._reader
+        self._writer.write(self._request)
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).lower()
+            status = int(head[9:12])
+            if b"transfer-encoding: chunked" in head:
+                while size := int((await reader.readline()).split(b";")[0], 16):
+                    await reader.readexactly(size + 2)
+                await reader.readexactly(2)
+            else:
+                _, _, rest = head.partition(b"content-length:")
+                await reader.readexactly(int(rest.split(b"\r\n")[0]))
+        except BaseException:
+            self.close()
+            raise
+        if b"connection: close" in head:
+            self.close()
+        return status
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+
+def _post(path: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", f"host: {host}", f"content-length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+class _Samples:
+    """Latencies and failures of one path at one concurrency, over all its rounds."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.errors: dict[str, int] = {}
+        self.elapsed_s = 0.0
+        self.cpu_s: dict[str, float] = {}
+
+    def summary(self) -> dict[str, Any]:
+        if not self.latencies:
+            raise RuntimeError(f"no request succeeded: {self.errors}")
+        n = len(self.latencies)
+        return {
+            "requests": n,
+            "errors": sum(self.errors.values()),
+            "errors_by_kind": self.errors,
+            "rps": n / self.elapsed_s,
+            "p50_ms": statistics.median(self.latencies) * 1000,
+            "p99_ms": _percentile(self.latencies, 0.99) * 1000,
+            "mean_ms": statistics.fmean(self.latencies) * 1000,
+            **{f"{name}_cpu_ms_per_request": cpu / n * 1000 for name, cpu in self.cpu_s.items()},
+        }
+
+
+async def _drive(url: str, request: bytes, concurrency: int, duration_s: float, into: _Samples) -> None:
+    """``concurrency`` closed-loop workers, one connection each, for ``duration_s``."""
+    host, _, port = url.removeprefix("http://").partition(":")
     stop_at = time.perf_counter() + duration_s
 
     async def worker() -> None:
-        nonlocal errors
-        while time.perf_counter() < stop_at:
-            t0 = time.perf_counter()
-            try:
-                await send()
-            except Exception:
-                errors += 1
-                continue
-            latencies.append(time.perf_counter() - t0)
+        conn = _LoadConnection(host, int(port), request)
+        try:
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    status = await conn.send()
+                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                    into.errors[type(exc).__name__] = into.errors.get(type(exc).__name__, 0) + 1
+                    continue
+                if status != 200:
+                    into.errors[str(status)] = into.errors.get(str(status), 0) + 1
+                    continue
+                into.latencies.append(time.perf_counter() - t0)
+        finally:
+            conn.close()
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    if not latencies:
-        raise RuntimeError("no request succeeded")
+    into.elapsed_s += time.perf_counter() - started
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (all its threads), or None without /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where installed (as uvicorn uses for both servers), else asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def _chat_body(max_tokens: int) -> dict[str, Any]:
     return {
-        "requests": len(latencies),
-        "errors": errors,
-        "rps": len(latencies) / elapsed,
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": _percentile(latencies, 0.99) * 1000,
-        "mean_ms": statistics.fmean(latencies) * 1000,
+        "model": "demo-chat",
+        "messages": [{"role": "user", "content": "What is the rate on a fixed deposit?"}],
+        "max_tokens": max_tokens,
     }
+
+
+def _check_gateway_answer(gateway: str, token: str, body: dict[str, Any]) -> None:
+    """One request through the whole path before timing: the load must be served, not refused."""
+    r = httpx.post(
+        f"{gateway}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {token}"}, timeout=10
+    )
+    r.raise_for_status()
+    if "hello" not in r.json()["choices"][0]["message"]["content"]:
+        raise RuntimeError(f"unexpected gateway answer: {r.text[:200]}")
 
 
 async def _measure(
@@ -101,13 +209,10 @@ async def _measure(
     levels: list[int],
     duration_s: float,
     max_tokens: int,
+    *,
+    rounds: int,
+    pids: dict[str, int],
 ) -> list[dict[str, Any]]:
-    limits = httpx.Limits(max_connections=max(levels) * 2, max_keepalive_connections=max(levels) * 2)
-    body = {
-        "model": "demo-chat",
-        "messages": [{"role": "user", "content": "What is the rate on a fixed deposit?"}],
-        "max_tokens": max_tokens,
-    }
     direct = msgspec.json.encode(
         GenerateRequest(
             request_id="bench",
@@ -116,36 +221,50 @@ async def _measure(
             params=SamplingParams(max_tokens=max_tokens),
         )
     )
+    json_type = {"content-type": "application/json"}
+    via_gateway = _post(
+        "/v1/chat/completions",
+        gateway.removeprefix("http://"),
+        {"authorization": f"Bearer {token}", **json_type},
+        msgspec.json.encode(_chat_body(max_tokens)),
+    )
+    to_engine = _post(
+        "/engine/v1/generate",
+        engine.removeprefix("http://"),
+        {"authorization": f"Bearer {engine_token}", **json_type},
+        direct,
+    )
+    paths = {"direct": (engine, to_engine), "gateway": (gateway, via_gateway)}
     rows = []
-    async with httpx.AsyncClient(limits=limits, timeout=30) as http:
-        gw_headers = {"authorization": f"Bearer {token}"}
-        en_headers = {"authorization": f"Bearer {engine_token}", "content-type": "application/json"}
-
-        async def via_gateway() -> None:
-            r = await http.post(f"{gateway}/v1/chat/completions", json=body, headers=gw_headers)
-            r.raise_for_status()
-
-        async def to_engine() -> None:
-            r = await http.post(f"{engine}/engine/v1/generate", content=direct, headers=en_headers)
-            r.raise_for_status()
-
-        for level in levels:
-            await _drive(via_gateway, level, min(2.0, duration_s))  # warm-up
-            d = await _drive(to_engine, level, duration_s)
-            g = await _drive(via_gateway, level, duration_s)
-            rows.append(
-                {
-                    "concurrency": level,
-                    "direct": d,
-                    "gateway": g,
-                    "added_p50_ms": g["p50_ms"] - d["p50_ms"],
-                    "added_p99_ms": g["p99_ms"] - d["p99_ms"],
-                }
-            )
+    for level in levels:
+        scratch = _Samples()
+        for url, request in paths.values():  # warm-up: connections, pools, caches
+            await _drive(url, request, level, min(1.0, duration_s / 2), scratch)
+        samples = {name: _Samples() for name in paths}
+        for _ in range(rounds):
+            for name, (url, request) in paths.items():
+                before = {proc: _cpu_seconds(pid) for proc, pid in pids.items()}
+                await _drive(url, request, level, duration_s / rounds, samples[name])
+                for proc, pid in pids.items():
+                    start, end = before[proc], _cpu_seconds(pid)
+                    if start is not None and end is not None:
+                        samples[name].cpu_s[proc] = samples[name].cpu_s.get(proc, 0.0) + end - start
+        d, g = samples["direct"].summary(), samples["gateway"].summary()
+        rows.append(
+            {
+                "concurrency": level,
+                "direct": d,
+                "gateway": g,
+                "added_p50_ms": g["p50_ms"] - d["p50_ms"],
+                "added_p99_ms": g["p99_ms"] - d["p99_ms"],
+            }
+        )
     return rows
 
 
-def run(levels: list[int], duration_s: float, max_tokens: int, data_dir: Path) -> dict[str, Any]:
+def run(
+    levels: list[int], duration_s: float, max_tokens: int, data_dir: Path, *, rounds: int = 5
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     engine_token = secrets.token_urlsafe(24)
     engine_port, gw_port = _free_port(), _free_port()
@@ -181,34 +300,42 @@ def run(levels: list[int], duration_s: float, max_tokens: int, data_dir: Path) -
             text=True,
             check=True,
         ).stdout.strip()
-        rows = asyncio.run(
-            _measure(
-                f"http://127.0.0.1:{gw_port}",
-                f"http://127.0.0.1:{engine_port}",
-                engine_token,
-                token,
-                levels,
-                duration_s,
-                max_tokens,
+        _check_gateway_answer(f"http://127.0.0.1:{gw_port}", token, _chat_body(max_tokens))
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            rows = runner.run(
+                _measure(
+                    f"http://127.0.0.1:{gw_port}",
+                    f"http://127.0.0.1:{engine_port}",
+                    engine_token,
+                    token,
+                    levels,
+                    duration_s,
+                    max_tokens,
+                    rounds=rounds,
+                    pids={"engine": procs[0].pid, "gateway": procs[1].pid},
+                )
             )
-        )
     finally:
         for p in procs:
             p.terminate()
             p.wait(timeout=20)
-    return {"rows": rows}
+    return {"rows": rows, "rounds": rounds}
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "conc | direct p50/p99 ms | gateway p50/p99 ms | added p50/p99 ms | direct rps | gateway rps",
-        "-----|-------------------|--------------------|------------------|------------|------------",
+        "conc | direct p50/p99 ms | gateway p50/p99 ms | added p50/p99 ms | direct rps | gateway rps"
+        " | gateway CPU ms/req",
+        "-----|-------------------|--------------------|------------------|------------|------------"
+        "|-------------------",
     ]
     for r in rows:
         d, g = r["direct"], r["gateway"]
+        cpu = g.get("gateway_cpu_ms_per_request")
         lines.append(
             f"{r['concurrency']:>4} | {d['p50_ms']:7.2f} / {d['p99_ms']:7.2f} | {g['p50_ms']:7.2f} / {g['p99_ms']:8.2f} "
-            f"| {r['added_p50_ms']:6.2f} / {r['added_p99_ms']:7.2f} | {d['rps']:10.0f} | {g['rps']:10.0f}"
+            f"| {r['added_p50_ms']:6.2f} / {r['added_p99_ms']:7.2f} | {d['rps']:10.0f} | {g['rps']:10.0f} "
+            f"| {'n/a' if cpu is None else f'{cpu:.2f}':>17}"
         )
     return "\n".join(lines)
 
@@ -221,16 +348,20 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     type=float,
     default=10.0,
     show_default=True,
-    help="Seconds per path and level.",
+    help="Seconds per path and level, split into alternating rounds.",
 )
+@click.option("--rounds", type=int, default=5, show_default=True, help="Alternations of the two paths.")
 @click.option("--max-tokens", type=int, default=4, show_default=True)
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="JSON file (default bench/results/)."
 )
-def gateway(levels: tuple[int, ...], duration_s: float, max_tokens: int, output: Path | None) -> None:
+def gateway(
+    levels: tuple[int, ...], duration_s: float, rounds: int, max_tokens: int, output: Path | None
+) -> None:
     """Added latency and sustained requests/s of the full gateway over a stub engine."""
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp:
-        result = run(list(levels), duration_s, max_tokens, Path(tmp))
+        result = run(list(levels), duration_s, max_tokens, Path(tmp), rounds=rounds)
     stamp = datetime.now(UTC)
     record = {
         "benchmark": "gateway_overhead",
@@ -238,10 +369,13 @@ def gateway(levels: tuple[int, ...], duration_s: float, max_tokens: int, output:
         "git_commit": git_commit(),
         "machine": machine("cpu"),
         "date": stamp.isoformat(timespec="seconds"),
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "config": {
             "levels": list(levels),
             "duration_s": duration_s,
             "max_tokens": max_tokens,
+            "rounds": rounds,
+            "load_generator": "closed loop, one keep-alive HTTP/1.1 connection per concurrent caller",
             "path": "JWT (EdDSA) + RBAC + quota (in-process) + request/response filters + audit (SQLite)",
         },
         **result,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -113,12 +114,26 @@ def _redis(services: Services) -> Any:
     return services.redis
 
 
+def _keep_collector_off_the_request_path() -> None:
+    """Start-up objects are permanent; requests free almost everything by reference counting.
+
+    Freezing what start-up built (modules, settings, policy tables, filter automata) keeps full
+    collections from re-scanning it: they took ~80 ms under load on the 2-core reference
+    machine. With the default young-generation threshold (700) a collection ran every ten
+    requests at ~0.3 ms each; requests leave few cycles behind, so a higher one costs little.
+    """
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, 20_000), middle, old)
+
+
 def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_body_bytes: int) -> Any:
     """The ASGI app. ``services_factory`` is awaited at start-up; its Services close at shutdown."""
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncGenerator[None, None]:
         app.state.services = await services_factory()
+        _keep_collector_off_the_request_path()
         try:
             yield
         finally:

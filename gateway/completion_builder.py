@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -78,7 +78,7 @@ class CompletionBuilder:
     def __init__(self, prep: Prepared, clock: Callable[[], float] = time.time) -> None:
         self._prep = prep
         self._created = int(clock())
-        self._id = ("chatcmpl-" if prep.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        self._id = ("chatcmpl-" if prep.kind == "chat" else "cmpl-") + secrets.token_hex(12)
         self._choices: dict[int, ChoiceState] = {}
         self._num_prompt_tokens = 0
 

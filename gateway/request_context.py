@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from gateway.auth.principal import Principal
@@ -12,7 +12,7 @@ __all__ = ["RequestContext", "new_request_id"]
 
 
 def new_request_id() -> str:
-    return f"req_{uuid.uuid4().hex}"
+    return f"req_{secrets.token_hex(16)}"
 
 
 @dataclass

@@ -2,24 +2,51 @@
 
 Spans and metrics carry ids, model names, counts and durations; never prompt or completion text.
 /metrics renders the same meter provider in Prometheus text through prometheus_client.
+
+Without an OTLP endpoint no span leaves the process, so spans are not sampled: each request
+still gets a fresh trace id (the audit record carries it), but no span is built, and metrics
+keep no exemplars (they would only ever point at sampled spans): /metrics reads the same.
+
+The per-request counters add into a plain dict that the meter reads at collection time
+(observable counters): an OTel SDK ``Counter.add`` cleans and hashes its attributes on every
+call (~7 µs here), a dict increment costs a fraction of that. Exported series are the same.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from opentelemetry import metrics, trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from gateway.telemetry_config import TelemetryConfig
 
-__all__ = ["Telemetry"]
+__all__ = ["CountsByLabels", "Telemetry"]
 
 _installed: Telemetry | None = None
+
+
+class CountsByLabels:
+    """A monotonic count per label set, summed in this process and read by the meter."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[tuple[str, str | int], ...], int] = {}
+
+    def add(self, amount: int, attributes: Mapping[str, str | int]) -> None:
+        """Same call as ``Counter.add``; callers pass each label set's keys in one fixed order."""
+        key = tuple(attributes.items())
+        self._counts[key] = self._counts.get(key, 0) + amount
+
+    def observe(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        # dict() copies in one step under the GIL: safe against an OTLP reader thread.
+        return [metrics.Observation(total, dict(key)) for key, total in dict(self._counts).items()]
 
 
 class Telemetry:
@@ -27,7 +54,8 @@ class Telemetry:
 
     def __init__(self, cfg: TelemetryConfig) -> None:
         resource = Resource.create({"service.name": cfg.service_name})
-        self.tracer_provider = TracerProvider(resource=resource)
+        is_tracing = bool(cfg.otlp_endpoint)
+        self.tracer_provider = TracerProvider(resource=resource, sampler=None if is_tracing else ALWAYS_OFF)
         readers: list[MetricReader] = [PrometheusMetricReader()]
         if cfg.otlp_endpoint:
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -40,15 +68,23 @@ class Telemetry:
             if cfg.export_metrics:
                 exporter = OTLPMetricExporter(endpoint=f"{base}/v1/metrics", headers=cfg.otlp_headers)
                 readers.append(PeriodicExportingMetricReader(exporter))
-        self.meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        self.meter_provider = MeterProvider(
+            resource=resource,
+            metric_readers=readers,
+            exemplar_filter=None if is_tracing else AlwaysOffExemplarFilter(),
+        )
         self.tracer = self.tracer_provider.get_tracer("strongroom.gateway")
         meter = self.meter_provider.get_meter("strongroom.gateway")
         self.request_duration = meter.create_histogram(
             "strongroom.request.duration", unit="s", description="Gateway request duration"
         )
-        self.tokens = meter.create_counter("strongroom.tokens", unit="{token}", description="Tokens by kind")
-        self.requests = meter.create_counter(
-            "strongroom.requests", description="Requests by endpoint and status"
+        self.tokens = CountsByLabels()
+        meter.create_observable_counter(
+            "strongroom.tokens", [self.tokens.observe], unit="{token}", description="Tokens by kind"
+        )
+        self.requests = CountsByLabels()
+        meter.create_observable_counter(
+            "strongroom.requests", [self.requests.observe], description="Requests by endpoint and status"
         )
 
     @classmethod

@@ -12,6 +12,12 @@ from pathlib import Path
 
 __all__ = ["SqliteRevocations"]
 
+# jti = NULL matches nothing, so a token without a jti is checked for its subject only.
+_LOOKUP = (
+    "SELECT (SELECT 1 FROM revoked_tokens WHERE jti = ? AND expires_at > ?),"
+    " (SELECT before FROM revoked_subjects WHERE subject = ? AND expires_at > ?)"
+)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS revoked_tokens (jti TEXT PRIMARY KEY, expires_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS revoked_subjects (
@@ -52,16 +58,10 @@ class SqliteRevocations:
             )
 
     async def lookup(self, jti: str | None, subject: str, *, now: float) -> tuple[bool, float | None]:
-        is_revoked = jti is not None and (
-            self._db.execute(
-                "SELECT 1 FROM revoked_tokens WHERE jti = ? AND expires_at > ?", (jti, now)
-            ).fetchone()
-            is not None
-        )
-        row = self._db.execute(
-            "SELECT before FROM revoked_subjects WHERE subject = ? AND expires_at > ?", (subject, now)
-        ).fetchone()
-        return is_revoked, None if row is None else float(row[0])
+        # One statement, one read transaction: each call into SQLite hands the GIL over, and
+        # under load the audit writer thread may hold it for a while before handing it back.
+        is_revoked, before = self._db.execute(_LOOKUP, (jti, now, subject, now)).fetchone()
+        return is_revoked is not None, None if before is None else float(before)
 
     async def aclose(self) -> None:
         self._db.close()

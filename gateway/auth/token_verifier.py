@@ -6,7 +6,8 @@ Order of checks (cheap and attacker-independent first; nothing trusted before th
     -> JOSE header: alg a string, not none; no jku/x5u/x5c/jwk/crit/b64
     -> unverified iss picks the issuer (exact string match)
     -> alg in that issuer's pinned list -> key by kid (a lookup key only)
-    -> signature (pyjwt, algorithms=[alg]) -> claims (ClaimRules) -> revocation -> Principal
+    -> signature (pyjwt, algorithms=[alg]; skipped for a token this key already verified,
+       see VerifiedTokens) -> claims (ClaimRules) -> revocation -> Principal
 
 Every failure raises ``AuthenticationError``: the client sees "Invalid token", ``reason`` says why.
 """
@@ -34,6 +35,7 @@ from gateway.auth.errors import AuthConfigError, AuthenticationError, Revocation
 from gateway.auth.issuer_keys import IssuerKeys
 from gateway.auth.principal import Principal
 from gateway.auth.revocation import RevocationList
+from gateway.auth.verified_tokens import VerifiedTokens
 
 __all__ = ["TokenVerifier"]
 
@@ -63,6 +65,7 @@ class TokenVerifier:
         self._owned_http = owned_http
         # pyjwt compares HMAC signatures in constant time (hmac.compare_digest).
         self._jws = jwt.PyJWS(options={"enforce_minimum_key_length": True})
+        self._verified = VerifiedTokens(clock)
         self._failures = metrics.get_meter("strongroom.auth").create_counter(
             "strongroom.auth.failures", description="Rejected bearer tokens, by reason"
         )
@@ -126,6 +129,17 @@ class TokenVerifier:
         if kid is not None and (not isinstance(kid, str) or not kid or len(kid) > _MAX_KID_CHARS):
             raise AuthenticationError("malformed kid")
         key = await issuer.key_for(kid, alg)
+        payload = self._verified.payload(token, key)
+        is_new = payload is None
+        if payload is None:
+            payload = self._verified_payload(token, key, alg)
+        self._rules.check(payload, issuer.config, now=self._clock())
+        await self._check_revocation(payload)
+        if is_new:
+            self._verified.remember(token, key, payload, expires_at=payload["exp"] + self._cfg.leeway_s)
+        return self._rules.principal(payload, issuer.config)
+
+    def _verified_payload(self, token: str, key: Any, alg: str) -> dict[str, Any]:
         try:
             payload = json.loads(self._jws.decode(token, key=key, algorithms=[alg]))
         except jwt.InvalidSignatureError:
@@ -134,9 +148,7 @@ class TokenVerifier:
             raise AuthenticationError(f"signature check failed: {type(exc).__name__}") from None
         if not isinstance(payload, dict):
             raise AuthenticationError("payload is not a JSON object")
-        self._rules.check(payload, issuer.config, now=self._clock())
-        await self._check_revocation(payload)
-        return self._rules.principal(payload, issuer.config)
+        return payload
 
     async def aclose(self) -> None:
         """Close the HTTP client and revocation store this verifier opened itself."""

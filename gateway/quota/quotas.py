@@ -9,9 +9,10 @@ generous of the caller's roles that sets the field, else the default.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
+import secrets
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,10 @@ class Quotas:
     ) -> None:
         self.config = config or QuotaConfig()
         self._clock = clock
+        # Lease ids need only be unique among every replica's leases: a random per-process
+        # prefix and a counter are, without a system call for randomness on every request.
+        self._lease_prefix = secrets.token_hex(8)
+        self._lease_numbers = itertools.count(1)
         self._backend: QuotaBackend = MemoryQuotaBackend(clock) if redis is None else RedisQuotaBackend(redis)
 
     def limits_for(self, principal: Principal) -> ResolvedLimits:
@@ -101,7 +106,7 @@ class Quotas:
                 limit_value=limits.tokens_per_minute,
                 reset_s=reset_s,
             )
-        keys, lease_id = self._keys(principal, window), uuid.uuid4().hex
+        keys, lease_id = self._keys(principal, window), f"{self._lease_prefix}-{next(self._lease_numbers)}"
         try:
             usage = await self._backend.reserve(
                 keys,

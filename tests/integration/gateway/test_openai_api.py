@@ -204,6 +204,44 @@ def test_health_ready_metrics_and_request_ids(gateway: Any) -> None:
     assert len(ids) == 3
 
 
+def _series(metrics_text: str, name: str, **labels: str) -> float:
+    for line in metrics_text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_request_and_token_counters_count_what_was_served(gateway: Any) -> None:
+    before = httpx.get(f"{gateway.base_url}/metrics").text
+    done = client(gateway, gateway.token("alice", "analyst")).chat.completions.create(
+        model="demo-chat", messages=[{"role": "user", "content": "count me"}], max_tokens=3
+    )
+    after = httpx.get(f"{gateway.base_url}/metrics").text
+    assert done.usage is not None
+
+    def added(name: str, **labels: str) -> float:
+        return _series(after, name, **labels) - _series(before, name, **labels)
+
+    assert added("strongroom_tokens_total", kind="prompt", model="demo-chat") == done.usage.prompt_tokens
+    assert added("strongroom_tokens_total", kind="completion", model="demo-chat") == (
+        done.usage.completion_tokens
+    )
+    assert added("strongroom_requests_total", route="/v1/chat/completions", status="200") == 1
+    assert "# TYPE strongroom_requests_total counter" in after
+
+
+def test_each_request_has_its_own_trace_id_in_the_audit_record(gateway: Any) -> None:
+    # No OTLP endpoint: spans are not sampled, but the trace ids still correlate the records.
+    c = client(gateway, gateway.token("alice", "analyst"))
+    trace_ids = set()
+    for _ in range(2):
+        raw = c.completions.with_raw_response.create(model="demo-chat", prompt="hi", max_tokens=1)
+        [record] = audited(gateway, raw.headers["x-request-id"])
+        trace_ids.add(record["event"]["trace_id"])
+    assert len(trace_ids) == 2
+    assert all(len(t) == 32 and int(t, 16) != 0 for t in trace_ids)
+
+
 def test_request_filters_block_and_redact_and_record_findings(gateway: Any) -> None:
     c = client(gateway, gateway.token("alice", "analyst"))
     secret = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7v9z\n-----END RSA PRIVATE KEY-----"

@@ -397,3 +397,39 @@ async def test_jwks_never_reachable_fails_closed(clock: FakeClock, tmp_path: Pat
         )
     finally:
         await token_verifier.aclose()
+
+
+async def test_a_token_seen_before_is_checked_again_in_full_except_its_signature(
+    verifier: TokenVerifier, clock: FakeClock, rsa_key: Any, tmp_path: Path
+) -> None:
+    body = claims(clock)
+    token = rs256(rsa_key, body)
+    assert (await verifier.verify(f"Bearer {token}")).subject == "alice"
+    assert (await verifier.verify(f"Bearer {token}")).subject == "alice"
+    # The same claims under a forged signature are other bytes: never served from what was verified.
+    head, payload, signature = token.split(".")
+    forged = f"{head}.{payload}.{signature[:-4]}AAAA"
+    assert await reason_for(verifier, forged) == "bad signature"
+    admin = RevocationList.open(AuthConfig(), tmp_path, redis=None, clock=clock)
+    await admin.revoke_token(body["jti"], expires_at=body["exp"])
+    assert await reason_for(verifier, token) == "token revoked (jti)"
+    await admin.aclose()
+    later = rs256(rsa_key, claims(clock, jti=uuid.uuid4().hex))
+    assert (await verifier.verify(f"Bearer {later}")).subject == "alice"
+    clock.advance(600 + 30)
+    assert await reason_for(verifier, later) == "expired"
+
+
+async def test_a_token_seen_before_fails_once_its_key_leaves_the_jwks(
+    verifier: TokenVerifier, jwks: JwksServer, clock: FakeClock, rsa_key: Any, ec_key: Any
+) -> None:
+    body = claims(clock, exp=int(clock.now) + 3000)
+    token = rs256(rsa_key, body)
+    assert (await verifier.verify(f"Bearer {token}")).subject == "alice"
+    jwks.document = {"keys": [public_jwk(ec_key, "ec-2")]}
+    clock.advance(301)
+    assert await reason_for(verifier, token) == "unknown kid"
+    # Put back under the same kid: a freshly fetched key object, so the signature is checked anew.
+    jwks.document = {"keys": [public_jwk(rsa_key, "rsa-1")]}
+    clock.advance(301)
+    assert (await verifier.verify(f"Bearer {token}")).subject == "alice"
