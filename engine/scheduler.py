@@ -1,19 +1,41 @@
 """Iteration-level scheduling of every hosted model's sequences over one shared KV pool.
 
-Each step has a token budget. Running sequences go first (decodes before prefill chunks, each
-group in priority order); each gets ``min(uncomputed tokens, budget left)`` tokens, so a long
-prompt is prefilled in chunks across steps while decodes keep flowing. When the pool cannot give
-a running sequence its next block, the lowest-priority, latest-arriving running sequence not yet
-scheduled this step is preempted by recompute (its blocks freed, its tokens kept, back to
-waiting), possibly the sequence itself. A step that preempted admits nobody; otherwise waiting
-sequences are admitted round-robin across models, one per model per turn, starting from a
-different model each step, so that a flood on one model cannot starve another. Within a model
-the waiting order is (priority, arrival): smaller priority values first. Plain Python: no torch.
+Priority: a smaller ``priority`` value is more urgent (vLLM's convention; it arrives as
+``GenerateRequest.priority``, default 0); ties go to the earlier arrival. Each step has a token budget:
+
+1. Running sequences go first (decodes before prefill chunks, each group in priority order); each
+   gets ``min(uncomputed tokens, budget left)`` tokens, so a long prompt is prefilled in chunks
+   across steps while decodes keep flowing. When the pool cannot give a running sequence its
+   next block, the victim is the least urgent, latest-arriving sequence among those not yet
+   scheduled this step (possibly the sequence itself) and those already scheduled that are
+   strictly less urgent than it (their share of the step is taken back). It is preempted by
+   recompute: blocks freed, tokens kept, back to waiting.
+2. A step that preempted in (1) admits nobody. Otherwise waiting sequences are admitted most
+   urgent class first; within a class, round-robin across models, one per model per turn,
+   starting from a different model each step, so that a flood on one model cannot starve
+   another of equal priority. Within a model the waiting order is (priority, arrival).
+3. A waiting sequence that finds the running cap reached or too few free blocks preempts
+   running sequences strictly less urgent than itself, least urgent and latest-arriving first,
+   as few as make room, and none at all when even all of them would not. Never one of equal or
+   higher urgency, so preemption follows a strict order and cannot cycle.
+
+Against thrash: no sequence preempted in a step is readmitted in that step (after (1) nobody
+is; after (3) nothing of the victim's class or less urgent is), and a victim keeps its arrival,
+so it re-enters at the front of its class in its model's queue. Once a waiting sequence finds no
+room, nothing less urgent is admitted that step, so nothing less urgent takes blocks only to be
+preempted by it next step.
+
+Across models priority is global, because the pool and the cap are shared: a flood of urgent
+requests on model A preempts and then holds back less urgent work on model B until A's backlog
+no longer needs the room; B resumes, recomputing, after. Fairness across models holds within a
+priority class: round-robin admission, and no sequence preempts one of equal priority.
+Plain Python: no torch.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from dataclasses import dataclass, field
 
 from engine.kv_cache_manager import KVCacheManager
@@ -117,27 +139,26 @@ class Scheduler:
             self.kv.commit(item.seq)
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        queue = sorted(self.running, key=lambda s: (s.num_uncomputed_tokens > 1, s.sort_key))
-        i = 0
-        while i < len(queue) and budget > 0:
-            seq = queue[i]
+        pending = deque(sorted(self.running, key=lambda s: (s.num_uncomputed_tokens > 1, s.sort_key)))
+        while pending and budget > 0:
+            seq = pending.popleft()
             num_new = min(seq.num_uncomputed_tokens, budget)
             while not self.kv.allocate(seq, num_new):
-                victim = max(queue[i:], key=lambda s: s.sort_key)
-                queue.remove(victim)
+                less_urgent = [i.seq for i in out.scheduled if i.seq.priority > seq.priority]
+                victim = max([seq, *pending, *less_urgent], key=lambda s: s.sort_key)
                 if victim is seq and len(self.running) == 1:
                     # Nothing else holds blocks: this sequence alone outgrew the pool.
                     self.finish(seq, SequenceStatus.FINISHED_LENGTH)
                     out.finished.append(seq)
                     break
-                self._preempt(victim)
-                out.preempted.append(victim)
+                if victim in pending:
+                    pending.remove(victim)
+                budget += self._evict(out, victim)
                 if victim is seq:
                     break
             else:
                 out.scheduled.append(ScheduledSeq.of(seq, num_new))
                 budget -= num_new
-                i += 1
         return budget
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
@@ -145,15 +166,26 @@ class Scheduler:
         order = [self.models[(self._next_model + k) % n] for k in range(n)]
         self._next_model = (self._next_model + 1) % n
         active = [m for m in order if self._waiting[m]]
-        while active and budget > 0 and len(self.running) < self.max_num_seqs:
-            for model in list(active):
-                queue = self._waiting[model]
-                seq = queue[0][1]
+        ceiling: int | None = None  # the least urgent priority still admissible this step
+        while active and budget > 0:
+            urgent = min(self._head(m).priority for m in active)
+            if ceiling is not None and urgent > ceiling:
+                return
+            for model in [m for m in active if self._head(m).priority == urgent]:
+                seq = self._head(model)
                 cached = self.kv.find_cached_prefix(seq)
                 num_new = min(seq.num_tokens - len(cached) * self.kv.block_size, budget)
-                if not self.kv.allocate(seq, num_new, cached):
+                victims = self._victims_for(seq, num_new, cached)
+                if victims is not None:
+                    for victim in victims:
+                        budget += self._evict(out, victim)
+                        ceiling = _lower(ceiling, victim.priority - 1)
+                if victims is None or not self.kv.allocate(seq, num_new, cached):
+                    # No room, even by preemption: nobody less urgent may take what it waits for.
                     active.remove(model)
+                    ceiling = _lower(ceiling, urgent)
                     continue
+                queue = self._waiting[model]
                 heapq.heappop(queue)
                 seq.status = SequenceStatus.RUNNING
                 self.running.append(seq)
@@ -161,8 +193,55 @@ class Scheduler:
                 budget -= num_new
                 if not queue:
                     active.remove(model)
-                if budget == 0 or len(self.running) >= self.max_num_seqs:
+                if budget == 0:
                     return
+
+    def _victims_for(self, seq: Sequence, num_new: int, cached: list[int]) -> list[Sequence] | None:
+        """The running sequences to preempt so that waiting ``seq`` fits under the cap and in the
+        pool: the fewest of those strictly less urgent, least urgent and latest first; [] when it
+        fits already, None when even all of them would not make room."""
+        num_slots_short = len(self.running) + 1 - self.max_num_seqs
+        num_blocks_short = self._num_blocks_short(num_new, cached)
+        if num_slots_short <= 0 and num_blocks_short <= 0:
+            return []
+        candidates = sorted(
+            (s for s in self.running if s.priority > seq.priority), key=lambda s: s.sort_key, reverse=True
+        )
+        # A victim's block returns to the pool only once every holder is preempted; a block of
+        # ``seq``'s cached prefix gains nothing (freeing it just makes the hit a revival).
+        pool = self.kv.pool
+        num_holders: dict[int, int] = {}
+        num_freed = 0
+        for k, victim in enumerate(candidates, start=1):
+            for block_id in victim.block_ids:
+                num_holders[block_id] = num_holders.get(block_id, 0) + 1
+                if num_holders[block_id] == pool.ref_count(block_id) and block_id not in cached:
+                    num_freed += 1
+            if k >= num_slots_short and num_freed >= num_blocks_short:
+                return candidates[:k]
+        return None
+
+    def _num_blocks_short(self, num_new: int, cached: list[int]) -> int:
+        """How many blocks the pool lacks to admit a waiting sequence (one holding no blocks)."""
+        need = self.kv.num_blocks_for(len(cached) * self.kv.block_size + num_new) - len(cached)
+        revived = sum(1 for b in cached if self.kv.pool.is_free(b))
+        return need - (self.kv.num_free_blocks - revived)
+
+    def _head(self, model: str) -> Sequence:
+        return self._waiting[model][0][1]
+
+    def _evict(self, out: SchedulerOutput, seq: Sequence) -> int:
+        """Preempt a running sequence, taking back any share of this step it had; returns the
+        tokens that gives back to the budget."""
+        refund = 0
+        for k, item in enumerate(out.scheduled):
+            if item.seq is seq:
+                refund = item.num_new_tokens
+                del out.scheduled[k]
+                break
+        self._preempt(seq)
+        out.preempted.append(seq)
+        return refund
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -171,3 +250,7 @@ class Scheduler:
         seq.num_preemptions += 1
         self.num_preemptions += 1
         self.add(seq)
+
+
+def _lower(ceiling: int | None, priority: int) -> int:
+    return priority if ceiling is None else min(ceiling, priority)

@@ -1,3 +1,5 @@
+import pytest
+
 from engine.block_pool import BlockPool
 from engine.kv_cache_manager import KVCacheManager
 from engine.sampling_params import SamplingParams
@@ -148,3 +150,217 @@ def test_prefix_cache_hit_skips_computed_tokens() -> None:
     out = run(s)
     assert shares(out) == [(b.request_id, 8, 1)]
     assert b.num_cached_tokens == 8
+
+
+# Priority preemption. Smaller priority values are more urgent.
+
+
+def finish_at(s: Scheduler, out: SchedulerOutput, num_output_tokens: int) -> list[Sequence]:
+    """End every sequence of the step that has sampled its ``num_output_tokens``-th token."""
+    done = [i.seq for i in out.scheduled if i.is_sampling and i.seq.num_output_tokens >= num_output_tokens]
+    for seq in done:
+        s.finish(seq, SequenceStatus.FINISHED_STOPPED)
+    return done
+
+
+def ids(seqs: list[Sequence]) -> list[str]:
+    return [q.request_id for q in seqs]
+
+
+def cap_full_of_three() -> tuple[Scheduler, Sequence, Sequence, Sequence]:
+    """Cap 3, running mid (p3, a), early (p5, b), late (p5, a), one block each, all decoding."""
+    s = make(seqs=3)
+    mid, early, late = req(4, "a", 3, start=100), req(4, "b", 5, start=200), req(4, "a", 5, start=300)
+    for q in (mid, early, late):
+        s.add(q)
+    run(s)
+    assert (mid.block_ids, late.block_ids, early.block_ids) == ([0], [1], [2])
+    return s, mid, early, late
+
+
+def test_urgent_arrival_preempts_the_least_urgent_latest_when_the_cap_is_full() -> None:
+    s, mid, early, late = cap_full_of_three()
+    urgent = req(4, "b", 0, start=400)
+    s.add(urgent)
+    out = run(s)
+    assert ids(out.preempted) == ids([late])
+    # late's decode share is taken back; its blocks return tail first.
+    assert shares(out) == [(mid.request_id, 4, 1), (early.request_id, 4, 1), (urgent.request_id, 0, 4)]
+    assert urgent.block_ids == [6]
+    assert s.kv.pool.free_block_ids() == [*range(7, 16), 5, 1]
+    assert late.status is SequenceStatus.WAITING and late.block_ids == [] and late.num_tokens == 5
+    assert s.waiting("a") == [late] and s.num_running == 3
+    out = run(s)  # late cannot preempt anyone: nothing running is less urgent than p5
+    assert out.preempted == [] and s.waiting("a") == [late]
+
+
+def test_the_preempted_sequence_resumes_and_finishes() -> None:
+    s, _, _, late = cap_full_of_three()
+    urgent = req(4, "b", 0, start=400)
+    s.add(urgent)
+    run(s)
+    run(s)
+    s.finish(urgent, SequenceStatus.FINISHED_STOPPED)  # frees [7, 6]
+    out = run(s)
+    # Back in, its first block still cached: only its sampled token is recomputed.
+    assert shares(out)[-1] == (late.request_id, 4, 1)
+    assert late.block_ids == [1, 8] and late.num_cached_tokens == 4
+    while s.has_work:
+        finish_at(s, run(s), 4)
+    assert late.status is SequenceStatus.FINISHED_STOPPED and late.num_output_tokens == 4
+    assert late.num_preemptions == 1 and s.num_preemptions == 1
+    assert s.kv.num_free_blocks == 16
+
+
+@pytest.mark.parametrize(
+    ("prompt_len", "victims", "urgent_blocks", "free_after"),
+    [
+        (16, ["late"], [6, 7, 5, 3], [2]),  # 4 blocks, 2 free: late's 3 suffice
+        (24, ["late", "early"], [6, 7, 5, 3, 2, 4], [1, 0]),  # 6 blocks: both needed
+    ],
+)
+def test_urgent_arrival_preempts_only_as_many_as_the_blocks_need(
+    prompt_len: int, victims: list[str], urgent_blocks: list[int], free_after: list[int]
+) -> None:
+    s = make(num_blocks=8)
+    seqs = {"early": req(8, "a", 5, start=100), "late": req(8, "b", 5, start=200)}
+    for q in seqs.values():
+        s.add(q)
+    run(s)
+    urgent = req(prompt_len, "a", 0, start=300)
+    s.add(urgent)
+    out = run(s)  # decodes first: early takes block 4, late block 5; then urgent finds 2 free
+    assert ids(out.preempted) == [seqs[v].request_id for v in victims]
+    assert urgent.block_ids == urgent_blocks
+    assert s.kv.pool.free_block_ids() == free_after
+    assert shares(out)[-1] == (urgent.request_id, 0, prompt_len)
+    if victims == ["late"]:
+        assert seqs["early"].block_ids == [0, 1, 4]
+
+
+def test_no_futile_preemption_and_nothing_less_urgent_jumps_the_blocked() -> None:
+    s = make(num_blocks=8)
+    equal, low = req(8, "a", 0, start=100), req(8, "b", 5, start=200)
+    s.add(equal)
+    s.add(low)
+    run(s)
+    big, after = req(24, "a", 0, start=300), req(4, "b", 1, start=400)
+    s.add(big)
+    s.add(after)
+    out = run(s)
+    # big needs 6 blocks: 2 free plus low's 3 are not enough, and equal is not less urgent.
+    assert out.preempted == [] and low.block_ids == [2, 3, 5]
+    # after would fit in the free blocks, but may not take what the more urgent big waits for.
+    assert s.waiting("a") == [big] and s.waiting("b") == [after]
+    assert s.kv.pool.free_block_ids() == [6, 7]
+
+
+@pytest.mark.parametrize("priority", [5, 9])
+def test_equal_or_less_urgent_never_preempts_at_the_cap(priority: int) -> None:
+    s = make(seqs=2)
+    high, low = req(4, "a", 0), req(4, "b", 5)
+    s.add(high)
+    s.add(low)
+    run(s)
+    waiter = req(4, "a", priority)
+    s.add(waiter)
+    for _ in range(3):
+        assert run(s).preempted == []
+    assert s.running == [high, low] and s.waiting("a") == [waiter]
+
+
+def test_equal_priority_never_preempts_when_blocks_are_short() -> None:
+    s = make(num_blocks=4)
+    first, second = req(7, "a", start=100), req(3, "b", start=200)
+    s.add(first)
+    s.add(second)
+    run(s)  # first [0, 1], second [2]; their next tokens fit their blocks
+    waiter = req(8, "a", start=300)
+    s.add(waiter)
+    out = run(s)
+    assert out.preempted == [] and s.waiting("a") == [waiter]
+    assert s.kv.pool.free_block_ids() == [3]
+
+
+def test_a_victim_is_not_readmitted_nor_overtaken_in_the_same_step() -> None:
+    s = make(num_blocks=8)
+    early, late = req(8, "a", 5, start=100), req(8, "b", 5, start=200)
+    s.add(early)
+    s.add(late)
+    run(s)
+    urgent, peer = req(12, "a", 0, start=300), req(4, "a", 5, start=400)
+    s.add(urgent)
+    s.add(peer)
+    out = run(s)
+    assert ids(out.preempted) == ids([late])
+    assert urgent.block_ids == [6, 7, 5]
+    # Two blocks are left, enough for peer or, with its cached head, late: neither goes in now.
+    assert s.kv.pool.free_block_ids() == [3, 2]
+    assert s.waiting("a") == [peer] and s.waiting("b") == [late]
+
+
+def test_pool_dry_takes_back_a_less_urgent_decode_rather_than_an_urgent_chunk() -> None:
+    s = make(num_blocks=4, tokens=8)
+    low = req(4, "b", 5, start=100)
+    s.add(low)
+    run(s)  # low [0]
+    urgent = req(20, "a", 0, start=200)
+    s.add(urgent)
+    run(s)  # low decodes into [1]; urgent's first chunk of 7 gets [2, 3]
+    out = run(s)
+    # Decodes go first, so low took no block this time, but urgent's chunk needs two and the
+    # pool is dry: low, already scheduled, is the victim, not urgent itself.
+    assert ids(out.preempted) == ids([low])
+    assert shares(out) == [(urgent.request_id, 7, 7)]
+    assert urgent.block_ids == [2, 3, 1, 0] and s.kv.pool.free_block_ids() == []
+
+
+def test_an_urgent_flood_on_one_model_holds_back_less_urgent_work_on_another() -> None:
+    s = make(num_blocks=64, seqs=4, tokens=1000)
+    b1, b2 = req(4, "b", 5), req(4, "b", 5)
+    s.add(b1)
+    s.add(b2)
+    run(s)
+    flood = [req(4, "a", 0) for _ in range(6)]
+    for f in flood:
+        s.add(f)
+    out = run(s)
+    # Two free slots, then each further urgent arrival preempts the least urgent, latest first.
+    assert ids(out.preempted) == ids([b2, b1])
+    assert s.running == flood[:4] and s.waiting("b") == [b1, b2]
+    finished: list[Sequence] = []
+    while s.has_work:
+        if s.waiting("a"):
+            assert all(q.model == "a" for q in s.running)
+        finished += finish_at(s, run(s), 3)
+    assert set(ids(finished[:4])) == set(ids(flood[:4]))
+    assert set(ids(finished[4:])) == set(ids([*flood[4:], b1, b2]))
+    assert s.num_preemptions == 2 and s.kv.num_free_blocks == 64
+
+
+def test_an_equal_priority_flood_on_one_model_preempts_nothing_on_another() -> None:
+    s = make(num_blocks=64, seqs=4, tokens=1000)
+    lone = req(4, "b")
+    s.add(lone)
+    run(s)
+    for _ in range(10):
+        s.add(req(4, "a"))
+    finished: list[Sequence] = []
+    while s.has_work:
+        finished += finish_at(s, run(s), 3)
+    assert s.num_preemptions == 0 and lone in finished[:4]
+
+
+def test_a_victims_block_that_the_waiter_would_hit_in_the_cache_frees_no_room() -> None:
+    s = make(num_blocks=4)
+    low, equal = req(5, "a", 5, start=100), req(4, "b", 0, start=200)
+    s.add(low)
+    s.add(equal)
+    run(s)  # equal, more urgent, goes in first: equal [0]; low [1, 2] with block 1 cached
+    urgent = req(12, "a", 0, start=100)  # shares low's first block
+    s.add(urgent)
+    out = run(s)  # equal decodes into [3]: the pool is dry
+    # urgent hits block 1 and needs 2 more; preempting low frees block 1 (no gain) and block 2.
+    assert s.kv.find_cached_prefix(urgent) == [1]
+    assert out.preempted == [] and low.block_ids == [1, 2]
+    assert s.waiting("a") == [urgent]
