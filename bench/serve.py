@@ -4,9 +4,13 @@
 
 Requests follow nano-vllm's workload (token-id prompts, per-request max_tokens, ignore_eos) and
 stream; arrivals are a Poisson process at ``--request-rate`` requests/s (``inf``: all at once), with
-gaps drawn from ``random.Random(seed).expovariate(rate)``, as vLLM's ``bench serve`` does. To
-compare with HF transformers, point it at ``transformers serve`` in the same run: the metrics are
-the client's, so any OpenAI-compatible server is measured the same way.
+gaps drawn from ``random.Random(seed).expovariate(rate)``, as vLLM's ``bench serve`` does. The
+metrics are the client's, so any OpenAI-compatible server is measured the same way.
+
+``--peer hf --peer-model-dir DIR`` then runs the identical workload (same seed, same arrivals)
+through HF transformers in the same run: ``bench.hf_server`` on a free loopback port, its
+continuous batching manager by default (``--peer-mode generate``: sequential ``generate``).
+Both tables print side by side with ratios (> 1: ours better), and both go into the JSON.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import itertools
 import json
 import math
 import random
+import shlex
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -26,8 +31,17 @@ from typing import Any
 import click
 import httpx
 
+from bench.hf_generator import MODES
 from bench.provenance import provenance
-from bench.serve_metrics import SLO, RequestTiming, ServeMetrics, compute_metrics
+from bench.serve_metrics import (
+    SLO,
+    RequestTiming,
+    ServeMetrics,
+    compare,
+    compute_metrics,
+)
+from bench.serve_peer import PeerSpec, ServePeer
+from bench.serve_report import format_comparison, format_metrics, redacted
 from bench.workload import Workload, nano_vllm_workload
 
 Clock = Callable[[], float]
@@ -118,7 +132,9 @@ async def run_serve(
     transport: httpx.AsyncBaseTransport | None = None,
     timeout_s: float = 600.0,
     api_key: str | None = None,
+    num_warmup: int = 0,
 ) -> ServeMetrics:
+    """Send the workload at Poisson arrivals; ``num_warmup`` untimed short requests go first, one by one."""
     gaps = arrival_gaps(workload.num_requests, request_rate, seed)
     limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     url = base_url.rstrip("/") + "/v1/completions"
@@ -138,6 +154,10 @@ async def run_serve(
             async with limit:
                 return await send_request(client, url, body, num_prompt_tokens=num_prompt, clock=clock)
 
+        for _ in range(num_warmup):
+            warm = completion_body(model, workload.prompt_token_ids[0], 4, workload.temperature)
+            await send_request(client, url, warm, num_prompt_tokens=len(workload.prompt_token_ids[0]))
+
         start = clock()
         tasks = []
         for i, gap in enumerate(gaps):
@@ -147,22 +167,6 @@ async def run_serve(
         timings = await asyncio.gather(*tasks)
         duration = clock() - start
     return compute_metrics(timings, duration, slo)
-
-
-def format_metrics(metrics: ServeMetrics) -> str:
-    lines = [
-        f"completed {metrics.num_completed}, failed {metrics.num_failed}, duration {metrics.duration_s:.2f} s",
-        f"request throughput {metrics.request_throughput:.2f} req/s, "
-        f"output {metrics.output_throughput:.1f} tok/s, total {metrics.total_token_throughput:.1f} tok/s",
-    ]
-    if metrics.goodput is not None:
-        lines.append(f"goodput {metrics.goodput:.2f} req/s")
-    for name in ("ttft", "tpot", "itl", "e2e"):
-        s = getattr(metrics, name)
-        lines.append(
-            f"{name.upper():>5} ms: mean {s.mean_ms:.2f}  median {s.median_ms:.2f}  p90 {s.p90_ms:.2f}  p99 {s.p99_ms:.2f}"
-        )
-    return "\n".join(lines)
 
 
 @click.command("serve")
@@ -181,6 +185,34 @@ def format_metrics(metrics: ServeMetrics) -> str:
 @click.option(
     "--label", default="server", show_default=True, help="Name of the system under test in the JSON."
 )
+@click.option(
+    "--warmup-requests",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Untimed requests sent to each server first.",
+)
+@click.option(
+    "--peer",
+    type=click.Choice(["none", "hf"]),
+    default="none",
+    show_default=True,
+    help="Also run the workload through HF transformers (bench.hf_server) in this run.",
+)
+@click.option(
+    "--peer-model-dir",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    help="The transformers checkpoint of the model the server under test serves.",
+)
+@click.option("--peer-device", default="cpu", show_default=True)
+@click.option("--peer-mode", type=click.Choice(MODES), default="cb", show_default=True)
+@click.option(
+    "--peer-arg",
+    "peer_args",
+    multiple=True,
+    help="Extra bench.hf_server option, repeatable: --peer-arg=--num-threads=1 --peer-arg=--num-blocks=64",
+)
 @click.option("--output", type=click.Path(path_type=Path), default=None)
 def serve(
     base_url: str,
@@ -194,36 +226,83 @@ def serve(
     slo_e2e_ms: float | None,
     api_key: str | None,
     label: str,
+    warmup_requests: int,
+    peer: str,
+    peer_model_dir: Path | None,
+    peer_device: str,
+    peer_mode: str,
+    peer_args: tuple[str, ...],
     output: Path | None,
 ) -> None:
     """Poisson-arrival streaming benchmark of an OpenAI-compatible /v1/completions endpoint."""
     workload = nano_vllm_workload().scaled(scale)
     has_slo = any(v is not None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms))
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2e_ms=slo_e2e_ms) if has_slo else None
-    metrics = asyncio.run(
-        run_serve(
-            base_url=base_url,
-            model=model,
+    spec = None
+    if peer == "hf":
+        if peer_model_dir is None:
+            raise click.UsageError("--peer hf needs --peer-model-dir")
+        spec = PeerSpec(
+            model_dir=peer_model_dir,
+            device=peer_device,
+            mode=peer_mode,
+            temperature=workload.temperature,
+            extra_args=peer_args,
+        )
+
+    async def measure(url: str, served_model: str, key: str | None) -> ServeMetrics:
+        return await run_serve(
+            base_url=url,
+            model=served_model,
             workload=workload,
             request_rate=request_rate,
             seed=seed,
             max_concurrency=max_concurrency,
             slo=slo,
-            api_key=api_key,
+            api_key=key,
+            num_warmup=warmup_requests,
         )
-    )
-    click.echo(format_metrics(metrics))
-    report = {
+
+    async def measure_both() -> tuple[ServeMetrics, dict[str, Any] | None]:
+        ours = await measure(base_url, model, api_key)
+        if spec is None:
+            return ours, None
+        async with ServePeer.start(spec) as hf:
+            peer_metrics = await measure(hf.base_url, hf.model, None)
+        return ours, {
+            "label": f"hf-transformers-{spec.mode}",
+            "model_dir": str(spec.model_dir),
+            "server": hf.info,
+            "command": shlex.join(["python", *hf.argv[1:]]),
+            "metrics": peer_metrics,
+        }
+
+    ours, peer_run = asyncio.run(measure_both())
+    report: dict[str, Any] = {
         "benchmark": "serve",
         "label": label,
         "base_url": base_url,
         "model": model,
         "request_rate": request_rate if math.isfinite(request_rate) else "inf",
         "scale": scale,
+        "seed": seed,
+        "num_requests": workload.num_requests,
+        "warmup_requests": warmup_requests,
         "slo": asdict(slo) if slo else None,
-        "metrics": asdict(metrics),
-        **provenance(sys.argv, "cpu"),
+        "metrics": asdict(ours),
     }
+    if peer_run is None:
+        click.echo(format_metrics(ours))
+    else:
+        peer_metrics = peer_run.pop("metrics")
+        ratios = compare(ours, peer_metrics)
+        click.echo(format_comparison(label, ours, peer_run["label"], peer_metrics, ratios))
+        report["peer"] = {**peer_run, "metrics": asdict(peer_metrics)}
+        report["ratios"] = ratios
+        for name, metrics in ((label, ours), (peer_run["label"], peer_metrics)):
+            for error in metrics.errors[:3]:
+                click.echo(f"{name} error: {error}", err=True)
+    report.update(provenance(redacted(sys.argv), peer_device if spec else "cpu"))
     path = output or RESULTS_DIR / f"serve_{label}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")

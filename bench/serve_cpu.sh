@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# `strongroom bench serve` against the real gateway + engine on this machine's CPU, tiny Qwen3 shape.
-# Usage: bench/serve_cpu.sh [request-rate ...]   (writes bench/results/serve_cpu_rate<R>.json)
+# `strongroom bench serve` against the real gateway + engine on this machine's CPU, tiny Qwen3 shape,
+# then the identical workload through HF transformers' continuous batching (bench.hf_server) on the
+# same checkpoint in the same run: float32, one torch thread and 2048 tokens per step on both sides.
+# Usage: [SCALE=0.05] bench/serve_cpu.sh [request-rate ...]
+#   writes bench/results/serve_cpu_vs_hf_rate<R>.json (serve_cpu_vs_hf_scale<S>_rate<R>.json for another SCALE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -28,7 +31,13 @@ for _ in $(seq 1 300); do curl -sf http://127.0.0.1:18077/readyz >/dev/null && b
 STRONGROOM_CONFIG="$work/s.toml" .venv/bin/strongroom admin grant analyst tiny-qwen3 --action completion >/dev/null
 TOKEN=$(STRONGROOM_CONFIG="$work/s.toml" .venv/bin/strongroom token --sub bench --role analyst --ttl 7200)
 sleep 1.5  # the gateway polls the policy version every 0.5 s
-for rate in "${@:-2 8}"; do
+scale=${SCALE:-0.05}
+suffix=$([ "$scale" = 0.05 ] && echo "" || echo "_scale${scale}")
+rates=("$@"); [ ${#rates[@]} -gt 0 ] || rates=(2 8)
+for rate in "${rates[@]}"; do
   .venv/bin/strongroom bench serve --base-url http://127.0.0.1:18077 --model tiny-qwen3 --api-key "$TOKEN" \
-    --request-rate "$rate" --scale 0.05 --label strongroom-cpu --output "bench/results/serve_cpu_rate${rate}.json"
+    --request-rate "$rate" --scale "$scale" --label strongroom-cpu \
+    --peer hf --peer-model-dir "$work/tiny-qwen3" --peer-device cpu --peer-mode cb \
+    --peer-arg=--num-threads=1 --peer-arg=--num-blocks=64 --peer-arg=--max-batch-tokens=2048 \
+    --output "bench/results/serve_cpu_vs_hf${suffix}_rate${rate}.json"
 done

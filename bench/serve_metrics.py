@@ -8,6 +8,9 @@
 Throughputs divide by the benchmark's wall duration. Goodput counts the requests that meet every
 SLO given (TTFT, TPOT, E2E; milliseconds) per second. Percentiles interpolate linearly, as numpy's
 default does.
+
+Against a peer, every ratio reads "times better than the peer": ours/peer for throughputs,
+peer/ours for latencies; None where a side measured nothing (zero).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 PERCENTILES = (50, 90, 99)
+THROUGHPUTS = ("request_throughput", "output_throughput", "total_token_throughput")
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+STATISTICS = ("mean_ms", "median_ms", "p90_ms", "p99_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +131,22 @@ def compute_metrics(
         e2e=Summary.of([t.e2e_s for t in done]),
         errors=[t.error for t in timings if not t.success],
     )
+
+
+def compare(ours: ServeMetrics, peer: ServeMetrics) -> dict[str, float | None]:
+    """Ratios > 1 where ours is better: ``output_throughput`` ours/peer, ``ttft_p99_ms`` peer/ours."""
+    ratios: dict[str, float | None] = {}
+    for name in THROUGHPUTS:
+        ratios[name] = _ratio(getattr(ours, name), getattr(peer, name))
+    for name in LATENCIES:
+        for stat in STATISTICS:
+            ratios[f"{name}_{stat}"] = _ratio(
+                getattr(getattr(peer, name), stat), getattr(getattr(ours, name), stat)
+            )
+    return ratios
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    if numerator <= 0 or denominator <= 0:
+        return None
+    return numerator / denominator
