@@ -127,14 +127,23 @@ def _generate_timed(
     start = time.perf_counter()
     first = None
     tokens = 0
+    reason = None
+    others: dict[str, int] = {}
     while engine.has_work:
-        for _, delta in engine.step():
+        for rid, delta in engine.step():
+            if rid != tag:
+                others[rid] = others.get(rid, 0) + len(delta.token_ids)
+                continue
             tokens += len(delta.token_ids)
+            reason = delta.finish_reason or reason
         if first is None:
             first = time.perf_counter()
     end = time.perf_counter()
-    assert tokens == new_tokens, tokens
-    assert first is not None
+    if tokens != new_tokens or first is None:
+        raise RuntimeError(
+            f"{tag}: {tokens} of {new_tokens} tokens, finish {reason}, other requests {others}, "
+            f"stats {engine.stats()}"
+        )
     return {
         "decode_tok_s": (new_tokens - 1) / (end - first),
         "e2e_tok_s": new_tokens / (end - start),
@@ -226,17 +235,44 @@ def run_decode(shape: str, workdir: Path) -> dict[str, Any]:
     _generate_timed(engine, name, warm, "warmup", 8)
     result["ours_graphs"] = _generate_timed(engine, name, prompt, "graphs")
     result["ours_graphs_profile"] = _safe(lambda: _profile(engine, name, prompt))
+    # Variants, each against the default (CUDA graphs + async scheduling + skinny GEMM):
+    engine.async_scheduling = False
+    result["ours_graphs_sync"] = _generate_timed(engine, name, prompt, "graphs-sync")
+    result["ours_graphs_sync_profile"] = _safe(lambda: _profile(engine, name, prompt))
+    engine.async_scheduling = True
     runner = engine.runners[name]
+    result["ours_graphs_cublas"] = _safe(lambda: _with_cublas(engine, runner, name, prompt, warm))
     graphs, runner.graphs = runner.graphs, None
     _generate_timed(engine, name, warm[::-1], "warmup-eager", 8)
     result["ours_eager"] = _generate_timed(engine, name, prompt, "eager")
-    result["ours_eager_profile"] = _safe(lambda: _profile(engine, name, prompt))
     runner.graphs = graphs
-    for key in ("ours_graphs", "ours_eager", "hf_generate"):
+    for key in ("ours_graphs", "ours_graphs_sync", "ours_graphs_cublas", "ours_eager", "hf_generate"):
+        if "decode_tok_s" not in result[key]:
+            continue
         ms = 1e3 / result[key]["decode_tok_s"]
         result[key]["ms_per_token"] = ms
         result[key]["mbu"] = floor["floor_ms"] / ms
     return result
+
+
+def _with_cublas(engine: Any, runner: Any, name: str, prompt: list[int], warm: list[int]) -> dict[str, Any]:
+    """The same decode with cuBLAS for the small matmuls instead of the skinny-GEMM kernel."""
+    from engine.layers import linear
+
+    def recapture() -> None:
+        runner.graphs.graphs.clear()
+        runner.graphs.logits.clear()
+
+    linear.USE_SKINNY_GEMM = False
+    recapture()
+    try:
+        _generate_timed(engine, name, warm[1:] + warm[:1], "warmup-cublas", 8)
+        timed = _generate_timed(engine, name, prompt, "graphs-cublas")
+        timed["profile"] = _safe(lambda: _profile(engine, name, prompt))
+        return timed
+    finally:
+        linear.USE_SKINNY_GEMM = True
+        recapture()
 
 
 def run_throughput(workdir: Path, scale: float) -> dict[str, Any]:
@@ -275,11 +311,13 @@ def run_throughput(workdir: Path, scale: float) -> dict[str, Any]:
     num_output = generate(workload.prompt_token_ids, workload.max_tokens, "run")
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    return {
+    result = {
         "scale": scale,
         "steps": engine.num_steps,
         **asdict(_result("ours", workload, elapsed, num_output)),
     }
+    result["profile_256x1024"] = _safe(lambda: _profile_big_batch(engine, name))
+    return result
 
 
 def _free_gpu() -> None:
@@ -293,7 +331,9 @@ def _safe(fn: Any) -> Any:
     try:
         return fn()
     except Exception as exc:  # a profiler failure must not lose the timings
-        return {"error": repr(exc)}
+        import traceback
+
+        return {"error": repr(exc), "traceback": traceback.format_exc()[-3000:]}
 
 
 def _run_tests(out: Path, paths: tuple[str, ...]) -> dict[str, Any]:
@@ -362,8 +402,10 @@ def _print_table(report: dict[str, Any]) -> None:
         if not r or "error" in r:
             continue
         print(f"{shape}: floor {r['floor_ms']:.3f} ms/token ({1e3 / r['floor_ms']:.0f} tok/s)")
-        for key in ("ours_graphs", "ours_eager", "hf_generate"):
-            x = r[key]
+        for key in ("ours_graphs", "ours_graphs_sync", "ours_graphs_cublas", "ours_eager", "hf_generate"):
+            x = r.get(key, {})
+            if "mbu" not in x:
+                continue
             print(
                 f"  {key:12s} {x['decode_tok_s']:8.1f} tok/s  {x['ms_per_token']:.3f} ms  MBU {x['mbu']:.2f}"
             )

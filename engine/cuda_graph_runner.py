@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from engine.attention.metadata import AttentionMetadata
+from engine.device_transfer import to_device
 
 __all__ = ["CudaGraphRunner"]
 
@@ -43,10 +44,14 @@ class CudaGraphRunner:
         # Inputs travel in two host-to-device copies from pinned staging buffers (one per dtype):
         #   longs [3, n]: token_ids | positions | slot_mapping
         #   ints  [n + n * max_blocks]: context_lens | block_tables rows
-        # Reusing the staging buffers is safe because every step waits for its sampled tokens.
+        # Two staging sets, used in turn: with asynchronous scheduling the previous step's copies
+        # may not have run yet when this step is staged (the host has waited for the step before).
         pinned = torch.cuda.is_available()
-        self.host_longs = torch.zeros(3, n, dtype=torch.long, pin_memory=pinned)
-        self.host_ints = torch.zeros(n * (1 + max_blocks), dtype=torch.int32, pin_memory=pinned)
+        self.host_longs_sets = [torch.zeros(3, n, dtype=torch.long, pin_memory=pinned) for _ in range(2)]
+        self.host_ints_sets = [
+            torch.zeros(n * (1 + max_blocks), dtype=torch.int32, pin_memory=pinned) for _ in range(2)
+        ]
+        self.num_staged = 0
         self.longs = torch.zeros(3, n, dtype=torch.long, device=device)
         self.ints = torch.zeros(n * (1 + max_blocks), dtype=torch.int32, device=device)
         self.token_ids, self.positions, self.slot_mapping = self.longs[0], self.longs[1], self.longs[2]
@@ -67,9 +72,19 @@ class CudaGraphRunner:
         positions: list[int],
         slots: list[int],
         block_tables: list[list[int]],
+        pending: tuple[list[int], torch.Tensor, list[int]] | None = None,
     ) -> torch.Tensor:
-        """logits: [n, vocab] float32 for n decode rows (a view into the bucket's graph output)."""
+        """logits: [n, vocab] float32 for n decode rows (a view into the bucket's graph output).
+
+        pending = (rows, tokens, sources): token_ids[rows[j]] = tokens[sources[j]] on the device.
+        """
         bucket = self.stage(token_ids, positions, slots, block_tables)
+        if pending is not None and pending[0]:
+            rows, tokens, sources = pending
+            device = self.token_ids.device
+            self.token_ids[to_device(rows, torch.long, device)] = tokens[
+                to_device(sources, torch.long, device)
+            ]
         if bucket not in self.graphs:
             self._capture(bucket)
         self.graphs[bucket].replay()
@@ -86,7 +101,10 @@ class CudaGraphRunner:
         n = len(token_ids)
         bucket = next(b for b in self.buckets if b >= n)
         size, width = self.buckets[-1], self.max_blocks
-        longs, ints = self.host_longs.numpy(), self.host_ints.numpy()
+        host_longs = self.host_longs_sets[self.num_staged % 2]
+        host_ints = self.host_ints_sets[self.num_staged % 2]
+        self.num_staged += 1
+        longs, ints = host_longs.numpy(), host_ints.numpy()
         longs[0, :n], longs[1, :n], longs[2, :n] = token_ids, positions, slots
         longs[2, n:bucket] = -1
         ints[:n] = [p + 1 for p in positions]
@@ -94,9 +112,9 @@ class CudaGraphRunner:
         for i, table in enumerate(block_tables):
             row = size + i * width
             ints[row : row + len(table)] = table
-        self.longs.copy_(self.host_longs, non_blocking=True)
+        self.longs.copy_(host_longs, non_blocking=True)
         used = size + n * width
-        self.ints[:used].copy_(self.host_ints[:used], non_blocking=True)
+        self.ints[:used].copy_(host_ints[:used], non_blocking=True)
         return bucket
 
     def _meta(self, bucket: int) -> AttentionMetadata:

@@ -1,7 +1,9 @@
 """The synchronous engine core: hosted models, one shared KV pool, one scheduler, one step loop.
 
 ``step()`` schedules one iteration across all models, runs each model on its share, samples,
-and returns the deltas it produced. It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
+and returns the deltas it produced. On CUDA with ``async_scheduling`` it first launches the
+next iteration, so the GPU computes step N+1 while the host turns step N's tokens into deltas
+(see ``engine.inflight_step``). It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
 from a single thread (``AsyncEngine`` under its lock).
 """
 
@@ -23,6 +25,7 @@ from engine.errors import (
     UnknownModelError,
 )
 from engine.hosted_model import HostedModel
+from engine.inflight_step import PENDING, InflightStep, SampledRow
 from engine.kv_cache import KVCache
 from engine.kv_cache_manager import KVCacheManager
 from engine.model_runner import ModelRunner
@@ -30,7 +33,7 @@ from engine.model_source import DirectorySource, ModelSource
 from engine.outputs import StreamDelta
 from engine.sampling import Sampler, SamplingRow
 from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledSeq, Scheduler
+from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from engine.sequence_output import SequenceOutput
 
@@ -100,6 +103,10 @@ class LLMEngine:
         self._outputs: dict[int, SequenceOutput] = {}
         self._arrivals = 0
         self.num_steps = 0
+        self.async_scheduling = config.async_scheduling and self.device.type == "cuda"
+        self._inflight: InflightStep | None = None
+        self._retired: set[int] = set()
+        """Sequences that ended while the in-flight step computes a row for them."""
 
     def _num_blocks(self, hosted: list[HostedModel], block_bytes: int) -> int:
         config = self.config
@@ -198,6 +205,7 @@ class LLMEngine:
         deltas = []
         for seq in self._requests.pop(request_id, []):
             if not seq.is_finished:
+                self._retire(seq)
                 self.scheduler.finish(seq, SequenceStatus.FINISHED_ABORTED)
                 deltas.append((request_id, self._outputs[seq.seq_id].final(seq.status)))
             self._outputs.pop(seq.seq_id, None)
@@ -208,43 +216,114 @@ class LLMEngine:
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or self._inflight is not None
 
     def step(self) -> list[tuple[str, StreamDelta]]:
-        out = self.scheduler.schedule()
-        deltas = [(s.request_id, self._outputs[s.seq_id].final(s.status)) for s in out.finished]
-        sampled: list[tuple[Sequence, int, object]] = []
-        for model, items in out.by_model().items():
-            sampled.extend(self._run(model, items))
-        self.scheduler.update(out)
-        for seq, token_id, logprobs in sampled:
-            seq.append_token(token_id)
-            delta, status = self._outputs[seq.seq_id].on_token(token_id, logprobs)  # type: ignore[arg-type]
+        cur = self._inflight or self._launch(self.scheduler.schedule())
+        self._inflight = None
+        self.scheduler.update(cur.out)
+        ended = list(cur.out.finished)  # by the scheduler: outgrew the whole pool
+        ended_next: list[Sequence] = []
+        if self.async_scheduling and self._can_look_ahead(cur):
+            self._hold_places(cur)
+            nxt = self.scheduler.schedule()
+            # Their closing deltas go out after this step's tokens, in this call.
+            ended_next, nxt.finished = nxt.finished, []
+            if nxt.scheduled:
+                self._inflight = self._launch(nxt, prev=cur)
+        deltas = [(s.request_id, self._outputs[s.seq_id].final(s.status)) for s in ended]
+        closed: set[int] = set()
+        for row, token_id in zip(cur.rows, cur.token_ids(), strict=True):
+            seq = row.seq
+            if seq.seq_id in self._retired:  # ended after this step was launched
+                self._retired.discard(seq.seq_id)
+                continue
+            if row.pending_index is None:
+                seq.append_token(token_id)
+            else:
+                seq.token_ids[row.pending_index] = token_id
+            delta, status = self._outputs[seq.seq_id].on_token(token_id, row.logprobs)
             if status is not None:
+                self._retire(seq)
                 self.scheduler.finish(seq, status)
+                closed.add(seq.seq_id)
             deltas.append((seq.request_id, delta))
+        deltas.extend(
+            (s.request_id, self._outputs[s.seq_id].final(s.status))
+            for s in ended_next
+            if s.seq_id not in closed
+        )
         for request_id, _ in deltas:
             self._forget_if_done(request_id)
         self.num_steps += 1
         return deltas
 
-    def _run(self, model: str, items: list[ScheduledSeq]) -> list[tuple[Sequence, int, object]]:
-        logits = self.runners[model].execute(items)  # [num sampling, vocab]
+    def _can_look_ahead(self, cur: InflightStep) -> bool:
+        # Penalties read the output so far and logprobs are read back inside the sampler:
+        # such rows need their tokens on the host before the next step.
+        return all(row.seq.params.logprobs is None and not row.seq.params.uses_penalties for row in cur.rows)
+
+    def _hold_places(self, cur: InflightStep) -> None:
+        """Put a placeholder where each sampled token goes, so the scheduler plans the next step."""
+        for row in cur.rows:
+            seq = row.seq
+            if seq.is_finished:
+                continue
+            if seq.num_output_tokens + 1 >= self._outputs[seq.seq_id].max_tokens:
+                # Its last token: nothing to look ahead for. Its blocks go back now; the step
+                # still in flight writes them before any later step can (one stream, in order).
+                self.scheduler.finish(seq, SequenceStatus.FINISHED_LENGTH)
+                continue
+            row.pending_index = seq.num_tokens
+            seq.append_token(PENDING)
+
+    def _retire(self, seq: Sequence) -> None:
+        if self._inflight is not None and seq.seq_id in self._inflight.row_of:
+            self._retired.add(seq.seq_id)
+
+    def _launch(self, out: SchedulerOutput, prev: InflightStep | None = None) -> InflightStep:
+        """Queue one step's forward passes and sampling; nothing here waits for the device."""
+        step = InflightStep(out)
+        tokens: list[torch.Tensor] = []
+        for model, items in out.by_model().items():
+            rows, sampled = self._run(model, items, prev)
+            step.rows.extend(rows)
+            if sampled is not None:
+                tokens.append(sampled)
+        if tokens:
+            step.tokens = tokens[0] if len(tokens) == 1 else torch.cat(tokens)
+        step.row_of = {row.seq.seq_id: i for i, row in enumerate(step.rows)}
+        step.start_copy()
+        return step
+
+    def _run(
+        self, model: str, items: list[ScheduledSeq], prev: InflightStep | None
+    ) -> tuple[list[SampledRow], torch.Tensor | None]:
+        # Decode rows whose input token is still on the device read it from the previous step.
+        sources = [
+            prev.row_of[item.seq.seq_id]
+            if prev is not None and item.seq.token_ids[item.start] == PENDING
+            else -1
+            for item in items
+        ]
+        pending = prev.tokens if prev is not None and any(s >= 0 for s in sources) else None
+        logits = self.runners[model].execute(items, pending, sources)  # [num sampling, vocab]
         seqs = [item.seq for item in items if item.is_sampling]
         if not seqs:
-            return []
+            return [], None
+        # Only penalties read the tokens so far; other rows skip copying them (and never see a
+        # placeholder: a row with penalties always has its tokens on the host).
         rows = [
             SamplingRow(
                 params=s.params,
-                prompt_token_ids=s.prompt_token_ids,
-                output_token_ids=s.output_token_ids,
+                prompt_token_ids=s.prompt_token_ids if s.params.uses_penalties else (),
+                output_token_ids=s.output_token_ids if s.params.uses_penalties else (),
                 generator=self._outputs[s.seq_id].generator,
             )
             for s in seqs
         ]
         result = self.sampler(logits, rows)
-        token_ids = result.token_ids.tolist()
-        return list(zip(seqs, token_ids, result.logprobs, strict=True))
+        return [SampledRow(s, lp) for s, lp in zip(seqs, result.logprobs, strict=True)], result.token_ids
 
     def _forget_if_done(self, request_id: str) -> None:
         seqs = self._requests.get(request_id)

@@ -3,7 +3,9 @@
 Inputs are the scheduled sequences' new tokens laid end to end (see
 ``engine.attention.metadata``); only sequences whose step reaches their last known token get a
 logits row, in the order they were scheduled. On CUDA, pure decode steps replay captured graphs
-(``engine.cuda_graph_runner``); every other step runs eagerly.
+(``engine.cuda_graph_runner``); every other step runs eagerly. A decode row whose input token
+is still on the device (asynchronous scheduling) names its row in the previous step's sampled
+tokens, and the runner scatters those into its inputs on the device.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import torch
 
 from engine.attention.metadata import AttentionMetadata
 from engine.cuda_graph_runner import CudaGraphRunner
+from engine.device_transfer import to_device
 from engine.hosted_model import HostedModel
 from engine.scheduler import ScheduledSeq
 
@@ -42,17 +45,38 @@ class ModelRunner:
             )
 
     @torch.inference_mode()
-    def execute(self, items: list[ScheduledSeq]) -> torch.Tensor:
-        """logits: [num sampling items, vocab_size] float32."""
+    def execute(
+        self,
+        items: list[ScheduledSeq],
+        pending: torch.Tensor | None = None,
+        sources: list[int] | None = None,
+    ) -> torch.Tensor:
+        """logits: [num sampling items, vocab_size] float32.
+
+        pending: [rows] int64 on the device, the previous step's sampled tokens; sources[i] >= 0
+        says item i's (single) input token is ``pending[sources[i]]``.
+        """
         if self.graphs is not None and self._is_graph_step(self.graphs, items):
-            return self._execute_graph(self.graphs, items)
+            return self._execute_graph(self.graphs, items, pending, sources)
         token_ids, positions, meta = self._prepare(items)
+        if pending is not None and sources is not None:
+            dst = [meta.host_query_starts[i] for i, s in enumerate(sources) if s >= 0]
+            self._scatter_pending(token_ids, dst, pending, [s for s in sources if s >= 0])
         hidden = self.hosted.model(token_ids, positions, meta)  # [num_tokens, hidden]
         last = [meta.host_query_starts[i + 1] - 1 for i, item in enumerate(items) if item.is_sampling]
         if not last:
             return torch.empty(0, self.hosted.config.vocab_size, device=self.device)
-        index = torch.tensor(last, dtype=torch.long, device=self.device)
+        index = to_device(last, torch.long, self.device)
         return self.hosted.model.compute_logits(hidden[index])  # type: ignore[operator,no-any-return]
+
+    def _scatter_pending(
+        self, token_ids: torch.Tensor, dst: list[int], pending: torch.Tensor, src: list[int]
+    ) -> None:
+        # token_ids[dst[j]] = pending[src[j]], queued on the device behind the step that sampled them.
+        if dst:
+            token_ids[to_device(dst, torch.long, self.device)] = pending[
+                to_device(src, torch.long, self.device)
+            ]
 
     @staticmethod
     def _is_graph_step(graphs: CudaGraphRunner, items: list[ScheduledSeq]) -> bool:
@@ -60,11 +84,22 @@ class ModelRunner:
             return False
         return all(item.num_new_tokens == 1 and item.is_sampling for item in items)
 
-    def _execute_graph(self, graphs: CudaGraphRunner, items: list[ScheduledSeq]) -> torch.Tensor:
+    def _execute_graph(
+        self,
+        graphs: CudaGraphRunner,
+        items: list[ScheduledSeq],
+        pending: torch.Tensor | None,
+        sources: list[int] | None,
+    ) -> torch.Tensor:
         bs = self.block_size
         positions = [item.start for item in items]
+        scatter = None
+        if pending is not None and sources is not None:
+            dst = [i for i, s in enumerate(sources) if s >= 0]
+            scatter = (dst, pending, [s for s in sources if s >= 0])
         return graphs.run(
-            token_ids=[item.seq.token_ids[item.start] for item in items],
+            token_ids=[max(0, item.seq.token_ids[item.start]) for item in items],
+            pending=scatter,
             positions=positions,
             slots=[
                 item.seq.block_ids[p // bs] * bs + p % bs for item, p in zip(items, positions, strict=True)
@@ -81,7 +116,8 @@ class ModelRunner:
         context_lens: list[int] = []
         for item in items:
             seq, end = item.seq, item.start + item.num_new_tokens
-            token_ids.extend(seq.token_ids[item.start : end])
+            # A placeholder (negative) is overwritten on the device before the model reads it.
+            token_ids.extend(max(0, t) for t in seq.token_ids[item.start : end])
             span = range(item.start, end)
             positions.extend(span)
             slots.extend(seq.block_ids[p // bs] * bs + p % bs for p in span)
@@ -91,7 +127,7 @@ class ModelRunner:
         tables = [item.seq.block_ids + [0] * (max_blocks - len(item.seq.block_ids)) for item in items]
 
         def tensor(values: list[int] | list[list[int]], dtype: torch.dtype) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype, device=self.device)
+            return to_device(values, dtype, self.device)
 
         meta = AttentionMetadata(
             slot_mapping=tensor(slots, torch.long),

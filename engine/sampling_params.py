@@ -64,3 +64,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def uses_penalties(self) -> bool:
+        """Whether sampling reads the output so far."""
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0

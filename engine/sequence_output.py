@@ -36,6 +36,8 @@ class SequenceOutput:
         # The context limit is one more way to run out of tokens: fold it into max_tokens.
         max_tokens = min(seq.params.max_tokens, max_model_len - seq.num_prompt_tokens)
         params = msgspec.structs.replace(seq.params, max_tokens=max(1, max_tokens))
+        self.max_tokens = params.max_tokens
+        """The output length at which this sequence certainly ends."""
         self._detokenizer = IncrementalDetokenizer(tokenizer.hf, prompt_token_ids=seq.prompt_token_ids)
         self._stop = StopChecker(params, eos_token_ids=eos_token_ids)
         self.generator = make_generator(seq.params.seed, seq.index, device)

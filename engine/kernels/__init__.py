@@ -8,5 +8,16 @@ from engine.kernels.paged_attention import paged_attention
 from engine.kernels.rms_norm import rms_norm
 from engine.kernels.rotary_kv import kv_write, rotary, rotary_kv_write
 from engine.kernels.silu_and_mul import silu_and_mul
+from engine.kernels.skinny_gemm import SkinnyGemmConfig, skinny_gemm, skinny_gemm_config
 
-__all__ = ["kv_write", "paged_attention", "rms_norm", "rotary", "rotary_kv_write", "silu_and_mul"]
+__all__ = [
+    "SkinnyGemmConfig",
+    "kv_write",
+    "paged_attention",
+    "rms_norm",
+    "rotary",
+    "rotary_kv_write",
+    "silu_and_mul",
+    "skinny_gemm",
+    "skinny_gemm_config",
+]

@@ -2,7 +2,8 @@
 """Rotary embedding fused with the KV-cache write, in Triton: one launch per layer instead of ~14.
 
 One program per token rotates its query heads and key heads (rotate-half form) and, when a
-cache is given, stores the rotated key and the value at the token's slot::
+cache is given, stores the rotated key and the value at the token's slot. With per-head norm
+weights (Qwen3's q_norm / k_norm) each head is RMS-normalised first, in the same pass::
 
     slot = slot_mapping[t]  ->  k_cache[slot // B, slot % B] = rope(k[t]);  v_cache[...] = v[t]
     slot < 0  ->  nothing stored (padding rows of a captured batch)
@@ -22,7 +23,8 @@ __all__ = ["kv_write", "rotary", "rotary_kv_write"]
 
 @triton.jit
 def _rotate(x_ptr, out_ptr, stride_t, stride_h, out_stride_t, out_stride_h, t, num_heads, cos, sin,
-            HALF: tl.constexpr, H_PAD: tl.constexpr, D_HALF: tl.constexpr):  # fmt: skip
+            norm_ptr, eps,
+            HALF: tl.constexpr, H_PAD: tl.constexpr, D_HALF: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
     h = tl.arange(0, H_PAD)
     j = tl.arange(0, D_HALF)
     mask = (h[:, None] < num_heads) & (j[None, :] < HALF)
@@ -30,6 +32,14 @@ def _rotate(x_ptr, out_ptr, stride_t, stride_h, out_stride_t, out_stride_h, t, n
     x1 = tl.load(base, mask=mask, other=0.0)
     x2 = tl.load(base + HALF, mask=mask, other=0.0)
     dt = x1.dtype
+    if NORM:
+        # As the RMSNorm layer rounds: normalise in float32, round, times the weight, round.
+        b1, b2 = x1.to(tl.float32), x2.to(tl.float32)
+        rstd = tl.rsqrt((tl.sum(b1 * b1, 1) + tl.sum(b2 * b2, 1)) / (2 * HALF) + eps)[:, None]
+        w1 = tl.load(norm_ptr + j, mask=j < HALF, other=0.0).to(tl.float32)[None, :]
+        w2 = tl.load(norm_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32)[None, :]
+        x1 = ((b1 * rstd).to(dt).to(tl.float32) * w1).to(dt)
+        x2 = ((b2 * rstd).to(dt).to(tl.float32) * w2).to(dt)
     a1, a2 = x1.to(tl.float32), x2.to(tl.float32)
     o1 = (a1 * cos).to(dt).to(tl.float32) + (-(a2 * sin)).to(dt).to(tl.float32)
     o2 = (a2 * cos).to(dt).to(tl.float32) + (a1 * sin).to(dt).to(tl.float32)
@@ -41,12 +51,13 @@ def _rotate(x_ptr, out_ptr, stride_t, stride_h, out_stride_t, out_stride_h, t, n
 @triton.jit
 def _rotary_kv_kernel(
     q_ptr, k_ptr, v_ptr, pos_ptr, inv_freq_ptr, q_out_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
+    q_norm_ptr, k_norm_ptr, eps,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cb, stride_cs, stride_ch, stride_vcb, stride_vcs, stride_vch,
     num_heads, num_kv_heads, block_size,
     HALF: tl.constexpr, H_PAD: tl.constexpr, KV_PAD: tl.constexpr, D_HALF: tl.constexpr,
-    WRITE_CACHE: tl.constexpr, ROTATE: tl.constexpr,
+    WRITE_CACHE: tl.constexpr, ROTATE: tl.constexpr, NORM: tl.constexpr,
 ):  # fmt: skip
     t = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, D_HALF)
@@ -57,21 +68,22 @@ def _rotary_kv_kernel(
         cos = tl.cos(angle).to(dt).to(tl.float32)[None, :]
         sin = tl.sin(angle).to(dt).to(tl.float32)[None, :]
         _rotate(q_ptr, q_out_ptr, stride_qt, stride_qh, stride_qot, stride_qoh, t, num_heads, cos, sin,
-                HALF, H_PAD, D_HALF)  # fmt: skip
+                q_norm_ptr, eps, HALF, H_PAD, D_HALF, NORM)  # fmt: skip
     else:
         # Identity rotation: x * 1 + (-(y * 0)) is x exactly, so k is stored unchanged.
         cos = tl.full([1, D_HALF], 1.0, tl.float32)
         sin = tl.zeros([1, D_HALF], tl.float32)
     if ROTATE and not WRITE_CACHE:
         _rotate(k_ptr, k_out_ptr, stride_kt, stride_kh, stride_kot, stride_koh, t, num_kv_heads, cos, sin,
-                HALF, KV_PAD, D_HALF)  # fmt: skip
+                k_norm_ptr, eps, HALF, KV_PAD, D_HALF, NORM)  # fmt: skip
     if WRITE_CACHE:
         slot = tl.load(slot_ptr + t)
         if slot >= 0:
             block = slot // block_size
             offset = slot % block_size
             _rotate(k_ptr, k_cache_ptr + block * stride_cb + offset * stride_cs, stride_kt, stride_kh,
-                    0, stride_ch, t, num_kv_heads, cos, sin, HALF, KV_PAD, D_HALF)  # fmt: skip
+                    0, stride_ch, t, num_kv_heads, cos, sin, k_norm_ptr, eps, HALF, KV_PAD, D_HALF,
+                    NORM)  # fmt: skip
             h = tl.arange(0, KV_PAD)
             d = tl.arange(0, 2 * D_HALF)
             mask = (h[:, None] < num_kv_heads) & (d[None, :] < 2 * HALF)
@@ -105,14 +117,30 @@ def rotary_kv_write(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
 ) -> torch.Tensor:
     """The fused op: store rope(k) and v at their slots and return rope(q).
 
     v: [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: [num_blocks, block_size,
     num_kv_heads, head_dim]; slot_mapping: [num_tokens] int64, negative = do not store.
+    ``qk_norm`` = (q weight [head_dim], k weight [head_dim], eps): RMS-normalise every q and k
+    head before rotating (Qwen3).
     """
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    _launch(positions, q, k, v, inv_freq, q_out, q_out, k_cache, v_cache, slot_mapping, rotate=True)
+    _launch(
+        positions,
+        q,
+        k,
+        v,
+        inv_freq,
+        q_out,
+        q_out,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        rotate=True,
+        qk_norm=qk_norm,
+    )
     return q_out
 
 
@@ -136,6 +164,7 @@ def _launch(
     slot_mapping: torch.Tensor,
     *,
     rotate: bool,
+    qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
 ) -> None:
     num_tokens, num_heads, head_dim = q.shape
     if num_tokens == 0:
@@ -146,13 +175,14 @@ def _launch(
     vc = v_cache if v_cache is not None else q_out
     write_cache = k_cache is not None
     cache_strides = (*kc.stride()[:3], *vc.stride()[:3]) if write_cache else (0,) * 6
+    q_norm, k_norm, eps = qk_norm if qk_norm is not None else (inv_freq, inv_freq, 0.0)
     _rotary_kv_kernel[(num_tokens,)](
-        q, k, v, positions, inv_freq, q_out, k_out, kc, vc, slot_mapping,
+        q, k, v, positions, inv_freq, q_out, k_out, kc, vc, slot_mapping, q_norm, k_norm, eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
         *cache_strides,
         num_heads, k.shape[1], kc.shape[1] if write_cache else 1,
         HALF=head_dim // 2, H_PAD=triton.next_power_of_2(num_heads),
         KV_PAD=triton.next_power_of_2(k.shape[1]), D_HALF=triton.next_power_of_2(head_dim // 2),
-        WRITE_CACHE=write_cache, ROTATE=rotate,
+        WRITE_CACHE=write_cache, ROTATE=rotate, NORM=qk_norm is not None,
     )  # fmt: skip

@@ -56,6 +56,29 @@ class Attention(nn.Module):
             q, self.k_cache, self.v_cache, meta, scale=self.scale, sliding_window=self.sliding_window
         )
 
+    def forward_fused(
+        self,
+        positions: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        meta: AttentionMetadata,
+        inv_freq: torch.Tensor,
+        qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+    ) -> torch.Tensor:
+        """CUDA only: [q/k head norm,] RoPE and the cache write in one launch, then attention.
+
+        q, k, v are un-rotated; ``qk_norm`` = (q weight, k weight, eps) for per-head RMSNorm.
+        """
+        from engine.kernels import rotary_kv_write
+
+        q = rotary_kv_write(
+            positions, q, k, v, inv_freq, self.k_cache, self.v_cache, meta.slot_mapping, qk_norm=qk_norm
+        )
+        return self.backend.forward(
+            q, self.k_cache, self.v_cache, meta, scale=self.scale, sliding_window=self.sliding_window
+        )
+
     def write_cache_torch(self, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
         blocks = meta.slot_mapping // meta.block_size
         offsets = meta.slot_mapping % meta.block_size

@@ -5,9 +5,16 @@
 
 Merged and QKV variants pack several checkpoint tensors into one matmul; the loader is told
 which part (``shard_id``) a checkpoint tensor is.
+
+On CUDA, half-precision matmuls of at most ``SKINNY_GEMM_MAX_ROWS`` rows (decode steps) run the
+weight-streaming Triton kernel ``engine.kernels.skinny_gemm`` instead of cuBLAS, whose launch
+and tiling overheads dominate there. ``STRONGROOM_SKINNY_GEMM=0`` (read at import) or setting
+``USE_SKINNY_GEMM = False`` before CUDA graphs are captured turns it off.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.distributed as dist
@@ -17,6 +24,24 @@ from torch import nn
 from engine.distributed import tp_rank, tp_world_size
 
 __all__ = ["ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear", "RowParallelLinear"]
+
+
+SKINNY_GEMM_MAX_ROWS = 16
+USE_SKINNY_GEMM = os.environ.get("STRONGROOM_SKINNY_GEMM", "1") != "0"
+
+
+def _matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # x: [num_tokens, in] -> [num_tokens, out]
+    if (
+        USE_SKINNY_GEMM
+        and x.is_cuda
+        and x.dtype in (torch.bfloat16, torch.float16)
+        and x.numel() <= SKINNY_GEMM_MAX_ROWS * x.shape[-1]
+    ):
+        from engine.kernels import skinny_gemm
+
+        return skinny_gemm(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def _divide(a: int, b: int) -> int:
@@ -43,7 +68,7 @@ class ColumnParallelLinear(_ParallelLinear):
         param.data.copy_(loaded.narrow(0, self.tp_rank * size, size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return _matmul(x, self.weight, self.bias)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -92,7 +117,7 @@ class RowParallelLinear(_ParallelLinear):
         param.data.copy_(loaded.narrow(1, self.tp_rank * size, size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias if self.tp_rank == 0 else None)
+        y = _matmul(x, self.weight, self.bias if self.tp_rank == 0 else None)
         if self.tp_size > 1:
             dist.all_reduce(y)
         return y

@@ -1,6 +1,7 @@
 """RMSNorm computed in float32 and cast back, exactly as Hugging Face Llama/Qwen do.
 
-On CUDA the Triton kernel (``engine.kernels.rms_norm``) runs instead, rounding at the same places.
+On CUDA the Triton kernel (``engine.kernels.rms_norm``) runs instead, rounding at the same places,
+with the decoder's residual add fused in (``forward_with_residual``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ class RMSNorm(nn.Module):
 
             return rms_norm(x, self.weight, self.eps)[0]
         return self.forward_torch(x)
+
+    def forward_with_residual(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual): the decoder's residual add fused into its norm."""
+        if x.is_cuda:
+            from engine.kernels import rms_norm
+
+            normed, summed = rms_norm(x, self.weight, self.eps, residual)
+            assert summed is not None  # rms_norm returns the sum whenever it is given a residual
+            return normed, summed
+        summed = x + residual
+        return self.forward_torch(summed), summed
 
     def forward_torch(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype

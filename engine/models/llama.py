@@ -53,15 +53,24 @@ class LlamaAttention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.normalize_qk(q, k)
-        q, k = self.rotary_emb(positions, q, k)
-        out = self.attn(q, k, v, meta)  # [num_tokens, num_heads, head_dim]
+        if x.is_cuda:
+            # One kernel for [head norm,] RoPE and the cache write.
+            inv_freq = self.rotary_emb.inv_freq
+            out = self.attn.forward_fused(positions, q, k, v, meta, inv_freq, self.qk_norm_weights())
+        else:
+            q, k = self.normalize_qk(q, k)
+            q, k = self.rotary_emb(positions, q, k)
+            out = self.attn(q, k, v, meta)  # [num_tokens, num_heads, head_dim]
         y: torch.Tensor = self.o_proj(out.flatten(1))
         return y
 
     def normalize_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-head normalisation before RoPE; none in Llama (Qwen3 overrides)."""
         return q, k
+
+    def qk_norm_weights(self) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+        """(q weight, k weight, eps) of the per-head norm for the fused kernel; None in Llama."""
+        return None
 
 
 class LlamaMLP(nn.Module):
@@ -87,10 +96,20 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        x = x + self.self_attn(positions, self.input_layernorm(x), meta)
-        y: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
-        return y
+    def forward(
+        self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, meta: AttentionMetadata
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # x: the previous layer's MLP output (or the embeddings); residual: the stream before it.
+        # Each add is fused into the norm after it; returns (mlp output, residual stream).
+        if residual is None:
+            residual = x
+            h = self.input_layernorm(x)
+        else:
+            h, residual = self.input_layernorm.forward_with_residual(x, residual)
+        h = self.self_attn(positions, h, meta)
+        h, residual = self.post_attention_layernorm.forward_with_residual(h, residual)
+        y: torch.Tensor = self.mlp(h)
+        return y, residual
 
 
 class LlamaModel(nn.Module):
@@ -105,9 +124,12 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         # token_ids, positions: [num_tokens] -> hidden: [num_tokens, hidden]
         x = self.embed_tokens(token_ids)
+        residual: torch.Tensor | None = None
         for layer in self.layers:
-            x = layer(positions, x, meta)
-        y: torch.Tensor = self.norm(x)
+            x, residual = layer(positions, x, residual, meta)
+        if residual is None:  # a model without layers
+            return self.norm(x)  # type: ignore[no-any-return]
+        y, _ = self.norm.forward_with_residual(x, residual)
         return y
 
 

@@ -21,6 +21,9 @@ class Qwen3Attention(LlamaAttention):
         # q: [num_tokens, num_heads, head_dim]; k: [num_tokens, num_kv_heads, head_dim]
         return self.q_norm(q), self.k_norm(k)
 
+    def qk_norm_weights(self) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+        return self.q_norm.weight, self.k_norm.weight, self.q_norm.eps
+
 
 class Qwen3DecoderLayer(LlamaDecoderLayer):
     attention_class = Qwen3Attention

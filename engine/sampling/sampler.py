@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.device_transfer import to_device
 from engine.sampling.logprobs import TokenLogprobs, gather_logprobs
 from engine.sampling.penalties import apply_penalties
 from engine.sampling.truncation import apply_min_p, apply_top_k_top_p
@@ -118,10 +119,10 @@ class Sampler:
         device = logits.device
         greedy_ids = logits.argmax(dim=-1)
         # Greedy rows get temperature 1 here; their sampled id is replaced by the argmax below.
-        temperature = torch.tensor(
+        temperature = to_device(
             [1.0 if g else row.params.temperature for row, g in zip(rows, is_greedy, strict=True)],
-            dtype=logits.dtype,
-            device=device,
+            logits.dtype,
+            device,
         )
         logits = logits / temperature.unsqueeze(1)
         top_k = [row.params.top_k for row in rows]
@@ -131,7 +132,7 @@ class Sampler:
         probs = apply_min_p(probs, [row.params.min_p for row in rows])
         noise = self._noise(probs, rows, is_greedy)
         sampled = (probs / noise).argmax(dim=-1)
-        greedy_mask = torch.tensor(is_greedy, device=device)
+        greedy_mask = to_device(is_greedy, torch.bool, device)
         return torch.where(greedy_mask, greedy_ids, sampled)
 
     def _noise(self, probs: torch.Tensor, rows: Sequence[SamplingRow], is_greedy: list[bool]) -> torch.Tensor:
@@ -146,7 +147,7 @@ class Sampler:
             shared = torch.empty(
                 (len(unseeded), probs.shape[1]), dtype=probs.dtype, device=probs.device
             ).exponential_(generator=self._generator)
-            noise[unseeded] = shared
+            noise[to_device(unseeded, torch.long, probs.device)] = shared
         for i, (row, g) in enumerate(zip(rows, is_greedy, strict=True)):
             if g:
                 noise[i] = 1.0

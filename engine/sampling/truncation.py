@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 import torch
 
+from engine.device_transfer import to_device
+
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: Sequence[int], top_p: Sequence[float]) -> torch.Tensor:
     # logits: [num_seqs, vocab] -> [num_seqs, vocab], dropped tokens set to -inf
@@ -29,11 +31,11 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: Sequence[int], top_p: Sequenc
     sorted_logits, order = logits.sort(dim=-1, descending=False)
     # sorted_logits, order: [num_seqs, vocab], ascending, so the most likely token is last
     if uses_k:
-        k = torch.tensor([k if 0 < k < vocab else vocab for k in top_k], device=device)
+        k = to_device([k if 0 < k < vocab else vocab for k in top_k], torch.long, device)
         kth_largest = sorted_logits.gather(1, (vocab - k).unsqueeze(1))  # [num_seqs, 1]
         sorted_logits = sorted_logits.masked_fill(sorted_logits < kth_largest, float("-inf"))
     if uses_p:
-        p = torch.tensor(list(top_p), dtype=sorted_logits.dtype, device=device).unsqueeze(1)
+        p = to_device(list(top_p), sorted_logits.dtype, device).unsqueeze(1)
         cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # [num_seqs, vocab]
         # Mass strictly below a token (ascending) <= 1 - p means the tokens above it already reach p.
         drop = cumulative <= 1 - p
@@ -47,6 +49,6 @@ def apply_min_p(probs: torch.Tensor, min_p: Sequence[float]) -> torch.Tensor:
     # the exponential race samples proportionally to unnormalised weights)
     if not any(m > 0 for m in min_p):
         return probs
-    m = torch.tensor(list(min_p), dtype=probs.dtype, device=probs.device).unsqueeze(1)
+    m = to_device(list(min_p), probs.dtype, probs.device).unsqueeze(1)
     threshold = probs.amax(dim=-1, keepdim=True) * m  # [num_seqs, 1]
     return probs.masked_fill(probs < threshold, 0.0)

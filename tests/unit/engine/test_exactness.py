@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -57,8 +58,8 @@ def run(
     runner = engine.runners["m"]
     execute = runner.execute
 
-    def capture(items: list[ScheduledSeq]) -> torch.Tensor:
-        logits = execute(items)
+    def capture(items: list[ScheduledSeq], *pending: Any) -> torch.Tensor:
+        logits = execute(items, *pending)
         for row, item in zip(logits, [i for i in items if i.is_sampling], strict=True):
             captured[item.seq.request_id].append(row.clone())
         return logits

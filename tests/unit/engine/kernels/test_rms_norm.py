@@ -65,3 +65,12 @@ def test_real_shapes_on_gpu() -> None:
         want = layer.forward_torch(x + res)
         torch.testing.assert_close(got, want, atol=2e-2, rtol=1e-2)
         assert (got == want).float().mean() > 0.99  # rounded where HF rounds: almost all bit-equal
+
+
+def test_layer_forward_with_residual_matches_add_then_norm(device: str) -> None:
+    # The decoder's fused path (CUDA kernel, or torch on CPU) equals the unfused add then norm.
+    layer = _layer(32, torch.float32, device, 3)
+    x, res = torch.randn(4, 32).to(device), torch.randn(4, 32).to(device)
+    normed, summed = layer.forward_with_residual(x, res)
+    torch.testing.assert_close(summed, x + res, atol=0, rtol=0)
+    torch.testing.assert_close(normed, layer.forward_torch(x + res), atol=1e-5, rtol=1e-5)

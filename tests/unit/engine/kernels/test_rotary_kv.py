@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.kernels import kv_write, rotary, rotary_kv_write
-from engine.layers import RotaryEmbedding
+from engine.layers import RMSNorm, RotaryEmbedding
 
 _LLAMA3 = {
     "rope_type": "llama3",
@@ -99,3 +99,37 @@ def test_real_shapes_on_gpu() -> None:
     torch.testing.assert_close(got_q, want_q, atol=2e-2, rtol=1e-2)
     torch.testing.assert_close(k_cache.flatten(0, 1)[slots], want_k, atol=2e-2, rtol=1e-2)
     torch.testing.assert_close(v_cache.flatten(0, 1)[slots], v, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_head_norm_fused_before_rotary_and_cache_write(device: str, dtype: torch.dtype) -> None:
+    # Qwen3: RMSNorm over every q and k head, then RoPE, then the cache write — one launch.
+    rope = RotaryEmbedding(16, 10000.0).to(device)
+    q_norm, k_norm = RMSNorm(16, 1e-6).to(device), RMSNorm(16, 1e-6).to(device)
+    with torch.no_grad():
+        q_norm.weight.copy_(torch.rand(16) + 0.5)
+        k_norm.weight.copy_(torch.rand(16) + 0.5)
+    q_norm, k_norm = q_norm.to(dtype), k_norm.to(dtype)
+    positions, q, k, v = _inputs(device, dtype, 5, 4, 2, 16)
+    k_cache, v_cache = _pool(device, dtype, 2, 16)
+    slots = torch.tensor([3, 9, -1, 0, 22], device=device)
+    got_q = rotary_kv_write(
+        positions,
+        q,
+        k,
+        v,
+        rope.inv_freq,
+        k_cache,
+        v_cache,
+        slots,
+        qk_norm=(q_norm.weight, k_norm.weight, 1e-6),
+    )
+    want_q, want_k = rope.forward_torch(positions, q_norm.forward_torch(q), k_norm.forward_torch(k))
+    torch.testing.assert_close(got_q, want_q, **_tol(dtype))
+    for row, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            torch.testing.assert_close(k_cache[slot // 4, slot % 4], want_k[row], **_tol(dtype))
+            torch.testing.assert_close(v_cache[slot // 4, slot % 4], v[row], atol=0, rtol=0)
+    # Without the norm the same inputs give different q: the flag is not a no-op.
+    plain_q = rotary_kv_write(positions, q, k, v, rope.inv_freq, k_cache, v_cache, slots)
+    assert not torch.allclose(plain_q, got_q, **_tol(dtype))

@@ -1,0 +1,27 @@
+"""Host lists to device tensors without stalling the host behind the GPU.
+
+``torch.tensor(values, device="cuda")`` copies from pageable memory, and CUDA makes such a copy
+wait for everything already queued on the stream: with the next step in flight that would stall
+the host until the GPU drains. A copy from pinned memory is queued like a kernel instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["to_device"]
+
+
+def to_device(
+    values: Sequence[int] | Sequence[float] | Sequence[bool] | Sequence[Sequence[int]],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
+    """A new tensor on ``device`` holding ``values``; queued, not waited for, on CUDA."""
+    host = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host.to(device)
+    # The caching host allocator keeps the pinned buffer alive until the copy has run.
+    return host.pin_memory().to(device, non_blocking=True)

@@ -1,0 +1,70 @@
+"""One step whose sampled tokens may still be on the device.
+
+With asynchronous scheduling (CUDA) the engine launches step N+1 before it reads step N's
+tokens, so the host's work for a step (scheduling, staging inputs, detokenizing, stop checks)
+overlaps the GPU's work on the next one::
+
+    host:  schedule N+1 | launch N+1 | wait N | detokenize N | schedule N+2 | launch N+2 | wait N+1
+    GPU:          ... step N ...     |         ... step N+1 ...            |      ... step N+2
+
+Step N+1's decode rows read the tokens step N sampled straight from the device (the runner
+scatters them into its inputs), while the host holds a placeholder (``PENDING``) in their place
+until the tokens arrive. A row whose sequence ended meanwhile (stop string, EOS, abort) is
+computed once for nothing and dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.sampling import TokenLogprobs
+from engine.scheduler import SchedulerOutput
+from engine.sequence import Sequence
+
+__all__ = ["PENDING", "InflightStep", "SampledRow"]
+
+PENDING = -1
+"""The host's stand-in for a token that is sampled but not yet copied back."""
+
+
+@dataclass(slots=True)
+class SampledRow:
+    seq: Sequence
+    logprobs: TokenLogprobs | None
+    pending_index: int | None = None
+    """Where in ``seq.token_ids`` the placeholder for this row's token sits, once appended."""
+
+
+@dataclass(slots=True)
+class InflightStep:
+    out: SchedulerOutput
+    rows: list[SampledRow] = field(default_factory=list)
+    tokens: torch.Tensor | None = None
+    """[len(rows)] int64 on the device: the sampled tokens, in row order."""
+    _host: torch.Tensor | None = None
+    _ready: torch.cuda.Event | None = None
+    row_of: dict[int, int] = field(default_factory=dict)
+    """seq_id -> row index, for the next step's inputs."""
+
+    def start_copy(self) -> None:
+        """Queue the tokens' copy to the host behind the step that samples them."""
+        if self.tokens is None:
+            return
+        if self.tokens.is_cuda:
+            self._host = torch.empty(self.tokens.shape, dtype=self.tokens.dtype, pin_memory=True)
+            self._host.copy_(self.tokens, non_blocking=True)
+            self._ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            self._ready.record()
+        else:
+            self._host = self.tokens
+
+    def token_ids(self) -> list[int]:
+        """Wait for this step's tokens (only this step's: a later step may still be running)."""
+        if self._host is None:
+            return []
+        if self._ready is not None:
+            self._ready.synchronize()
+        values: list[int] = self._host.tolist()
+        return values

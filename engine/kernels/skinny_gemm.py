@@ -1,0 +1,196 @@
+# mypy: disable-error-code="untyped-decorator, no-untyped-def"
+"""y = x @ W^T (+ bias) for a few rows of x, in Triton: a weight-streaming GEMM for decode.
+
+With 1..16 rows the matmul reads each weight byte once and does almost no arithmetic per byte,
+so its time is the weight's size over memory bandwidth — if enough of the GPU is streaming. Each
+program owns ``block_n`` rows of W (output columns) and one of ``split_k`` slices of K, and walks
+its slice ``block_k`` columns at a time; every load is ``block_k`` contiguous elements of a W row::
+
+    W [N, K]   program (j, s) reads W[j*BN : (j+1)*BN, s*KS : (s+1)*KS] in [BN, BK] tiles
+    x [M, K]   the same x columns, [M padded, BK], from L2: x is tiny
+    y [M, N]   split_k == 1: y[:, j*BN : (j+1)*BN] = acc + bias, rounded once to x's dtype
+               split_k  > 1: fp32 partials [split_k, M, N], summed in fixed order by a second
+                             kernel that adds the bias and rounds once
+
+The second pass, not atomics, so results are deterministic. Rows never mix, so a row's result
+depends on the configuration, not on the other rows: batches of 2..16 rows share one
+configuration and agree bit for bit (one row takes a faster, differently rounded path).
+Accumulation is float32 throughout. The grid depends only on shapes, so calls can be captured
+in a CUDA graph; the split buffer is allocated by shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["SkinnyGemmConfig", "skinny_gemm", "skinny_gemm_config"]
+
+
+@dataclass(frozen=True)
+class SkinnyGemmConfig:
+    """One launch shape; ``skinny_gemm_config`` picks it, a sweep passes its own."""
+
+    block_n: int = 32
+    """Rows of W (output columns) per program, a power of two (≥ 16 with ``use_dot``)."""
+    block_k: int = 256
+    """Columns of W per loop step, a power of two ≥ 16: each W row chunk is one contiguous read."""
+    split_k: int = 1
+    """Programs sharing one column block's K; above 1 a second kernel sums their partials."""
+    use_dot: bool = True
+    """``tl.dot`` on tensor cores with rows padded to 16; otherwise one multiply-and-sum per row."""
+    num_warps: int = 4
+    """Warps per program."""
+    num_stages: int = 3
+    """Software-pipelining depth of the W loads."""
+
+    def __post_init__(self) -> None:
+        for name in ("block_n", "block_k", "num_warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.block_k < 16 or (self.use_dot and self.block_n < 16):
+            raise ValueError("block_k (and block_n with use_dot) must be at least 16")
+        if self.split_k < 1 or self.num_stages < 1:
+            raise ValueError("split_k and num_stages must be positive")
+
+
+@triton.jit
+def _skinny_gemm_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,
+    m, n, k, k_per_split, stride_xm, stride_wn, stride_ys, stride_ym,
+    HAS_BIAS: tl.constexpr, IS_PARTIAL: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    pid_n, split, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    n_ok, m_ok = rn < n, rm < m
+    k_lo = split * k_per_split
+    w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn  # [BN, 1]
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    # k_per_split is a multiple of BLOCK_K, so only the last step of the last split is ragged.
+    for step in range(tl.cdiv(tl.minimum(k_per_split, k - k_lo), BLOCK_K)):
+        kk = k_lo + step * BLOCK_K + tl.arange(0, BLOCK_K)
+        k_ok = kk < k
+        if EVEN_N and EVEN_K:
+            w = tl.load(w_rows + kk[None, :], eviction_policy="evict_first")
+        elif EVEN_K:
+            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None], other=0.0, eviction_policy="evict_first")
+        else:
+            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0,
+                        eviction_policy="evict_first")  # fmt: skip
+        if USE_DOT:
+            x_mask = m_ok[:, None] if EVEN_K else m_ok[:, None] & k_ok[None, :]
+            x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
+            if UPCAST:
+                w, x = w.to(tl.float32), x.to(tl.float32)
+            acc += tl.dot(w, tl.trans(x), input_precision=PRECISION)  # [BN, BM]
+        else:
+            wf = w.to(tl.float32)
+            for i in tl.static_range(BLOCK_M):
+                row = pid_m * BLOCK_M + i
+                row_ok = tl.full([BLOCK_K], row, tl.int32) < m
+                xi = tl.load(
+                    x_ptr + row * stride_xm + kk, mask=row_ok if EVEN_K else row_ok & k_ok, other=0.0
+                )
+                part = tl.sum(wf * xi.to(tl.float32)[None, :], 1)  # [BN]
+                acc += tl.where(tl.arange(0, BLOCK_M)[None, :] == i, part[:, None], 0.0)
+    mask = n_ok[:, None] & m_ok[None, :]
+    if IS_PARTIAL:
+        dst = y_ptr + split * stride_ys + rm[None, :] * stride_ym + rn[:, None]
+        tl.store(dst, acc, mask=mask)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+        tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _split_sum_kernel(
+    part_ptr, b_ptr, y_ptr, n, num_splits, stride_ps, stride_pm, stride_ym,
+    HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, SPLITS)
+    mask = (s[:, None] < num_splits) & (cols[None, :] < n)
+    part = tl.load(part_ptr + s[:, None] * stride_ps + row * stride_pm + cols[None, :], mask=mask, other=0.0)
+    acc = tl.sum(part, 0)  # [BLOCK], the same tree for every row and call
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + cols, mask=cols < n, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * stride_ym + cols, acc.to(y_ptr.dtype.element_ty), mask=cols < n)
+
+
+def skinny_gemm_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
+    """The launch shape for x [m, k] @ W[n, k]^T, read off an H200 sweep of decode shapes (bf16).
+
+    A narrow W (N ≤ 4096) with long rows (K ≥ 2048) splits K in four, so some 256 programs
+    stream it. One row takes the multiply-and-sum path; 2..16 rows share one tensor-core
+    configuration (``block_n`` x ``block_k``)::
+
+        rows   N ≤ 4096, K ≥ 2048         other N < 16384    16384 ≤ N < 65536   N ≥ 65536
+        1      16 x 256, split 4          16 x 512           16 x 512            16 x 512
+        2..16  64 x 256, split 4          64 x 256           32 x 128            64 x 128
+               (64 x 128 when K ≥ 4096)
+    """
+    split_k = 4 if n <= 4096 and k >= 2048 else 1
+    if m == 1:
+        return SkinnyGemmConfig(
+            block_n=16, block_k=256 if split_k > 1 else 512, split_k=split_k, use_dot=False
+        )
+    block_n = 32 if 16384 <= n < 65536 else 64
+    block_k = 128 if n >= 16384 or (split_k > 1 and k >= 4096) else 256
+    return SkinnyGemmConfig(block_n=block_n, block_k=block_k, split_k=split_k)
+
+
+def skinny_gemm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    config: SkinnyGemmConfig | None = None,
+) -> torch.Tensor:
+    """F.linear for few rows: x [..., k] @ weight[n, k]^T + bias[n] -> [..., n] in x's dtype."""
+    if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
+        raise ValueError(f"skinny_gemm needs one dtype, got {x.dtype}, {weight.dtype}")
+    n, k = weight.shape
+    out_shape = (*x.shape[:-1], n)
+    x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    if weight.stride(-1) != 1:
+        weight = weight.contiguous()
+    m = x2.shape[0]
+    if m == 0 or k == 0:
+        y = x.new_zeros(out_shape)
+        return y + bias if bias is not None else y
+    interpreted = x.device.type == "cpu"  # only under TRITON_INTERPRET, whose numpy dot lacks bf16
+    config = config or skinny_gemm_config(m, n, k)
+    block_k, block_n = config.block_k, config.block_n
+    k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
+    num_splits = triton.cdiv(k, k_per_split)
+    block_m = 16 if config.use_dot else min(16, triton.next_power_of_2(m))
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    dst = y if num_splits == 1 else torch.empty(num_splits, m, n, dtype=torch.float32, device=x.device)
+    grid = (triton.cdiv(n, block_n), num_splits, triton.cdiv(m, block_m))
+    _skinny_gemm_kernel[grid](
+        x2, weight, bias if bias is not None else y, dst,
+        m, n, k, k_per_split, x2.stride(0), weight.stride(0), dst.stride(0) if num_splits > 1 else 0,
+        dst.stride(-2),
+        HAS_BIAS=bias is not None, IS_PARTIAL=num_splits > 1, EVEN_N=n % block_n == 0,
+        EVEN_K=k % block_k == 0 and k_per_split % block_k == 0,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_DOT=config.use_dot,
+        PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    if num_splits > 1:
+        block = min(1024, triton.next_power_of_2(n))
+        _split_sum_kernel[(triton.cdiv(n, block), m)](
+            dst, bias if bias is not None else y, y, n, num_splits, dst.stride(0), dst.stride(1), y.stride(0),
+            HAS_BIAS=bias is not None, SPLITS=triton.next_power_of_2(num_splits), BLOCK=block,
+        )  # fmt: skip
+    return y.view(out_shape)
