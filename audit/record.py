@@ -209,19 +209,19 @@ def _tags(values: list[str]) -> str:
 
 
 def row_from_record(record: AuditRecord) -> RecordRow:
-    event = record.event
+    encoded = encode_event(record.event, iso_to_us(record.time))
     content = None if record.content is None else canonical_json(msgspec.to_builtins(record.content)).decode()
     return RecordRow(
         seq=record.seq,
-        time_us=iso_to_us(record.time),
-        event_type=str(event.event_type),
-        decision=str(event.decision),
-        subject=event.subject,
-        tenant=event.tenant,
-        model=event.model,
-        roles=_tags(list(event.roles)),
-        findings=_tags(sorted({f.type for f in event.findings})),
-        event=canonical_json(msgspec.to_builtins(event)).decode(),
+        time_us=encoded.time_us,
+        event_type=encoded.event_type,
+        decision=encoded.decision,
+        subject=encoded.subject,
+        tenant=encoded.tenant,
+        model=encoded.model,
+        roles=encoded.roles,
+        findings=encoded.findings,
+        event=encoded.event_json,
         content=content,
         prev_hash=record.prev_hash,
         hash=record.hash,

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from engine.attention.metadata import AttentionMetadata
-from engine.device_transfer import to_device
+from engine.device_transfer import scatter_rows
 
 __all__ = ["CudaGraphRunner"]
 
@@ -79,12 +79,8 @@ class CudaGraphRunner:
         pending = (rows, tokens, sources): token_ids[rows[j]] = tokens[sources[j]] on the device.
         """
         bucket = self.stage(token_ids, positions, slots, block_tables)
-        if pending is not None and pending[0]:
-            rows, tokens, sources = pending
-            device = self.token_ids.device
-            self.token_ids[to_device(rows, torch.long, device)] = tokens[
-                to_device(sources, torch.long, device)
-            ]
+        if pending is not None:
+            scatter_rows(self.token_ids, *pending)
         if bucket not in self.graphs:
             self._capture(bucket)
         self.graphs[bucket].replay()

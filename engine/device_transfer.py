@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["to_device"]
+__all__ = ["scatter_rows", "to_device"]
 
 
 def to_device(
@@ -25,3 +25,9 @@ def to_device(
         return host.to(device)
     # The caching host allocator keeps the pinned buffer alive until the copy has run.
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def scatter_rows(dst: torch.Tensor, dst_rows: list[int], src: torch.Tensor, src_rows: list[int]) -> None:
+    """``dst[dst_rows[j]] = src[src_rows[j]]`` on the device, queued behind what wrote ``src``."""
+    if dst_rows:
+        dst[to_device(dst_rows, torch.long, dst.device)] = src[to_device(src_rows, torch.long, src.device)]

@@ -14,7 +14,7 @@ import torch
 
 from engine.attention.metadata import AttentionMetadata
 from engine.cuda_graph_runner import CudaGraphRunner
-from engine.device_transfer import to_device
+from engine.device_transfer import scatter_rows, to_device
 from engine.hosted_model import HostedModel
 from engine.scheduler import ScheduledSeq
 
@@ -61,22 +61,13 @@ class ModelRunner:
         token_ids, positions, meta = self._prepare(items)
         if pending is not None and sources is not None:
             dst = [meta.host_query_starts[i] for i, s in enumerate(sources) if s >= 0]
-            self._scatter_pending(token_ids, dst, pending, [s for s in sources if s >= 0])
+            scatter_rows(token_ids, dst, pending, [s for s in sources if s >= 0])
         hidden = self.hosted.model(token_ids, positions, meta)  # [num_tokens, hidden]
         last = [meta.host_query_starts[i + 1] - 1 for i, item in enumerate(items) if item.is_sampling]
         if not last:
             return torch.empty(0, self.hosted.config.vocab_size, device=self.device)
         index = to_device(last, torch.long, self.device)
         return self.hosted.model.compute_logits(hidden[index])  # type: ignore[operator,no-any-return]
-
-    def _scatter_pending(
-        self, token_ids: torch.Tensor, dst: list[int], pending: torch.Tensor, src: list[int]
-    ) -> None:
-        # token_ids[dst[j]] = pending[src[j]], queued on the device behind the step that sampled them.
-        if dst:
-            token_ids[to_device(dst, torch.long, self.device)] = pending[
-                to_device(src, torch.long, self.device)
-            ]
 
     @staticmethod
     def _is_graph_step(graphs: CudaGraphRunner, items: list[ScheduledSeq]) -> bool:
