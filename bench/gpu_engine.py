@@ -124,6 +124,7 @@ def _generate_timed(
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
     engine.add_request(tag, model, prompt, params)
     torch.cuda.synchronize()
+    waited = engine.device_wait_s
     start = time.perf_counter()
     first = None
     tokens = 0
@@ -148,6 +149,8 @@ def _generate_timed(
         "decode_tok_s": (new_tokens - 1) / (end - first),
         "e2e_tok_s": new_tokens / (end - start),
         "ttft_s": first - start,
+        # Host time per token spent waiting for the GPU; the rest of a token's time is host work.
+        "host_wait_ms_per_token": (engine.device_wait_s - waited) / new_tokens * 1e3,
     }
 
 
@@ -210,10 +213,8 @@ def _profile_big_batch(engine: Any, model: str, num_seqs: int = 256, context: in
     return result
 
 
-def run_decode(shape: str, workdir: Path) -> dict[str, Any]:
+def run_decode(shape: str, workdir: Path, variants: bool = True) -> dict[str, Any]:
     import torch
-
-    from engine import LLM
 
     random.seed(0)
     prompt = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
@@ -227,52 +228,69 @@ def run_decode(shape: str, workdir: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"shape": shape, "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS, **floor}
     result["hf_generate"] = run_hf(hf, prompt)
     del hf
-    gc.collect()
-    torch.cuda.empty_cache()
+    _free_gpu()
     result["build_s"] = time.perf_counter() - t0
-    llm = LLM(str(path), dtype="bfloat16", device="cuda", kv_cache_bytes=4 << 30, max_num_seqs=8)
-    engine, name = llm.engine, llm.model_names[0]
-    _generate_timed(engine, name, warm, "warmup", 8)
-    result["ours_graphs"] = _generate_timed(engine, name, prompt, "graphs")
-    result["ours_graphs_profile"] = _safe(lambda: _profile(engine, name, prompt))
-    # Variants, each against the default (CUDA graphs + async scheduling + skinny GEMM):
-    engine.async_scheduling = False
-    result["ours_graphs_sync"] = _generate_timed(engine, name, prompt, "graphs-sync")
-    result["ours_graphs_sync_profile"] = _safe(lambda: _profile(engine, name, prompt))
-    engine.async_scheduling = True
-    runner = engine.runners[name]
-    result["ours_graphs_cublas"] = _safe(lambda: _with_cublas(engine, runner, name, prompt, warm))
-    graphs, runner.graphs = runner.graphs, None
-    _generate_timed(engine, name, warm[::-1], "warmup-eager", 8)
-    result["ours_eager"] = _generate_timed(engine, name, prompt, "eager")
-    runner.graphs = graphs
-    for key in ("ours_graphs", "ours_graphs_sync", "ours_graphs_cublas", "ours_eager", "hf_generate"):
-        if "decode_tok_s" not in result[key]:
+    # The default: CUDA graphs, async scheduling, skinny GEMM, programmatic dependent launch.
+    result.update(_decode_variant(path, prompt, warm, profile=True, sync=True, eager=variants))
+    _free_gpu()
+    if variants:
+        # Each variant builds its own engine, so its graphs are captured with its kernels.
+        result["ours_graphs_no_pdl"] = _safe(lambda: _with_flag("pdl", path, prompt, warm))
+        _free_gpu()
+        result["ours_graphs_cublas"] = _safe(lambda: _with_flag("cublas", path, prompt, warm))
+        _free_gpu()
+    for key in ("ours_graphs", "ours_graphs_sync", "ours_graphs_no_pdl", "ours_graphs_cublas", "ours_eager",
+                "hf_generate"):  # fmt: skip
+        if "decode_tok_s" not in result.get(key, {}):
             continue
         ms = 1e3 / result[key]["decode_tok_s"]
         result[key]["ms_per_token"] = ms
         result[key]["mbu"] = floor["floor_ms"] / ms
+    torch.cuda.synchronize()
     return result
 
 
-def _with_cublas(engine: Any, runner: Any, name: str, prompt: list[int], warm: list[int]) -> dict[str, Any]:
-    """The same decode with cuBLAS for the small matmuls instead of the skinny-GEMM kernel."""
+def _decode_variant(
+    path: Path, prompt: list[int], warm: list[int], *, profile: bool, sync: bool = False, eager: bool = False
+) -> dict[str, Any]:
+    from engine import LLM
+
+    llm = LLM(str(path), dtype="bfloat16", device="cuda", kv_cache_bytes=4 << 30, max_num_seqs=8)
+    engine, name = llm.engine, llm.model_names[0]
+    out: dict[str, Any] = {}
+    _generate_timed(engine, name, warm, "warmup", 8)
+    out["ours_graphs"] = _generate_timed(engine, name, prompt, "graphs")
+    if profile:
+        out["ours_graphs_profile"] = _safe(lambda: _profile(engine, name, prompt))
+    if sync:
+        engine.async_scheduling = False
+        out["ours_graphs_sync"] = _generate_timed(engine, name, prompt, "graphs-sync")
+        engine.async_scheduling = True
+    if eager:
+        runner = engine.runners[name]
+        runner.graphs = None
+        _generate_timed(engine, name, warm[::-1], "warmup-eager", 8)
+        out["ours_eager"] = _generate_timed(engine, name, prompt, "eager")
+    return out  # the engine goes with this frame; callers free the GPU cache after
+
+
+def _with_flag(flag: str, path: Path, prompt: list[int], warm: list[int]) -> dict[str, Any]:
+    """The default decode with one feature off: ``pdl`` (plain launches) or ``cublas`` (F.linear)."""
+    from engine.kernels import pdl
     from engine.layers import linear
 
-    def recapture() -> None:
-        runner.graphs.graphs.clear()
-        runner.graphs.logits.clear()
-
-    linear.USE_SKINNY_GEMM = False
-    recapture()
     try:
-        _generate_timed(engine, name, warm[1:] + warm[:1], "warmup-cublas", 8)
-        timed = _generate_timed(engine, name, prompt, "graphs-cublas")
-        timed["profile"] = _safe(lambda: _profile(engine, name, prompt))
+        if flag == "pdl":
+            pdl.ENABLED = False
+        else:
+            linear.USE_SKINNY_GEMM = False
+        out = _decode_variant(path, prompt, warm[1:] + warm[:1], profile=True)
+        timed: dict[str, Any] = out["ours_graphs"]
+        timed["profile"] = out.get("ours_graphs_profile")
         return timed
     finally:
+        pdl.ENABLED = True
         linear.USE_SKINNY_GEMM = True
-        recapture()
 
 
 def run_throughput(workdir: Path, scale: float) -> dict[str, Any]:
@@ -304,20 +322,60 @@ def run_throughput(workdir: Path, scale: float) -> dict[str, Any]:
                 num_output += len(delta.token_ids)
         return num_output
 
-    # Warm-up: compiles every kernel variant and captures every decode bucket once.
+    # Warm-up: compiles the prefill variants (every decode bucket was captured at start-up).
     generate([p[:64] for p in workload.prompt_token_ids], [24] * workload.num_requests, "warm")
     torch.cuda.synchronize()
+    steps0, wait0 = engine.num_steps, engine.device_wait_s
     start = time.perf_counter()
     num_output = generate(workload.prompt_token_ids, workload.max_tokens, "run")
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
+    waited = engine.device_wait_s - wait0
     result = {
         "scale": scale,
-        "steps": engine.num_steps,
+        "steps": engine.num_steps - steps0,
         **asdict(_result("ours", workload, elapsed, num_output)),
+        # Host waiting for tokens = the GPU ahead of the host; the rest is host work the GPU
+        # may have waited on (with async scheduling, only where a step's host work > GPU time).
+        "host_wait_s": waited,
+        "host_busy_s": elapsed - waited,
     }
+    result["profile_phases"] = _safe(lambda: _profile_phases(engine, name, workload))
     result["profile_256x1024"] = _safe(lambda: _profile_big_batch(engine, name))
     return result
+
+
+def _profile_phases(
+    engine: Any, model: str, workload: Any, at: tuple[int, ...] = (40, 300, 600, 850)
+) -> dict[str, Any]:
+    """The same workload again, with a profiler window of a few steps at several points."""
+    from engine import SamplingParams
+
+    for i, (prompt, m) in enumerate(zip(workload.prompt_token_ids, workload.max_tokens, strict=True)):
+        params = SamplingParams(temperature=workload.temperature, ignore_eos=True, max_tokens=m)
+        engine.add_request(f"phase-{i}", model, prompt, params)
+    first = engine.num_steps
+    phases: dict[str, Any] = {}
+    while engine.has_work:
+        step = engine.num_steps - first
+        if step in at:
+            running = engine.scheduler.num_running
+            phases[f"step_{step}"] = {"num_running": running, **_profile_steps(engine, 6)}
+        else:
+            engine.step()
+    return phases
+
+
+def _multimodel(workdir: Path) -> dict[str, Any]:
+    from bench import engine_multimodel
+
+    return engine_multimodel.run("cuda", "qwen3-0.6b", workdir=workdir)
+
+
+def _attention_sweep() -> dict[str, Any]:
+    from bench.attention_sweep import run
+
+    return run()
 
 
 def _free_gpu() -> None:
@@ -352,7 +410,11 @@ def _run_tests(out: Path, paths: tuple[str, ...]) -> dict[str, Any]:
 
 @click.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
-@click.option("--skip", multiple=True, help="stages to skip: tests, qwen3-0.6b, llama3-8b, throughput")
+@click.option(
+    "--skip",
+    multiple=True,
+    help="stages to skip: tests, attention, qwen3-0.6b, throughput, multimodel, llama3-8b",
+)
 @click.option(
     "--tests",
     "test_paths",
@@ -388,11 +450,13 @@ def main(
         print(f"== {name}: {json.dumps(report['stages'][name], default=str)[:1500]}", flush=True)
 
     stage("tests", lambda: _run_tests(out_dir, test_paths))
+    stage("attention", _attention_sweep)
     stage("qwen3-0.6b", lambda: run_decode("qwen3-0.6b", workdir))
     if "throughput" not in skip and not (workdir / "qwen3-0.6b").exists():
         _save(_hf_model("qwen3-0.6b"), workdir / "qwen3-0.6b")
     stage("throughput", lambda: run_throughput(workdir, throughput_scale))
-    stage("llama3-8b", lambda: run_decode("llama3-8b", workdir))
+    stage("multimodel", lambda: _multimodel(workdir))
+    stage("llama3-8b", lambda: run_decode("llama3-8b", workdir, variants=False))
     _print_table(report)
 
 
@@ -402,7 +466,8 @@ def _print_table(report: dict[str, Any]) -> None:
         if not r or "error" in r:
             continue
         print(f"{shape}: floor {r['floor_ms']:.3f} ms/token ({1e3 / r['floor_ms']:.0f} tok/s)")
-        for key in ("ours_graphs", "ours_graphs_sync", "ours_graphs_cublas", "ours_eager", "hf_generate"):
+        for key in ("ours_graphs", "ours_graphs_sync", "ours_graphs_no_pdl", "ours_graphs_cublas", "ours_eager",
+                    "hf_generate"):  # fmt: skip
             x = r.get(key, {})
             if "mbu" not in x:
                 continue
@@ -412,8 +477,16 @@ def _print_table(report: dict[str, Any]) -> None:
     t = report["stages"].get("throughput")
     if t and "error" not in t:
         print(
-            f"throughput (scale {t['scale']}): {t.get('output_tok_s')} output tok/s, {t.get('num_output_tokens')} tokens"
+            f"throughput (scale {t['scale']}): {t.get('output_tok_s')} output tok/s, "
+            f"{t.get('num_output_tokens')} tokens, {t.get('steps')} steps, host waited "
+            f"{t.get('host_wait_s', 0):.2f} s of {t.get('elapsed_s', 0):.2f}"
         )
+        for key, phase in (t.get("profile_phases") or {}).items():
+            if isinstance(phase, dict) and "wall_ms_per_step" in phase:
+                print(
+                    f"  {key}: {phase['num_running']} running, wall {phase['wall_ms_per_step']:.2f} ms, "
+                    f"GPU {phase['gpu_kernel_ms_per_step']:.2f} ms/step"
+                )
 
 
 if __name__ == "__main__":

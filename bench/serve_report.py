@@ -1,10 +1,23 @@
-"""What ``bench serve`` prints: one server's metrics, or ours and the peer's side by side."""
+"""What ``bench serve`` prints: one server's metrics, or ours and the peer's side by side.
+
+    python -m bench.serve_report [--tpot-p99-ms 50] RESULT.json ...
+
+prints a rate sweep (several ``bench serve --output`` files) as one table, one row per rate, and
+the highest rate whose TPOT p99 stays under the bound with no failed request.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 from bench.serve_metrics import LATENCIES, STATISTICS, THROUGHPUTS, ServeMetrics
 
-__all__ = ["format_comparison", "format_metrics", "redacted"]
+__all__ = ["format_comparison", "format_metrics", "format_sweep", "redacted"]
 
 _UNITS = {"request_throughput": "req/s", "output_throughput": "out tok/s", "total_token_throughput": "tok/s"}
 
@@ -70,3 +83,67 @@ def redacted(argv: list[str]) -> list[str]:
         else:
             out.append(arg)
     return out
+
+
+def _rate(report: dict[str, Any]) -> float:
+    rate = report["request_rate"]
+    return math.inf if rate == "inf" else float(rate)
+
+
+def format_sweep(reports: Sequence[dict[str, Any]], tpot_p99_ms: float = 50.0) -> str:
+    """One row per (rate, system) of ``bench serve`` JSON reports, then the highest rate that holds
+    TPOT p99 < ``tpot_p99_ms`` with every request completed and TPOT measured, per system."""
+    header = (
+        f"{'system':<24} {'rate':>6} {'done/fail':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'TPOT p50':>9} {'TPOT p99':>9} {'out tok/s':>10}"
+    )
+    rows = [header + "   (latencies in ms)"]
+    best: dict[str, float | None] = {}
+    one_chunk = False
+    for report in sorted(reports, key=_rate):
+        rate = _rate(report)
+        runs = [(report.get("label", "server"), report["metrics"])]
+        if report.get("peer"):
+            runs.append((report["peer"]["label"], report["peer"]["metrics"]))
+        for label, m in runs:
+            done = f"{m['num_completed']}/{m['num_failed']}"
+            # TPOT 0 with more than one token per request: every completion came in one chunk.
+            unmeasured = m["tpot"]["p99_ms"] == 0 and m["num_output_tokens"] > m["num_completed"]
+            one_chunk |= unmeasured
+            rows.append(
+                f"{label:<24} {report['request_rate']!s:>6} {done:>9} "
+                f"{m['ttft']['median_ms']:>9.1f} {m['ttft']['p99_ms']:>9.1f} "
+                f"{m['tpot']['median_ms']:>9.2f} {m['tpot']['p99_ms']:>9.2f} {m['output_throughput']:>10.1f}"
+                + (" *" if unmeasured else "")
+            )
+            best.setdefault(label, None)
+            holds = (
+                m["num_completed"] > 0
+                and m["num_failed"] == 0
+                and not unmeasured
+                and m["tpot"]["p99_ms"] < tpot_p99_ms
+            )
+            if holds and (best[label] is None or rate > best[label]):
+                best[label] = rate
+    if one_chunk:
+        rows.append("* TPOT not measured: each completion arrived in one chunk (the response filter holds")
+        rows.append(
+            "  back its longest match and flushes it at the end; shorter outputs than that stream nothing)"
+        )
+    for label, rate in best.items():
+        verdict = "none of the rates" if rate is None else f"{rate:g} req/s"
+        rows.append(f"{label}: highest rate with TPOT p99 < {tpot_p99_ms:g} ms and no failures: {verdict}")
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A rate sweep of `bench serve` JSON results as one table.")
+    parser.add_argument("results", nargs="+", type=Path)
+    parser.add_argument("--tpot-p99-ms", type=float, default=50.0)
+    args = parser.parse_args(argv)
+    reports = [json.loads(path.read_text()) for path in args.results]
+    print(format_sweep(reports, args.tpot_p99_ms))
+
+
+if __name__ == "__main__":
+    main()

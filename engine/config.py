@@ -70,7 +70,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Seed for requests that sample without a seed of their own."""
     cuda_graphs: bool = True
     """On CUDA, replay captured graphs for decode steps of up to max_num_seqs sequences (one
-    graph per batch-size bucket, captured on first use); False runs every step eagerly."""
+    graph per batch-size bucket, all captured at start-up); False runs every step eagerly."""
     async_scheduling: bool = True
     """On CUDA, launch step N+1 before reading step N's tokens back, so host work overlaps the
     GPU (rows with penalties or logprobs wait for their tokens); False runs steps one by one."""

@@ -11,13 +11,18 @@ and replayed from static input buffers, so hundreds of small launches cost one::
 
 Everything a captured kernel's grid depends on is fixed by the bucket (see
 ``engine.attention.triton_paged.num_splits_for``), never by context lengths. Graphs share one
-memory pool; a bucket is captured the first time a step needs it.
+memory pool. ``capture_all`` records every bucket at start-up, largest first (the smaller ones
+reuse its pool), so no step of a running workload pays for a capture or a Triton compile; a
+bucket that could not be captured then (out of memory) is captured the first time a step needs it.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -25,6 +30,8 @@ from engine.attention.metadata import AttentionMetadata
 from engine.device_transfer import scatter_rows
 
 __all__ = ["CudaGraphRunner"]
+
+log = logging.getLogger(__name__)
 
 
 def _buckets(max_num_seqs: int) -> list[int]:
@@ -52,6 +59,9 @@ class CudaGraphRunner:
             torch.zeros(n * (1 + max_blocks), dtype=torch.int32, pin_memory=pinned) for _ in range(2)
         ]
         self.num_staged = 0
+        self._tables: dict[int, tuple[list[int], np.ndarray, int]] = {}
+        """id(block_ids list) -> (that list, its ids as int32, how many are filled in): a running
+        sequence's table only grows in place, so each step copies its new ids, not all of them."""
         self.longs = torch.zeros(3, n, dtype=torch.long, device=device)
         self.ints = torch.zeros(n * (1 + max_blocks), dtype=torch.int32, device=device)
         self.token_ids, self.positions, self.slot_mapping = self.longs[0], self.longs[1], self.longs[2]
@@ -105,13 +115,53 @@ class CudaGraphRunner:
         longs[2, n:bucket] = -1
         ints[:n] = [p + 1 for p in positions]
         ints[n:bucket] = 0
+        tables: dict[int, tuple[list[int], np.ndarray, int]] = {}
         for i, table in enumerate(block_tables):
             row = size + i * width
-            ints[row : row + len(table)] = table
+            ints[row : row + len(table)] = self._table_array(table, tables)
+        self._tables = tables  # tables of sequences not in this step are dropped
         self.longs.copy_(host_longs, non_blocking=True)
         used = size + n * width
         self.ints[:used].copy_(host_ints[:used], non_blocking=True)
         return bucket
+
+    def _table_array(
+        self, table: list[int], seen: dict[int, tuple[list[int], np.ndarray, int]]
+    ) -> np.ndarray:
+        """table as int32, reusing last step's conversion when it is the same list, grown.
+
+        The entry holds the list itself, so its id cannot be reused by another list meanwhile; a
+        list that shrank (the KV manager never shrinks one in place) is converted afresh.
+        """
+        entry = self._tables.get(id(table))
+        if entry is not None and entry[0] is table and entry[2] <= len(table):
+            _, array, filled = entry
+        else:
+            array, filled = np.empty(self.max_blocks, dtype=np.int32), 0
+        n = len(table)
+        if n > filled:
+            array[filled:n] = table[filled:n]
+        seen[id(table)] = (table, array, n)
+        return array[:n]
+
+    def capture_all(self) -> float:
+        """Capture every bucket now, largest first; returns the seconds it took.
+
+        The static inputs hold padding (no KV write, zero-length contexts), so capturing touches
+        no sequence's cache. Out of device memory, the remaining buckets stay lazy.
+        """
+        start = time.perf_counter()
+        for bucket in sorted(self.buckets, reverse=True):
+            if bucket in self.graphs:
+                continue
+            try:
+                self._capture(bucket)
+            except torch.OutOfMemoryError:
+                log.warning("CUDA graph capture stopped at bucket %d: out of device memory", bucket)
+                torch.cuda.empty_cache()
+                break
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
 
     def _meta(self, bucket: int) -> AttentionMetadata:
         return AttentionMetadata(

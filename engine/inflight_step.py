@@ -15,6 +15,7 @@ computed once for nothing and dropped.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -47,6 +48,8 @@ class InflightStep:
     _ready: torch.cuda.Event | None = None
     row_of: dict[int, int] = field(default_factory=dict)
     """seq_id -> row index, for the next step's inputs."""
+    wait_s: float = 0.0
+    """How long the host waited for this step's tokens: ~0 means the GPU was waiting on the host."""
 
     def start_copy(self) -> None:
         """Queue the tokens' copy to the host behind the step that samples them."""
@@ -65,6 +68,8 @@ class InflightStep:
         if self._host is None:
             return []
         if self._ready is not None:
+            start = time.perf_counter()
             self._ready.synchronize()
+            self.wait_s = time.perf_counter() - start
         values: list[int] = self._host.tolist()
         return values

@@ -65,6 +65,14 @@ class KVCacheManager:
         """Give ``seq`` blocks for ``num_new_tokens`` more tokens after its computed ones (and after
         the ``cached`` prefix, which then counts as computed). False, changing nothing, when the
         pool is short."""
+        if not cached and seq.block_ids:
+            # A running sequence's next tokens (every decode step): usually no new block at all.
+            need = self.num_blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_ids)
+            if need > self.pool.num_free_blocks:
+                return False
+            if need > 0:
+                seq.block_ids.extend(self.pool.allocate(need))
+            return True
         cached = cached or []
         if self._num_short(seq, num_new_tokens, cached) > 0:
             return False
@@ -76,6 +84,7 @@ class KVCacheManager:
             self.pool.touch(cached)
             seq.block_ids = list(cached)
             seq.num_computed_tokens = len(cached) * self.block_size
+            seq.num_indexed_blocks = 0
         need = self.num_blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_ids)
         if need > 0:
             seq.block_ids.extend(self.pool.allocate(need))
@@ -86,13 +95,20 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return
         num_full = min(seq.num_computed_tokens // self.block_size, len(seq.block_ids))
-        for i, block_hash in enumerate(self._block_hashes(seq, num_full)):
-            self.pool.cache(seq.block_ids[i], block_hash)
+        # Only blocks that filled since the last call: a decode step fills one every block_size
+        # steps, and re-offering a sequence's every block each step cost O(blocks) per step.
+        if num_full <= seq.num_indexed_blocks:
+            return
+        hashes = self._extend_hashes(seq, num_full)
+        for i in range(seq.num_indexed_blocks, num_full):
+            self.pool.cache(seq.block_ids[i], hashes[i])
+        seq.num_indexed_blocks = num_full
 
     def free(self, seq: Sequence) -> None:
         """Return the sequence's blocks, tail first so that tails are evicted before heads."""
         self.pool.free(seq.block_ids[::-1])
         seq.block_ids = []
+        seq.num_indexed_blocks = 0
 
     def _num_short(self, seq: Sequence, num_new_tokens: int, cached: list[int]) -> int:
         held = len(seq.block_ids) + len(cached)
@@ -103,6 +119,10 @@ class KVCacheManager:
 
     def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[bytes]:
         """The first ``num_blocks`` full-block hashes of ``seq``, computing missing ones."""
+        return self._extend_hashes(seq, num_blocks)[:num_blocks]
+
+    def _extend_hashes(self, seq: Sequence, num_blocks: int) -> list[bytes]:
+        """``seq.block_hashes``, computed up to at least ``num_blocks`` entries."""
         hashes = seq.block_hashes
         size = self.block_size
         while len(hashes) < num_blocks:
@@ -110,7 +130,7 @@ class KVCacheManager:
             parent = hashes[-1] if hashes else self._root(seq)
             tokens = array("q", seq.token_ids[i * size : (i + 1) * size]).tobytes()
             hashes.append(hashlib.sha256(parent + tokens).digest())
-        return hashes[:num_blocks]
+        return hashes
 
     @staticmethod
     def _root(seq: Sequence) -> bytes:

@@ -31,7 +31,7 @@ from engine.kv_cache_manager import KVCacheManager
 from engine.model_runner import ModelRunner
 from engine.model_source import DirectorySource, ModelSource
 from engine.outputs import StreamDelta
-from engine.sampling import Sampler, SamplingRow
+from engine.sampling import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
@@ -103,6 +103,8 @@ class LLMEngine:
         self._outputs: dict[int, SequenceOutput] = {}
         self._arrivals = 0
         self.num_steps = 0
+        self.device_wait_s = 0.0
+        """Host time spent waiting for sampled tokens (the rest of a step's wall time is host work)."""
         self.async_scheduling = config.async_scheduling and self.device.type == "cuda"
         self._inflight: InflightStep | None = None
         self._retired: set[int] = set()
@@ -253,8 +255,10 @@ class LLMEngine:
             for s in ended_next
             if s.seq_id not in closed
         )
-        for request_id, _ in deltas:
-            self._forget_if_done(request_id)
+        for request_id, delta in deltas:
+            if delta.finish_reason is not None:  # only a sequence's last delta can end a request
+                self._forget_if_done(request_id)
+        self.device_wait_s += cur.wait_s
         self.num_steps += 1
         return deltas
 
@@ -313,15 +317,7 @@ class LLMEngine:
             return [], None
         # Only penalties read the tokens so far; other rows skip copying them (and never see a
         # placeholder: a row with penalties always has its tokens on the host).
-        rows = [
-            SamplingRow(
-                params=s.params,
-                prompt_token_ids=s.prompt_token_ids if s.params.uses_penalties else (),
-                output_token_ids=s.output_token_ids if s.params.uses_penalties else (),
-                generator=self._outputs[s.seq_id].generator,
-            )
-            for s in seqs
-        ]
+        rows = [self._outputs[s.seq_id].sampling_row() for s in seqs]
         result = self.sampler(logits, rows)
         return [SampledRow(s, lp) for s, lp in zip(seqs, result.logprobs, strict=True)], result.token_ids
 
@@ -343,6 +339,7 @@ class LLMEngine:
             "waiting": self.scheduler.num_waiting,
             "preemptions": self.scheduler.num_preemptions,
             "steps": self.num_steps,
+            "device_wait_s": self.device_wait_s,
             "prefix_cache_hit_rate": kv.num_cache_hit_tokens / kv.num_cache_query_tokens
             if kv.num_cache_query_tokens
             else 0.0,

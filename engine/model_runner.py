@@ -43,6 +43,7 @@ class ModelRunner:
                 block_size=block_size,
                 device=device,
             )
+            self.graphs.capture_all()
 
     @torch.inference_mode()
     def execute(

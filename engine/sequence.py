@@ -75,6 +75,8 @@ class Sequence:
         self.block_ids: list[int] = []
         self.block_hashes: list[bytes] = []
         """Hashes of the full blocks of ``token_ids``, extended as blocks fill."""
+        self.num_indexed_blocks = 0
+        """Leading blocks already offered to the prefix-cache index (``KVCacheManager.commit``)."""
         self.num_preemptions = 0
         self.state: dict[str, Any] = {}
         """Per-sequence state owned by layers above (detokenizer, stop checker)."""

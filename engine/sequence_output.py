@@ -11,7 +11,7 @@ import torch
 
 from engine.detokenizer import IncrementalDetokenizer
 from engine.outputs import StreamDelta, TokenLogprob
-from engine.sampling import TokenLogprobs, make_generator
+from engine.sampling import SamplingRow, TokenLogprobs, make_generator
 from engine.sequence import Sequence, SequenceStatus
 from engine.stop_checker import StopChecker
 from engine.tokenizer import Tokenizer
@@ -41,6 +41,24 @@ class SequenceOutput:
         self._detokenizer = IncrementalDetokenizer(tokenizer.hf, prompt_token_ids=seq.prompt_token_ids)
         self._stop = StopChecker(params, eos_token_ids=eos_token_ids)
         self.generator = make_generator(seq.params.seed, seq.index, device)
+        self._row: SamplingRow | None = None
+
+    def sampling_row(self) -> SamplingRow:
+        """What the sampler needs this step. Only penalties read the tokens so far; other rows
+        skip copying them (and never see a placeholder), so their row is made once."""
+        seq = self.seq
+        if seq.params.uses_penalties:
+            return SamplingRow(
+                params=seq.params,
+                prompt_token_ids=seq.prompt_token_ids,
+                output_token_ids=seq.output_token_ids,
+                generator=self.generator,
+            )
+        if self._row is None:
+            self._row = SamplingRow(
+                params=seq.params, prompt_token_ids=(), output_token_ids=(), generator=self.generator
+            )
+        return self._row
 
     def on_token(
         self, token_id: int, logprobs: TokenLogprobs | None

@@ -4,6 +4,7 @@ Nothing here is imported on CPU: the layers import a kernel only once they see a
 The tests run every kernel on CPU tensors under ``TRITON_INTERPRET=1``.
 """
 
+from engine.kernels.gumbel_argmax import gumbel_argmax
 from engine.kernels.paged_attention import paged_attention
 from engine.kernels.rms_norm import rms_norm
 from engine.kernels.rotary_kv import kv_write, rotary, rotary_kv_write
@@ -12,6 +13,7 @@ from engine.kernels.skinny_gemm import SkinnyGemmConfig, skinny_gemm, skinny_gem
 
 __all__ = [
     "SkinnyGemmConfig",
+    "gumbel_argmax",
     "kv_write",
     "paged_attention",
     "rms_norm",

@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.pdl import pdl_launch, pdl_wait
+
 __all__ = ["paged_attention"]
 
 
@@ -33,8 +35,9 @@ def _attention_kernel(
     num_q_tiles,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, M: tl.constexpr, HEAD_DIM: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_wait(PDL)
     seq = tl.program_id(0) // num_q_tiles
     q_tile = tl.program_id(0) % num_q_tiles
     kv_head = tl.program_id(1)
@@ -122,8 +125,9 @@ def _attention_kernel(
 def _merge_kernel(
     part_ptr, lse_ptr, out_ptr,
     stride_pt, stride_ph, stride_ps, stride_lt, stride_lh, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, D: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, D: tl.constexpr, NUM_SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_wait(PDL)
     token = tl.program_id(0)
     head = tl.program_id(1)
     s = tl.arange(0, NUM_SPLITS)
@@ -158,6 +162,9 @@ def paged_attention(
     scale: float,
     sliding_window: int | None = None,
     num_splits: int = 1,
+    tile_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new tokens over its paged context.
 
@@ -165,6 +172,8 @@ def paged_attention(
     head_dim] (the pool's strided views); block_tables: [num_seqs, max_blocks] int32;
     context_lens: [num_seqs] int32; query_starts: [num_seqs + 1] int32. ``num_splits`` (a power
     of two) cuts each sequence's keys for more parallelism when there are few query tokens.
+    ``tile_n`` (keys per loop step), ``num_warps`` and ``num_stages`` override the tuned launch
+    shape (benchmark sweeps).
     Returns [num_tokens, num_heads, head_dim] in q's dtype.
     """
     num_tokens, num_heads, head_dim = q.shape
@@ -189,6 +198,17 @@ def paged_attention(
     # CPU tensors only get here under TRITON_INTERPRET, whose numpy dot has no bfloat16.
     interpreted = q.device.type == "cpu"
     grid = (num_seqs * num_q_tiles, num_kv_heads, num_splits)
+    launch: dict[str, int] = {}
+    if num_warps is not None:
+        launch["num_warps"] = num_warps
+    if num_stages is not None:
+        launch["num_stages"] = num_stages
+    if max_query_len == 1 and num_seqs >= 16:
+        # Decode over a batch: 64-key tiles, two stages reach ~0.95 of the copy ceiling on an H200
+        # where 32-key tiles reach ~0.82 (bench.attention_sweep, run 4); tiny batches keep 32.
+        tile_n = tile_n or 64
+        launch.setdefault("num_stages", 2)
+    tile_n = tile_n or (32 if max_query_len == 1 else 64)
     _attention_kernel[grid](
         q, k_cache, v_cache, part, lse, block_tables, context_lens, query_starts,
         scale, sliding_window or 0,
@@ -198,16 +218,16 @@ def paged_attention(
         lse.stride(0), lse.stride(1),
         num_q_tiles,
         GROUP=group, BLOCK_Q=block_q, M=m, HEAD_DIM=head_dim, D=d, BLOCK_SIZE=block_size,
-        TILE_N=64 if max_query_len > 1 else 32, NUM_SPLITS=num_splits,
+        TILE_N=tile_n, NUM_SPLITS=num_splits,
         HAS_WINDOW=sliding_window is not None,
         PRECISION="ieee" if q.dtype == torch.float32 or interpreted else "tf32",
-        UPCAST=interpreted,
+        UPCAST=interpreted, **launch, **pdl_launch(q),
     )  # fmt: skip
     if num_splits > 1:
         _merge_kernel[(num_tokens, num_heads)](
             part, lse, out,
             part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
             out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, D=d, NUM_SPLITS=num_splits,
+            HEAD_DIM=head_dim, D=d, NUM_SPLITS=num_splits, **pdl_launch(q),
         )  # fmt: skip
     return out

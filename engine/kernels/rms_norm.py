@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.pdl import pdl_launch, pdl_wait
+
 __all__ = ["rms_norm"]
 
 
@@ -21,8 +23,9 @@ __all__ = ["rms_norm"]
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     inner, stride_x0, stride_x1, stride_r0, stride_r1, n_cols, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     i0, i1 = row // inner, row % inner
     cols = tl.arange(0, BLOCK_N)
@@ -72,6 +75,6 @@ def rms_norm(
     _rms_norm_kernel[(num_rows,)](
         x, res, weight, out, res_out if res_out is not None else out,
         inner, s0, s1, r0, r1, n, eps,
-        HAS_RESIDUAL=residual is not None, BLOCK_N=triton.next_power_of_2(n),
+        HAS_RESIDUAL=residual is not None, BLOCK_N=triton.next_power_of_2(n), **pdl_launch(x),
     )  # fmt: skip
     return out, res_out

@@ -1,8 +1,9 @@
 # mypy: disable-error-code="untyped-decorator, no-untyped-def"
 """Rotary embedding fused with the KV-cache write, in Triton: one launch per layer instead of ~14.
 
-One program per token rotates its query heads and key heads (rotate-half form) and, when a
-cache is given, stores the rotated key and the value at the token's slot. With per-head norm
+Two programs per token, in parallel: one rotates its query heads (rotate-half form), the other
+its key heads and, when a cache is given, stores the rotated key and the value at the token's
+slot (a single token's decode step is one short dependent chain of loads, so halving it counts). With per-head norm
 weights (Qwen3's q_norm / k_norm) each head is RMS-normalised first, in the same pass::
 
     slot = slot_mapping[t]  ->  k_cache[slot // B, slot % B] = rope(k[t]);  v_cache[...] = v[t]
@@ -17,6 +18,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from engine.kernels.pdl import pdl_launch, pdl_wait
 
 __all__ = ["kv_write", "rotary", "rotary_kv_write"]
 
@@ -57,9 +60,12 @@ def _rotary_kv_kernel(
     stride_cb, stride_cs, stride_ch, stride_vcb, stride_vcs, stride_vch,
     num_heads, num_kv_heads, block_size,
     HALF: tl.constexpr, H_PAD: tl.constexpr, KV_PAD: tl.constexpr, D_HALF: tl.constexpr,
-    WRITE_CACHE: tl.constexpr, ROTATE: tl.constexpr, NORM: tl.constexpr,
+    WRITE_CACHE: tl.constexpr, ROTATE: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_wait(PDL)
     t = tl.program_id(0).to(tl.int64)
+    # Part 0 rotates q; part 1 (the only part without ROTATE) handles k and v.
+    kv_part = tl.program_id(1) == (1 if ROTATE else 0)
     j = tl.arange(0, D_HALF)
     if ROTATE:
         inv_freq = tl.load(inv_freq_ptr + j, mask=j < HALF, other=0.0)
@@ -67,31 +73,39 @@ def _rotary_kv_kernel(
         dt = q_ptr.dtype.element_ty
         cos = tl.cos(angle).to(dt).to(tl.float32)[None, :]
         sin = tl.sin(angle).to(dt).to(tl.float32)[None, :]
-        _rotate(q_ptr, q_out_ptr, stride_qt, stride_qh, stride_qot, stride_qoh, t, num_heads, cos, sin,
-                q_norm_ptr, eps, HALF, H_PAD, D_HALF, NORM)  # fmt: skip
+        if tl.program_id(1) == 0:
+            _rotate(q_ptr, q_out_ptr, stride_qt, stride_qh, stride_qot, stride_qoh, t, num_heads, cos, sin,
+                    q_norm_ptr, eps, HALF, H_PAD, D_HALF, NORM)  # fmt: skip
     else:
         # Identity rotation: x * 1 + (-(y * 0)) is x exactly, so k is stored unchanged.
         cos = tl.full([1, D_HALF], 1.0, tl.float32)
         sin = tl.zeros([1, D_HALF], tl.float32)
-    if ROTATE and not WRITE_CACHE:
-        _rotate(k_ptr, k_out_ptr, stride_kt, stride_kh, stride_kot, stride_koh, t, num_kv_heads, cos, sin,
-                k_norm_ptr, eps, HALF, KV_PAD, D_HALF, NORM)  # fmt: skip
-    if WRITE_CACHE:
-        slot = tl.load(slot_ptr + t)
-        if slot >= 0:
-            block = slot // block_size
-            offset = slot % block_size
-            _rotate(k_ptr, k_cache_ptr + block * stride_cb + offset * stride_cs, stride_kt, stride_kh,
-                    0, stride_ch, t, num_kv_heads, cos, sin, k_norm_ptr, eps, HALF, KV_PAD, D_HALF,
-                    NORM)  # fmt: skip
-            h = tl.arange(0, KV_PAD)
-            d = tl.arange(0, 2 * D_HALF)
-            mask = (h[:, None] < num_kv_heads) & (d[None, :] < 2 * HALF)
-            v = tl.load(v_ptr + t * stride_vt + h[:, None] * stride_vh + d[None, :], mask=mask)
-            dst = (
-                v_cache_ptr + block * stride_vcb + offset * stride_vcs + h[:, None] * stride_vch + d[None, :]
-            )
-            tl.store(dst, v, mask=mask)
+    # Nested ifs keep compile-time flags apart from the run-time kv_part (Triton's ``and``).
+    if ROTATE and not WRITE_CACHE:  # noqa: SIM102
+        if kv_part:
+            _rotate(k_ptr, k_out_ptr, stride_kt, stride_kh, stride_kot, stride_koh, t, num_kv_heads, cos,
+                    sin, k_norm_ptr, eps, HALF, KV_PAD, D_HALF, NORM)  # fmt: skip
+    if WRITE_CACHE:  # noqa: SIM102
+        if kv_part:
+            slot = tl.load(slot_ptr + t)
+            if slot >= 0:
+                block = slot // block_size
+                offset = slot % block_size
+                _rotate(k_ptr, k_cache_ptr + block * stride_cb + offset * stride_cs, stride_kt, stride_kh,
+                        0, stride_ch, t, num_kv_heads, cos, sin, k_norm_ptr, eps, HALF, KV_PAD, D_HALF,
+                        NORM)  # fmt: skip
+                h = tl.arange(0, KV_PAD)
+                d = tl.arange(0, 2 * D_HALF)
+                mask = (h[:, None] < num_kv_heads) & (d[None, :] < 2 * HALF)
+                v = tl.load(v_ptr + t * stride_vt + h[:, None] * stride_vh + d[None, :], mask=mask)
+                dst = (
+                    v_cache_ptr
+                    + block * stride_vcb
+                    + offset * stride_vcs
+                    + h[:, None] * stride_vch
+                    + d[None, :]
+                )
+                tl.store(dst, v, mask=mask)
 
 
 def rotary(
@@ -176,7 +190,7 @@ def _launch(
     write_cache = k_cache is not None
     cache_strides = (*kc.stride()[:3], *vc.stride()[:3]) if write_cache else (0,) * 6
     q_norm, k_norm, eps = qk_norm if qk_norm is not None else (inv_freq, inv_freq, 0.0)
-    _rotary_kv_kernel[(num_tokens,)](
+    _rotary_kv_kernel[(num_tokens, 2 if rotate else 1)](
         q, k, v, positions, inv_freq, q_out, k_out, kc, vc, slot_mapping, q_norm, k_norm, eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
@@ -184,5 +198,5 @@ def _launch(
         num_heads, k.shape[1], kc.shape[1] if write_cache else 1,
         HALF=head_dim // 2, H_PAD=triton.next_power_of_2(num_heads),
         KV_PAD=triton.next_power_of_2(k.shape[1]), D_HALF=triton.next_power_of_2(head_dim // 2),
-        WRITE_CACHE=write_cache, ROTATE=rotate, NORM=qk_norm is not None,
+        WRITE_CACHE=write_cache, ROTATE=rotate, NORM=qk_norm is not None, **pdl_launch(q),
     )  # fmt: skip

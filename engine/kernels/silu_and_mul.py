@@ -10,11 +10,14 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.pdl import pdl_launch, pdl_wait
+
 __all__ = ["silu_and_mul"]
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, size, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, size, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < size
@@ -35,5 +38,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if num_tokens == 0:
         return out
     block = min(1024, triton.next_power_of_2(size))
-    _silu_and_mul_kernel[(num_tokens, triton.cdiv(size, block))](x, out, x.stride(0), size, BLOCK=block)
+    _silu_and_mul_kernel[(num_tokens, triton.cdiv(size, block))](
+        x, out, x.stride(0), size, BLOCK=block, **pdl_launch(x)
+    )
     return out

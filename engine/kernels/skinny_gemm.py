@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.pdl import pdl_launch, pdl_wait
+
 __all__ = ["SkinnyGemmConfig", "skinny_gemm", "skinny_gemm_config"]
 
 
@@ -59,12 +61,59 @@ class SkinnyGemmConfig:
 
 
 @triton.jit
+def _load_w(w_rows, kk, n_ok, k_ok, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
+    # [BN, BK] of W; W is read once per call, so keep it out of L2's way.
+    if EVEN_N and EVEN_K:
+        return tl.load(w_rows + kk[None, :], eviction_policy="evict_first")
+    elif EVEN_K:
+        return tl.load(w_rows + kk[None, :], mask=n_ok[:, None], other=0.0, eviction_policy="evict_first")
+    else:
+        return tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0,
+                       eviction_policy="evict_first")  # fmt: skip
+
+
+@triton.jit
+def _load_x(x_ptr, offsets, mask, k, SILU_MUL: tl.constexpr):
+    # x, or silu(gate) * up read from a merged [gate | up] row (rounded as silu_and_mul rounds).
+    if SILU_MUL:
+        gate = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        up = tl.load(x_ptr + k + offsets, mask=mask, other=0.0)
+        g = gate.to(tl.float32)
+        silu = (g / (1.0 + tl.exp(-g))).to(gate.dtype)
+        return (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype)
+    else:
+        return tl.load(x_ptr + offsets, mask=mask, other=0.0)
+
+
+@triton.jit
+def _accumulate(acc, w, x_ptr, kk, k_ok, rm, m_ok, pid_m, m, k, stride_xm,
+                EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr,
+                PRECISION: tl.constexpr, UPCAST: tl.constexpr, SILU_MUL: tl.constexpr):  # fmt: skip
+    if USE_DOT:
+        x_mask = m_ok[:, None] if EVEN_K else m_ok[:, None] & k_ok[None, :]
+        x = _load_x(x_ptr, rm[:, None] * stride_xm + kk[None, :], x_mask, k, SILU_MUL)
+        if UPCAST:
+            w, x = w.to(tl.float32), x.to(tl.float32)
+        acc += tl.dot(w, tl.trans(x), input_precision=PRECISION)  # [BN, BM]
+    else:
+        wf = w.to(tl.float32)
+        for i in tl.static_range(BLOCK_M):
+            row = pid_m * BLOCK_M + i
+            row_ok = tl.full([BLOCK_K], row, tl.int32) < m
+            xi = _load_x(x_ptr, row * stride_xm + kk, row_ok if EVEN_K else row_ok & k_ok, k, SILU_MUL)
+            part = tl.sum(wf * xi.to(tl.float32)[None, :], 1)  # [BN]
+            acc += tl.where(tl.arange(0, BLOCK_M)[None, :] == i, part[:, None], 0.0)
+    return acc
+
+
+@triton.jit
 def _skinny_gemm_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr,
     m, n, k, k_per_split, stride_xm, stride_wn, stride_ys, stride_ym,
     HAS_BIAS: tl.constexpr, IS_PARTIAL: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    USE_DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    USE_DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SILU_MUL: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     pid_n, split, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -73,33 +122,21 @@ def _skinny_gemm_kernel(
     k_lo = split * k_per_split
     w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn  # [BN, 1]
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    # The first W tile is loaded before waiting for the kernel before: weights are never written,
+    # so under programmatic dependent launch their first bytes stream while that kernel finishes.
+    kk = k_lo + tl.arange(0, BLOCK_K)
+    k_ok = kk < k
+    w = _load_w(w_rows, kk, n_ok, k_ok, EVEN_N, EVEN_K)
+    pdl_wait(PDL)
+    acc = _accumulate(acc, w, x_ptr, kk, k_ok, rm, m_ok, pid_m, m, k, stride_xm,
+                      EVEN_K, BLOCK_M, BLOCK_K, USE_DOT, PRECISION, UPCAST, SILU_MUL)  # fmt: skip
     # k_per_split is a multiple of BLOCK_K, so only the last step of the last split is ragged.
-    for step in range(tl.cdiv(tl.minimum(k_per_split, k - k_lo), BLOCK_K)):
+    for step in range(1, tl.cdiv(tl.minimum(k_per_split, k - k_lo), BLOCK_K)):
         kk = k_lo + step * BLOCK_K + tl.arange(0, BLOCK_K)
         k_ok = kk < k
-        if EVEN_N and EVEN_K:
-            w = tl.load(w_rows + kk[None, :], eviction_policy="evict_first")
-        elif EVEN_K:
-            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None], other=0.0, eviction_policy="evict_first")
-        else:
-            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0,
-                        eviction_policy="evict_first")  # fmt: skip
-        if USE_DOT:
-            x_mask = m_ok[:, None] if EVEN_K else m_ok[:, None] & k_ok[None, :]
-            x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
-            if UPCAST:
-                w, x = w.to(tl.float32), x.to(tl.float32)
-            acc += tl.dot(w, tl.trans(x), input_precision=PRECISION)  # [BN, BM]
-        else:
-            wf = w.to(tl.float32)
-            for i in tl.static_range(BLOCK_M):
-                row = pid_m * BLOCK_M + i
-                row_ok = tl.full([BLOCK_K], row, tl.int32) < m
-                xi = tl.load(
-                    x_ptr + row * stride_xm + kk, mask=row_ok if EVEN_K else row_ok & k_ok, other=0.0
-                )
-                part = tl.sum(wf * xi.to(tl.float32)[None, :], 1)  # [BN]
-                acc += tl.where(tl.arange(0, BLOCK_M)[None, :] == i, part[:, None], 0.0)
+        w = _load_w(w_rows, kk, n_ok, k_ok, EVEN_N, EVEN_K)
+        acc = _accumulate(acc, w, x_ptr, kk, k_ok, rm, m_ok, pid_m, m, k, stride_xm,
+                          EVEN_K, BLOCK_M, BLOCK_K, USE_DOT, PRECISION, UPCAST, SILU_MUL)  # fmt: skip
     mask = n_ok[:, None] & m_ok[None, :]
     if IS_PARTIAL:
         dst = y_ptr + split * stride_ys + rm[None, :] * stride_ym + rn[:, None]
@@ -113,8 +150,9 @@ def _skinny_gemm_kernel(
 @triton.jit
 def _split_sum_kernel(
     part_ptr, b_ptr, y_ptr, n, num_splits, stride_ps, stride_pm, stride_ym,
-    HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_wait(PDL)
     row = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     s = tl.arange(0, SPLITS)
@@ -153,13 +191,23 @@ def skinny_gemm(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     config: SkinnyGemmConfig | None = None,
+    *,
+    silu_mul: bool = False,
 ) -> torch.Tensor:
-    """F.linear for few rows: x [..., k] @ weight[n, k]^T + bias[n] -> [..., n] in x's dtype."""
+    """F.linear for few rows: x [..., k] @ weight[n, k]^T + bias[n] -> [..., n] in x's dtype.
+
+    ``silu_mul``: x is a merged [gate | up] row [..., 2k] and the input is silu(gate) * up, made
+    on the fly (SwiGLU's activation fused into the down projection; no [..., k] tensor written).
+    """
     if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
         raise ValueError(f"skinny_gemm needs one dtype, got {x.dtype}, {weight.dtype}")
     n, k = weight.shape
+    if x.shape[-1] != (2 * k if silu_mul else k):
+        raise ValueError(
+            f"x {tuple(x.shape)} does not fit weight {tuple(weight.shape)} (silu_mul={silu_mul})"
+        )
     out_shape = (*x.shape[:-1], n)
-    x2 = x.reshape(-1, k)
+    x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     if weight.stride(-1) != 1:
@@ -185,12 +233,13 @@ def skinny_gemm(
         EVEN_K=k % block_k == 0 and k_per_split % block_k == 0,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_DOT=config.use_dot,
         PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        SILU_MUL=silu_mul, num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x),
     )  # fmt: skip
     if num_splits > 1:
         block = min(1024, triton.next_power_of_2(n))
         _split_sum_kernel[(triton.cdiv(n, block), m)](
             dst, bias if bias is not None else y, y, n, num_splits, dst.stride(0), dst.stride(1), y.stride(0),
             HAS_BIAS=bias is not None, SPLITS=triton.next_power_of_2(num_splits), BLOCK=block,
+            **pdl_launch(x),
         )  # fmt: skip
     return y.view(out_shape)

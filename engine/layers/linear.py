@@ -23,21 +23,32 @@ from torch import nn
 
 from engine.distributed import tp_rank, tp_world_size
 
-__all__ = ["ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear", "RowParallelLinear"]
+__all__ = [
+    "ColumnParallelLinear",
+    "MergedColumnParallelLinear",
+    "QKVParallelLinear",
+    "RowParallelLinear",
+    "is_skinny",
+]
 
 
 SKINNY_GEMM_MAX_ROWS = 16
 USE_SKINNY_GEMM = os.environ.get("STRONGROOM_SKINNY_GEMM", "1") != "0"
 
 
-def _matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # x: [num_tokens, in] -> [num_tokens, out]
-    if (
+def is_skinny(x: torch.Tensor) -> bool:
+    """Whether a matmul of x (rows of its last dim) runs the skinny-GEMM kernel."""
+    return (
         USE_SKINNY_GEMM
         and x.is_cuda
         and x.dtype in (torch.bfloat16, torch.float16)
         and x.numel() <= SKINNY_GEMM_MAX_ROWS * x.shape[-1]
-    ):
+    )
+
+
+def _matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # x: [num_tokens, in] -> [num_tokens, out]
+    if is_skinny(x):
         from engine.kernels import skinny_gemm
 
         return skinny_gemm(x, weight, bias)
@@ -118,6 +129,16 @@ class RowParallelLinear(_ParallelLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = _matmul(x, self.weight, self.bias if self.tp_rank == 0 else None)
+        if self.tp_size > 1:
+            dist.all_reduce(y)
+        return y
+
+    def forward_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """forward(silu(gate) * up) for a merged [gate | up] input that ``is_skinny``: the
+        activation is made inside the GEMM's loads (one launch and one tensor fewer)."""
+        from engine.kernels import skinny_gemm
+
+        y = skinny_gemm(gate_up, self.weight, self.bias if self.tp_rank == 0 else None, silu_mul=True)
         if self.tp_size > 1:
             dist.all_reduce(y)
         return y

@@ -23,6 +23,7 @@ from engine.layers import (
     SiluAndMul,
     VocabParallelEmbedding,
 )
+from engine.layers.linear import is_skinny
 from engine.model_config import ModelConfig
 
 __all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP"]
@@ -82,7 +83,10 @@ class LlamaMLP(nn.Module):
         self.act = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y: torch.Tensor = self.down_proj(self.act(self.gate_up_proj(x)))
+        gate_up = self.gate_up_proj(x)
+        if is_skinny(gate_up):  # decode on CUDA: SiLU-and-mul inside the down projection
+            return self.down_proj.forward_silu_mul(gate_up)
+        y: torch.Tensor = self.down_proj(self.act(gate_up))
         return y
 
 

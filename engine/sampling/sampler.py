@@ -39,7 +39,10 @@ Sampling is the exponential race: ``argmax(probs / q)`` with ``q ~ Exp(1)`` draw
 and it lets each row take its noise from its own generator while everything else stays batched.
 A seeded row's noise depends only on its generator and the vocabulary size, so the same seed gives
 the same tokens whatever else is in the batch. Unseeded rows share one draw from the sampler's own
-generator. Every generator must live on the logits' device. Children of an ``n > 1`` request use ``derive_seed(seed, index)`` (index 0 is the seed
+generator. On CUDA, a batch whose sampled rows are all unseeded and untruncated takes one Triton
+pass instead (``engine.kernels.gumbel_argmax``: argmax of logits / T plus Gumbel noise, the same
+distribution) rather than the five full passes of the softmax route. Every generator must live on
+the logits' device. Children of an ``n > 1`` request use ``derive_seed(seed, index)`` (index 0 is the seed
 itself), so siblings differ but are each reproducible.
 """
 
@@ -89,11 +92,18 @@ class SamplerOutput:
     """One entry per row; None where the row did not ask for logprobs."""
 
 
+def _single_pass(row: SamplingRow) -> bool:
+    """Rows the one-pass Gumbel kernel serves: no per-request seed, no truncation."""
+    p = row.params
+    return p.is_greedy or (row.generator is None and p.top_k == 0 and p.top_p == 1.0 and p.min_p == 0.0)
+
+
 class Sampler:
     """Stateless apart from the generator that unseeded rows draw from."""
 
     def __init__(self, generator: torch.Generator | None = None) -> None:
         self._generator = generator
+        self._keys: torch.Generator | None = None
 
     def __call__(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> SamplerOutput:
         # logits: [num_seqs, vocab] float32
@@ -105,12 +115,36 @@ class Sampler:
             raw_logprobs = torch.log_softmax(logits.float(), dim=-1)
         logits = apply_penalties(logits, rows)
         is_greedy = [row.params.is_greedy for row in rows]
-        token_ids = logits.argmax(dim=-1) if all(is_greedy) else self._sample(logits, rows, is_greedy)
+        if all(is_greedy):
+            token_ids = logits.argmax(dim=-1)
+        elif logits.is_cuda and all(_single_pass(row) for row in rows):
+            token_ids = self._gumbel(logits, rows, is_greedy)
+        else:
+            token_ids = self._sample(logits, rows, is_greedy)
         if raw_logprobs is None:
             logprobs: list[TokenLogprobs | None] = [None] * len(rows)
         else:
             logprobs = gather_logprobs(raw_logprobs, token_ids, num_logprobs)
         return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
+
+    def _gumbel(
+        self, logits: torch.Tensor, rows: Sequence[SamplingRow], is_greedy: list[bool]
+    ) -> torch.Tensor:
+        # One Triton pass over the logits; the key comes from the sampler's generator, so an
+        # engine's unseeded draws follow its configured seed like the torch path's do.
+        from engine.kernels import gumbel_argmax
+
+        temperature = [0.0 if g else row.params.temperature for row, g in zip(rows, is_greedy, strict=True)]
+        seed = int(torch.randint(2**31 - 1, (1,), generator=self._host_generator()).item())
+        return gumbel_argmax(logits, to_device(temperature, torch.float32, logits.device), seed)
+
+    def _host_generator(self) -> torch.Generator:
+        # Keys are drawn on the host: a device draw would be a sync per step. Seeded from the
+        # device generator's seed, once, so the engine's configured seed still decides the draws.
+        if self._keys is None:
+            seed = self._generator.initial_seed() if self._generator is not None else torch.seed()
+            self._keys = torch.Generator().manual_seed(seed)
+        return self._keys
 
     def _sample(
         self, logits: torch.Tensor, rows: Sequence[SamplingRow], is_greedy: list[bool]

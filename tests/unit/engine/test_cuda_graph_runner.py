@@ -34,3 +34,25 @@ def test_stage_pads_to_the_bucket_and_disables_padding_rows() -> None:
     assert runner.block_tables[2, 0].item() == 7
     meta = runner._meta(bucket)
     assert meta.num_seqs == 4 and meta.query_starts.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_block_tables_follow_their_lists_whatever_happened_to_them() -> None:
+    runner = CudaGraphRunner(
+        nn.Identity(), max_num_seqs=4, max_blocks=6, block_size=16, device=torch.device("cpu")
+    )
+    grows, replaced, shrinks = [1, 2], [3, 4], [5, 6, 7]
+
+    def stage() -> list[list[int]]:
+        tables = [grows, replaced, shrinks]
+        runner.stage([0, 0, 0], [0, 0, 0], [0, 0, 0], tables)
+        return [runner.block_tables[i, : len(t)].tolist() for i, t in enumerate(tables)]
+
+    assert stage() == [[1, 2], [3, 4], [5, 6, 7]]
+    grows.extend([8, 9])  # a sequence's next blocks: appended in place
+    replaced = [10, 11]  # preempted and re-admitted: a new list, the same length
+    shrinks[:] = [12]  # never done by the KV manager, still handled
+    assert stage() == [[1, 2, 8, 9], [10, 11], [12]]
+    # Rows move when a sequence in front of them ends: each row still gets its own table.
+    runner.stage([0, 0], [0, 0], [0, 0], [shrinks, grows])
+    assert runner.block_tables[0, :1].tolist() == [12]
+    assert runner.block_tables[1, :4].tolist() == [1, 2, 8, 9]

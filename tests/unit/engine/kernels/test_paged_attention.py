@@ -82,6 +82,12 @@ def test_decode_matches_torch_for_every_split(device: str, splits: int) -> None:
     _check(got, want, torch.float32)
 
 
+def test_decode_batch_takes_the_wide_tile(device: str) -> None:
+    # 16+ decode sequences take 64-key tiles; contexts shorter than, equal to and past one tile.
+    ctx_lens = [1, 3, 63, 64, 65, 100, 129, 7, 30, 64, 2, 90, 17, 128, 5, 70]
+    _compare(device, torch.float32, heads=(4, 2, 16), block_size=8, q_lens=[1] * 16, ctx_lens=ctx_lens, seed=4)
+
+
 def test_prefill_and_extend_with_a_cached_prefix(device: str) -> None:
     # seq 0: plain prefill; seq 1: decode; seq 2: 12 new tokens after 18 cached ones.
     _compare(
@@ -122,8 +128,10 @@ def test_rejects_bad_arguments(device: str) -> None:
 
 def test_split_count_depends_only_on_batch_shape() -> None:
     assert num_splits_for(1, 8, 1) == 16
-    assert num_splits_for(64, 8, 1) == 1
-    assert num_splits_for(8, 8, 1) == 8
+    assert num_splits_for(64, 8, 1) == 2
+    assert num_splits_for(128, 8, 1) == 1
+    assert num_splits_for(8, 8, 1) == 16
+    assert num_splits_for(48, 8, 1) == 4
     assert num_splits_for(1, 8, 128) == 1
 
 

@@ -53,6 +53,29 @@ def _check(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor 
     torch.testing.assert_close(got.float(), want, atol=1e-4, rtol=_RTOL[x.dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("config", [None, _VARIANTS[0], _VARIANTS[1]])
+def test_silu_mul_prologue_matches_the_separate_activation(
+    device: str, dtype: torch.dtype, m: int, config: SkinnyGemmConfig | None
+) -> None:
+    from engine.layers import SiluAndMul
+
+    n, k = 48, 96
+    gate_up = (torch.randn(m, 2 * k) * 2).to(dtype).to(device)
+    w = (torch.randn(n, k) / math.sqrt(k)).to(dtype).to(device)
+    got = skinny_gemm(gate_up, w, config=config, silu_mul=True)
+    want = skinny_gemm(SiluAndMul().forward_torch(gate_up), w, config=config)
+    if dtype == torch.float32 or device == "cuda":
+        # Rounded where silu_and_mul rounds: the same as the activation kernel then the GEMM.
+        torch.testing.assert_close(got.float(), want.float(), atol=1e-5, rtol=_RTOL[dtype])
+    else:
+        # The interpreter rounds to bfloat16 toward zero, torch to nearest: an ulp per input.
+        torch.testing.assert_close(got.float(), want.float(), atol=0.15, rtol=0.05)
+    with pytest.raises(ValueError, match="does not fit"):
+        skinny_gemm(gate_up[:, :k], w, silu_mul=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("m", [1, 3, 8])
 @pytest.mark.parametrize(("n", "k"), [(48, 64), (80, 96)])

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# `strongroom bench serve` (Poisson arrivals, streamed /v1/completions through the real gateway + engine)
+# on an NVIDIA GPU, random-weight Qwen3-0.6B shape in bfloat16, at several request rates; then one
+# table (TTFT, TPOT, output tok/s per rate) and the highest rate whose TPOT p99 stays under 50 ms.
+# Runs with no network: dependencies the machine lacks come from the wheels in .whl/ (installed into
+# /tmp/site when `import litestar` fails). From the repository root, or anywhere:
+#   bench/serve_gpu.sh [request-rate ...]                       (default rates: 4 8 16 32 64)
+# Environment (defaults): PYTHON=python3 DEVICE=cuda DTYPE=bfloat16 SHAPE=qwen3-0.6b SCALE=1.0 (cpu: 0.05)
+#   OUT=bench/results  NAME=serve_<shape>_<device>  PORT=18078  PEER=0 (1: HF transformers peer too)
+#   BUDGET_S=450 (whole script; rates that would not fit are skipped)  RUN_TIMEOUT_S=110 (per rate)
+#   READY_TIMEOUT_S=300  WARMUP_SCALE=0.25 (cpu: 0; a rate-inf pass first for CUDA graphs, Triton compiles)
+#   MAX_NUM_SEQS (engine default)  TPOT_P99_MS=50  INSTALL=auto|1|0  SITE=/tmp/site
+#   FILTERS=default|off: the response filter holds back its longest match (253 characters, about
+#   30 tokens of this tokenizer) and sends them at the end, so with it on TTFT includes those decode
+#   steps and TPOT averages over fewer gaps; off (a policy with every detector off) streams per token.
+# Writes $OUT/<NAME>_rate<R>.json per rate, $OUT/<NAME>_server.log; prints the sweep table.
+# CPU smoke test: DEVICE=cpu SHAPE=tiny DTYPE=float32 PYTHON=.venv/bin/python bench/serve_gpu.sh 2
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start_s=$SECONDS
+PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+DTYPE=${DTYPE:-bfloat16}
+SHAPE=${SHAPE:-qwen3-0.6b}
+cuda=$([ "${DEVICE%%:*}" = cuda ] && echo 1 || echo 0)
+SCALE=${SCALE:-$([ $cuda = 1 ] && echo 1.0 || echo 0.05)}
+OUT=${OUT:-bench/results}
+NAME=${NAME:-serve_${SHAPE}_${DEVICE%%:*}}
+PORT=${PORT:-18078}
+BUDGET_S=${BUDGET_S:-450}
+RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-110}
+READY_TIMEOUT_S=${READY_TIMEOUT_S:-300}
+WARMUP_SCALE=${WARMUP_SCALE:-$([ $cuda = 1 ] && echo 0.25 || echo 0)}
+TPOT_P99_MS=${TPOT_P99_MS:-50}
+SITE=${SITE:-/tmp/site}
+rates=("$@"); [ ${#rates[@]} -gt 0 ] || rates=(4 8 16 32 64)
+mkdir -p "$OUT"
+log() { echo "[serve_gpu $((SECONDS - start_s))s] $*"; }
+
+install=${INSTALL:-auto}
+if [ "$install" = auto ]; then
+  if "$PY" -c "import litestar" 2>/dev/null; then install=0; else install=1; fi
+fi
+if [ "$install" = 1 ]; then
+  log "installing $(ls .whl/*.whl | wc -l) wheels from .whl/ into $SITE"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
+  export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+SR=("$PY" -m strongroom)  # the package entry point; the supervisor starts the engine the same way
+
+shm=/dev/shm  # the checkpoint (1.2 GB for qwen3-0.6b in bf16) lives in memory; /tmp if /dev/shm is small
+if ! [ -w "$shm" ] || [ "$(df -Pk "$shm" | awk 'NR == 2 {print $4}')" -lt 4000000 ]; then shm=/tmp; fi
+model=$(mktemp -d "$shm/strongroom-model.XXXXXX")
+work=$(mktemp -d /tmp/strongroom-serve.XXXXXX)
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    # SIGINT, not SIGTERM: uvicorn re-raises a captured SIGTERM with the default handler, which
+    # ends the gateway before its supervisor stops the engine child (left holding the GPU).
+    engine_pids=$(cat /proc/"$server_pid"/task/*/children 2>/dev/null || true)
+    kill -INT "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 150); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    # shellcheck disable=SC2086  # one pid per word
+    kill -KILL "$server_pid" $engine_pids 2>/dev/null || true
+  fi
+  [ -f "$work/serve.log" ] && cp "$work/serve.log" "$OUT/${NAME}_server.log"
+  rm -rf "$model" "$work"
+}
+trap cleanup EXIT
+
+log "building a random $SHAPE checkpoint ($DTYPE) in $model"
+"$PY" -c "
+from pathlib import Path
+import torch
+from bench.random_model import build_random_qwen3
+device = '$DEVICE' if '$DEVICE'.startswith('cuda') and torch.cuda.is_available() else 'cpu'
+build_random_qwen3(Path('$model'), shape='$SHAPE', dtype='$DTYPE', device=device)
+"
+engine_extra=""
+[ -n "${MAX_NUM_SEQS:-}" ] && engine_extra="max_num_seqs = $MAX_NUM_SEQS"
+filters_section=""
+if [ "${FILTERS:-default}" = off ]; then
+  printf 'version = 1\ndefault_action = "off"\non_error = "block"\n' > "$work/filters-off.toml"
+  filters_section="[filters]
+policy_file = \"$work/filters-off.toml\""
+fi
+cat > "$work/s.toml" <<TOML
+data_dir = "$work/data"
+[server]
+port = $PORT
+allow_token_id_prompts = true   # the benchmark sends token ids
+engine_start_timeout_s = $READY_TIMEOUT_S
+[engine]
+models = [{ name = "bench-qwen3", path = "$model", max_model_len = 4096 }]
+device = "$DEVICE"
+dtype = "$DTYPE"
+$engine_extra
+[keys]
+require_sealed = false
+[quota.default]
+requests_per_minute = 1000000
+tokens_per_minute = 1000000000
+concurrent_requests = 10000
+max_tokens_ceiling = 4096
+$filters_section
+TOML
+export STRONGROOM_CONFIG="$work/s.toml"
+unset STRONGROOM_REDIS_URL STRONGROOM_DATA_DIR
+
+log "starting the server on 127.0.0.1:$PORT (log: $OUT/${NAME}_server.log)"
+"${SR[@]}" serve > "$work/serve.log" 2>&1 &
+server_pid=$!
+ready=0
+for _ in $(seq 1 $((READY_TIMEOUT_S * 2))); do
+  if "$PY" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/readyz', timeout=2)" 2>/dev/null; then
+    ready=1; break
+  fi
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.5
+done
+if [ $ready != 1 ]; then
+  log "the server did not become ready; its log:"; tail -n 60 "$work/serve.log"; exit 1
+fi
+log "server ready"
+"${SR[@]}" admin grant analyst bench-qwen3 --action completion >/dev/null
+TOKEN=$("${SR[@]}" token --sub bench --role analyst --ttl 7200)
+sleep 1.5  # the gateway polls the policy version every 0.5 s
+
+bench() {  # bench <seconds> <rate> <scale> <output> [more bench serve options]
+  local limit=$1 rate=$2 scale=$3 output=$4; shift 4
+  timeout -k 10 "$limit" "${SR[@]}" bench serve --base-url "http://127.0.0.1:$PORT" --model bench-qwen3 \
+    --api-key "$TOKEN" --request-rate "$rate" --scale "$scale" --label "strongroom-${DEVICE%%:*}" \
+    --output "$output" "$@"
+}
+
+if [ "$WARMUP_SCALE" != 0 ]; then
+  log "warm-up: scale $WARMUP_SCALE, all at once (CUDA graph buckets, Triton compiles; not reported)"
+  bench 120 inf "$WARMUP_SCALE" "$work/warmup.json" >/dev/null || log "warm-up failed or timed out (rc $?)"
+fi
+
+peer_args=()
+if [ "${PEER:-0}" = 1 ]; then
+  peer_args=(--peer hf --peer-model-dir "$model" --peer-device "$DEVICE" --peer-mode cb)
+fi
+results=()
+for rate in "${rates[@]}"; do
+  left=$((BUDGET_S - (SECONDS - start_s) - 15))
+  limit=$((left < RUN_TIMEOUT_S ? left : RUN_TIMEOUT_S))
+  if [ "$limit" -lt 20 ]; then log "rate $rate skipped: the ${BUDGET_S} s budget is spent"; continue; fi
+  output="$OUT/${NAME}_rate${rate}.json"
+  rm -f "$output"
+  log "rate $rate req/s, scale $SCALE (at most $limit s)"
+  if bench "$limit" "$rate" "$SCALE" "$output" "${peer_args[@]}"; then
+    results+=("$output")
+  else
+    log "rate $rate failed or ran past $limit s (rc $?); no result"
+  fi
+done
+
+log "done; server log in $OUT/${NAME}_server.log"
+if [ ${#results[@]} -eq 0 ]; then log "no results"; exit 1; fi
+"$PY" -m bench.serve_report --tpot-p99-ms "$TPOT_P99_MS" "${results[@]}"

@@ -1,0 +1,61 @@
+# mypy: disable-error-code="untyped-decorator, no-untyped-def"
+"""Programmatic dependent launch (PDL, Hopper and later): a kernel may start while the one before
+it in the stream is still finishing, and waits for it only where it reads or writes shared data.
+
+A decode step of a small model is a chain of hundreds of short kernels, each paying its launch,
+its blocks' start and its first memory round trip before doing any work. Launched with PDL, the
+next kernel's blocks are placed as soon as every block of the current one has started, and run
+whatever needs nothing from it (a GEMM's first weight tile: weights are never written) before
+``pdl_wait``. Captured into a CUDA graph, the overlap becomes a programmatic edge of the graph::
+
+    kernel i:      [ start | work ............ | tail ]
+    kernel i+1:              [ start | W tile | wait ]-> [ work ... ]
+
+Every kernel launched with PDL calls ``pdl_wait`` before its first read of another kernel's output
+and before its first store, so ordering (read-after-write and write-after-read through reused
+buffers) is what it was; ``pdl_wait`` also lets the kernel after it launch early. Off on CPU (the
+interpreter), before Hopper, and with ``STRONGROOM_PDL=0`` (read at import).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["ENABLED", "pdl_launch", "pdl_wait"]
+
+ENABLED = os.environ.get("STRONGROOM_PDL", "1") != "0"
+
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    @triton.jit
+    def pdl_wait(PDL: tl.constexpr):
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
+
+    _AVAILABLE = True
+except ImportError:  # a Triton without grid dependency control
+
+    @triton.jit
+    def pdl_wait(PDL: tl.constexpr):
+        pass
+
+    _AVAILABLE = False
+
+
+@functools.cache
+def _supported(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def pdl_launch(t: torch.Tensor) -> dict[str, Any]:
+    """The kernel arguments for a launch on t's device: ``PDL`` and, when on, ``launch_pdl``."""
+    on = ENABLED and _AVAILABLE and t.is_cuda and _supported(t.device.index or 0)
+    return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}
