@@ -85,7 +85,9 @@ def test_decode_matches_torch_for_every_split(device: str, splits: int) -> None:
 def test_decode_batch_takes_the_wide_tile(device: str) -> None:
     # 16+ decode sequences take 64-key tiles; contexts shorter than, equal to and past one tile.
     ctx_lens = [1, 3, 63, 64, 65, 100, 129, 7, 30, 64, 2, 90, 17, 128, 5, 70]
-    _compare(device, torch.float32, heads=(4, 2, 16), block_size=8, q_lens=[1] * 16, ctx_lens=ctx_lens, seed=4)
+    _compare(
+        device, torch.float32, heads=(4, 2, 16), block_size=8, q_lens=[1] * 16, ctx_lens=ctx_lens, seed=4
+    )
 
 
 def test_prefill_and_extend_with_a_cached_prefix(device: str) -> None:
