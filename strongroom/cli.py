@@ -46,6 +46,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = load_settings(config_path)
     settings.data_path.mkdir(parents=True, exist_ok=True)
+    _exit_on_sigterm()
     host = host or settings.server.host
     port = port or settings.server.port
     supervisor = None
@@ -64,6 +65,21 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _exit_on_sigterm() -> None:
+    """SIGTERM (systemd, Kubernetes) ends ``serve`` through its clean-up, engine included.
+
+    uvicorn handles the signal itself while it runs, then restores this handler and raises the
+    signal again; with the default handler the process would die there, before the ``finally``
+    that stops the engine, leaving it running with its memory.
+    """
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 @main.command(hidden=False)

@@ -125,12 +125,31 @@ def build_backend(settings: Settings, *, stub: bool = False) -> tuple[Any, dict[
     return engine, failed, audit_events
 
 
+def _end_with_parent() -> None:
+    """A supervised engine (started by ``serve``) gets SIGTERM when its gateway dies, however it
+    dies (SIGKILL, a crash): an orphaned engine would keep the GPU's memory. Linux only."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("could not ask for SIGTERM on the gateway's exit (errno %d)", ctypes.get_errno())
+    if os.getppid() == 1:  # the gateway was already gone before the request took effect
+        raise SystemExit("the gateway that started this engine has exited")
+
+
 def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub: bool = False) -> None:
     from engine.server import EngineServer
 
     token = os.environ.get(settings.server.engine_token_env, "")
     if not token:
         raise SystemExit(f"${settings.server.engine_token_env} must hold the engine token")
+    if fd is not None:
+        _end_with_parent()
     backend, failed, audit_events = build_backend(settings, stub=stub)
     server = EngineServer(backend, token, failed_models=failed, audit_events=audit_events)
     config = uvicorn.Config(server.app(), log_level="warning", access_log=False, lifespan="on")

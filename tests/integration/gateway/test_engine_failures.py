@@ -70,3 +70,29 @@ def test_killed_engine_is_restarted_and_serves_again(gateway: Any) -> None:
         raise AssertionError("the engine was not restarted")
     assert done.usage is not None and done.usage.completion_tokens == 2
     assert _children(gateway.proc.pid) != [engine_pid]
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return True
+        if stat[0] == "Z":  # exited, only not yet reaped by its (now gone) parent
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_the_engine_ends_with_its_gateway(tmp_path: Path, serve: Any, sig: signal.Signals) -> None:
+    # systemd and Kubernetes stop a service with SIGTERM; an orphaned engine would keep its memory.
+    with serve(tmp_path, args=("--stub-engine",)) as gw:
+        engines = _children(gw.proc.pid)
+        assert len(engines) == 1
+        os.kill(gw.proc.pid, sig)
+        gw.proc.wait(timeout=30)
+        assert _gone(engines[0], within_s=20), f"engine {engines[0]} outlived its gateway ({sig.name})"
+        if sig == signal.SIGTERM:
+            assert gw.proc.returncode == 128 + signal.SIGTERM  # through the clean-up, not killed by it
