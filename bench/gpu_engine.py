@@ -423,12 +423,14 @@ def _run_tests(out: Path, paths: tuple[str, ...]) -> dict[str, Any]:
     show_default=True,
 )
 @click.option("--throughput-scale", type=float, default=1.0, show_default=True)
+@click.option("--no-variants", is_flag=True, help="batch-1 decode: the default configuration only")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None, help="checkpoints; default RAM")
 def main(
     out_dir: Path,
     skip: tuple[str, ...],
     test_paths: tuple[str, ...],
     throughput_scale: float,
+    no_variants: bool,
     workdir: Path | None,
 ) -> None:
     if workdir is None:
@@ -451,7 +453,7 @@ def main(
 
     stage("tests", lambda: _run_tests(out_dir, test_paths))
     stage("attention", _attention_sweep)
-    stage("qwen3-0.6b", lambda: run_decode("qwen3-0.6b", workdir))
+    stage("qwen3-0.6b", lambda: run_decode("qwen3-0.6b", workdir, variants=not no_variants))
     if "throughput" not in skip and not (workdir / "qwen3-0.6b").exists():
         _save(_hf_model("qwen3-0.6b"), workdir / "qwen3-0.6b")
     stage("throughput", lambda: run_throughput(workdir, throughput_scale))
