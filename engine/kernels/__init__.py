@@ -6,20 +6,29 @@ The tests run every kernel on CPU tensors under ``TRITON_INTERPRET=1``.
 
 from engine.kernels.gumbel_argmax import gumbel_argmax
 from engine.kernels.paged_attention import paged_attention
-from engine.kernels.rms_norm import rms_norm
+from engine.kernels.rms_norm import rms_norm, rms_norm_split_k
 from engine.kernels.rotary_kv import kv_write, rotary, rotary_kv_write
 from engine.kernels.silu_and_mul import silu_and_mul
-from engine.kernels.skinny_gemm import SkinnyGemmConfig, skinny_gemm, skinny_gemm_config
+from engine.kernels.skinny_gemm import (
+    SkinnyGemmConfig,
+    SplitKPartials,
+    skinny_gemm,
+    skinny_gemm_config,
+    skinny_gemm_deferred,
+)
 
 __all__ = [
     "SkinnyGemmConfig",
+    "SplitKPartials",
     "gumbel_argmax",
     "kv_write",
     "paged_attention",
     "rms_norm",
+    "rms_norm_split_k",
     "rotary",
     "rotary_kv_write",
     "silu_and_mul",
     "skinny_gemm",
     "skinny_gemm_config",
+    "skinny_gemm_deferred",
 ]

@@ -15,22 +15,35 @@ import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.kernels.skinny_gemm import SplitKPartials
 
-__all__ = ["rms_norm"]
+__all__ = ["rms_norm", "rms_norm_split_k"]
 
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
-    inner, stride_x0, stride_x1, stride_r0, stride_r1, n_cols, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
+    x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, bias_ptr,
+    inner, stride_x0, stride_x1, stride_r0, stride_r1, n_cols, eps, stride_part, num_parts,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, PARTS: tl.constexpr, HAS_BIAS: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     i0, i1 = row // inner, row % inner
     cols = tl.arange(0, BLOCK_N)
     mask = cols < n_cols
-    x = tl.load(x_ptr + i0 * stride_x0 + i1 * stride_x1 + cols, mask=mask, other=0.0)
+    if PARTS > 0:
+        # x is a split-K GEMM's float32 partials [num_parts, rows, n]: summed as _split_sum_kernel
+        # sums them (the same tree), plus the bias, rounded to the residual's dtype.
+        s = tl.arange(0, PARTS)
+        ok = (s[:, None] < num_parts) & mask[None, :]
+        part = tl.load(x_ptr + s[:, None] * stride_part + i0 * stride_x0 + cols[None, :], mask=ok, other=0.0)
+        acc = tl.sum(part, 0)
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        x = acc.to(res_ptr.dtype.element_ty)
+    else:
+        x = tl.load(x_ptr + i0 * stride_x0 + i1 * stride_x1 + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + i0 * stride_r0 + i1 * stride_r1 + cols, mask=mask, other=0.0)
         x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
@@ -73,8 +86,33 @@ def rms_norm(
     if num_rows == 0:
         return out, res_out
     _rms_norm_kernel[(num_rows,)](
-        x, res, weight, out, res_out if res_out is not None else out,
-        inner, s0, s1, r0, r1, n, eps,
-        HAS_RESIDUAL=residual is not None, BLOCK_N=triton.next_power_of_2(n), **pdl_launch(x),
+        x, res, weight, out, res_out if res_out is not None else out, weight,
+        inner, s0, s1, r0, r1, n, eps, 0, 0,
+        HAS_RESIDUAL=residual is not None, BLOCK_N=triton.next_power_of_2(n), PARTS=0, HAS_BIAS=False,
+        **pdl_launch(x),
+    )  # fmt: skip
+    return out, res_out
+
+
+def rms_norm_split_k(
+    x: SplitKPartials, weight: torch.Tensor, eps: float, residual: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rms_norm(y, weight, eps, residual)`` for y still in split-K partials (one launch for the
+    GEMM's split sum, the residual add and the norm). residual: [m, n], y's dtype."""
+    parts = x.partials
+    num_parts, m, n = parts.shape
+    if residual.shape != (m, n) or residual.dtype != x.dtype or residual.stride(-1) != 1:
+        raise ValueError(
+            f"residual {tuple(residual.shape)} {residual.dtype} does not fit y {(m, n)} {x.dtype}"
+        )
+    out = torch.empty(m, n, dtype=torch.promote_types(x.dtype, weight.dtype), device=parts.device)
+    res_out = torch.empty(m, n, dtype=x.dtype, device=parts.device)
+    if m == 0:
+        return out, res_out
+    _rms_norm_kernel[(m,)](
+        parts, residual, weight, out, res_out, x.bias if x.bias is not None else weight,
+        1, parts.stride(1), 0, residual.stride(0), 0, n, eps, parts.stride(0), num_parts,
+        HAS_RESIDUAL=True, BLOCK_N=triton.next_power_of_2(n), PARTS=triton.next_power_of_2(num_parts),
+        HAS_BIAS=x.bias is not None, **pdl_launch(parts),
     )  # fmt: skip
     return out, res_out

@@ -29,7 +29,26 @@ import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
 
-__all__ = ["SkinnyGemmConfig", "skinny_gemm", "skinny_gemm_config"]
+__all__ = ["SkinnyGemmConfig", "SplitKPartials", "skinny_gemm", "skinny_gemm_config", "skinny_gemm_deferred"]
+
+
+@dataclass(frozen=True)
+class SplitKPartials:
+    """A skinny GEMM's result before its split-K sum: ``y = round(sum(partials) + bias)``.
+
+    Handed to the kernel that consumes y next (``rms_norm`` with a residual), which sums the
+    partials in the same fixed order as ``_split_sum_kernel``: one launch fewer, same bits.
+    """
+
+    partials: torch.Tensor
+    """[splits, m, n] float32."""
+    bias: torch.Tensor | None
+    dtype: torch.dtype
+    """y's dtype (the activations')."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.partials.shape[1], self.partials.shape[2]
 
 
 @dataclass(frozen=True)
@@ -199,6 +218,35 @@ def skinny_gemm(
     ``silu_mul``: x is a merged [gate | up] row [..., 2k] and the input is silu(gate) * up, made
     on the fly (SwiGLU's activation fused into the down projection; no [..., k] tensor written).
     """
+    y = _skinny_gemm(x, weight, bias, config, silu_mul=silu_mul, defer_sum=False)
+    assert isinstance(y, torch.Tensor)  # never deferred
+    return y
+
+
+def skinny_gemm_deferred(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    config: SkinnyGemmConfig | None = None,
+    *,
+    silu_mul: bool = False,
+) -> torch.Tensor | SplitKPartials:
+    """``skinny_gemm`` for 2-D x that, when its launch splits K, returns the partials
+    (``SplitKPartials``) for the next kernel to sum instead of summing them in a launch here."""
+    if x.dim() != 2:
+        raise ValueError("skinny_gemm_deferred takes 2-D x")
+    return _skinny_gemm(x, weight, bias, config, silu_mul=silu_mul, defer_sum=True)
+
+
+def _skinny_gemm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    config: SkinnyGemmConfig | None,
+    *,
+    silu_mul: bool,
+    defer_sum: bool,
+) -> torch.Tensor | SplitKPartials:
     if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
         raise ValueError(f"skinny_gemm needs one dtype, got {x.dtype}, {weight.dtype}")
     n, k = weight.shape
@@ -235,6 +283,8 @@ def skinny_gemm(
         PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
         SILU_MUL=silu_mul, num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x),
     )  # fmt: skip
+    if num_splits > 1 and defer_sum:
+        return SplitKPartials(dst, bias, x.dtype)
     if num_splits > 1:
         block = min(1024, triton.next_power_of_2(n))
         _split_sum_kernel[(triton.cdiv(n, block), m)](

@@ -15,6 +15,7 @@ and tiling overheads dominate there. ``STRONGROOM_SKINNY_GEMM=0`` (read at impor
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.distributed import tp_rank, tp_world_size
+
+if TYPE_CHECKING:
+    from engine.kernels.skinny_gemm import SplitKPartials
 
 __all__ = [
     "ColumnParallelLinear",
@@ -34,6 +38,8 @@ __all__ = [
 
 SKINNY_GEMM_MAX_ROWS = 16
 USE_SKINNY_GEMM = os.environ.get("STRONGROOM_SKINNY_GEMM", "1") != "0"
+DEFER_SPLIT_SUM = os.environ.get("STRONGROOM_DEFER_SPLIT_SUM", "1") != "0"
+"""Row-parallel skinny GEMMs (one rank) hand their split-K partials to the next RMSNorm."""
 
 
 def is_skinny(x: torch.Tensor) -> bool:
@@ -133,12 +139,28 @@ class RowParallelLinear(_ParallelLinear):
             dist.all_reduce(y)
         return y
 
-    def forward_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """forward(silu(gate) * up) for a merged [gate | up] input that ``is_skinny``: the
-        activation is made inside the GEMM's loads (one launch and one tensor fewer)."""
-        from engine.kernels import skinny_gemm
+    def forward_deferred(self, x: torch.Tensor) -> torch.Tensor | SplitKPartials:
+        """``forward``, or, for a skinny 2-D x on one rank, possibly the GEMM's split-K partials
+        for the next RMSNorm to sum (``RMSNorm.forward_with_residual`` takes either)."""
+        if not (self._defers(x)):
+            return self.forward(x)
+        from engine.kernels import skinny_gemm_deferred
 
+        return skinny_gemm_deferred(x, self.weight, self.bias)
+
+    def forward_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor | SplitKPartials:
+        """forward(silu(gate) * up) for a merged [gate | up] input that ``is_skinny``: the
+        activation is made inside the GEMM's loads (one launch and one tensor fewer). Partials
+        as ``forward_deferred``."""
+        from engine.kernels import skinny_gemm, skinny_gemm_deferred
+
+        if self._defers(gate_up):
+            return skinny_gemm_deferred(gate_up, self.weight, self.bias, silu_mul=True)
         y = skinny_gemm(gate_up, self.weight, self.bias if self.tp_rank == 0 else None, silu_mul=True)
         if self.tp_size > 1:
             dist.all_reduce(y)
         return y
+
+    def _defers(self, x: torch.Tensor) -> bool:
+        # All-reduce needs the summed output, so only a single rank defers.
+        return DEFER_SPLIT_SUM and self.tp_size == 1 and x.dim() == 2 and is_skinny(x)

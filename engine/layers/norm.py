@@ -6,8 +6,13 @@ with the decoder's residual add fused in (``forward_with_residual``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from engine.kernels.skinny_gemm import SplitKPartials
 
 __all__ = ["RMSNorm"]
 
@@ -27,9 +32,16 @@ class RMSNorm(nn.Module):
         return self.forward_torch(x)
 
     def forward_with_residual(
-        self, x: torch.Tensor, residual: torch.Tensor
+        self, x: torch.Tensor | SplitKPartials, residual: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(norm(x + residual), x + residual): the decoder's residual add fused into its norm."""
+        """(norm(x + residual), x + residual): the decoder's residual add fused into its norm.
+
+        x may be a skinny GEMM's split-K partials (decode on CUDA): their sum joins the fusion.
+        """
+        if not isinstance(x, torch.Tensor):
+            from engine.kernels import rms_norm_split_k
+
+            return rms_norm_split_k(x, self.weight, self.eps, residual)
         if x.is_cuda:
             from engine.kernels import rms_norm
 

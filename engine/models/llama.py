@@ -6,7 +6,7 @@ Differences between the family members are config flags: qkv bias (Qwen2), o_pro
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
@@ -25,6 +25,9 @@ from engine.layers import (
 )
 from engine.layers.linear import is_skinny
 from engine.model_config import ModelConfig
+
+if TYPE_CHECKING:
+    from engine.kernels.skinny_gemm import SplitKPartials
 
 __all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP"]
 
@@ -47,8 +50,10 @@ class LlamaAttention(nn.Module):
             self.num_heads, self.num_kv_heads, d, scale=d**-0.5, sliding_window=config.sliding_window
         )
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        # x: [num_tokens, hidden]
+    def forward(
+        self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor | SplitKPartials:
+        # x: [num_tokens, hidden]; decode on CUDA may return o_proj's split-K partials (see norm)
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
@@ -62,8 +67,7 @@ class LlamaAttention(nn.Module):
             q, k = self.normalize_qk(q, k)
             q, k = self.rotary_emb(positions, q, k)
             out = self.attn(q, k, v, meta)  # [num_tokens, num_heads, head_dim]
-        y: torch.Tensor = self.o_proj(out.flatten(1))
-        return y
+        return self.o_proj.forward_deferred(out.flatten(1))
 
     def normalize_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-head normalisation before RoPE; none in Llama (Qwen3 overrides)."""
@@ -82,7 +86,7 @@ class LlamaMLP(nn.Module):
         self.down_proj = RowParallelLinear(size, config.hidden_size, bias=config.mlp_bias)
         self.act = SiluAndMul()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor | SplitKPartials:
         gate_up = self.gate_up_proj(x)
         if is_skinny(gate_up):  # decode on CUDA: SiLU-and-mul inside the down projection
             return self.down_proj.forward_silu_mul(gate_up)
@@ -101,19 +105,23 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, meta: AttentionMetadata
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self,
+        positions: torch.Tensor,
+        x: torch.Tensor | SplitKPartials,
+        residual: torch.Tensor | None,
+        meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor | SplitKPartials, torch.Tensor]:
         # x: the previous layer's MLP output (or the embeddings); residual: the stream before it.
         # Each add is fused into the norm after it; returns (mlp output, residual stream).
         if residual is None:
+            assert isinstance(x, torch.Tensor)  # the embeddings
             residual = x
             h = self.input_layernorm(x)
         else:
             h, residual = self.input_layernorm.forward_with_residual(x, residual)
         h = self.self_attn(positions, h, meta)
         h, residual = self.post_attention_layernorm.forward_with_residual(h, residual)
-        y: torch.Tensor = self.mlp(h)
-        return y, residual
+        return self.mlp(h), residual
 
 
 class LlamaModel(nn.Module):
@@ -127,11 +135,12 @@ class LlamaModel(nn.Module):
         self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         # token_ids, positions: [num_tokens] -> hidden: [num_tokens, hidden]
-        x = self.embed_tokens(token_ids)
+        x: torch.Tensor | SplitKPartials = self.embed_tokens(token_ids)
         residual: torch.Tensor | None = None
         for layer in self.layers:
             x, residual = layer(positions, x, residual, meta)
         if residual is None:  # a model without layers
+            assert isinstance(x, torch.Tensor)
             return self.norm(x)  # type: ignore[no-any-return]
         y, _ = self.norm.forward_with_residual(x, residual)
         return y

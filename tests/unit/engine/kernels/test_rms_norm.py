@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.kernels import rms_norm
+from engine.kernels import (
+    SkinnyGemmConfig,
+    SplitKPartials,
+    rms_norm,
+    rms_norm_split_k,
+    skinny_gemm,
+    skinny_gemm_deferred,
+)
 from engine.layers import RMSNorm
 
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -74,3 +81,38 @@ def test_layer_forward_with_residual_matches_add_then_norm(device: str) -> None:
     normed, summed = layer.forward_with_residual(x, res)
     torch.testing.assert_close(summed, x + res, atol=0, rtol=0)
     torch.testing.assert_close(normed, layer.forward_torch(x + res), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("split_k", [1, 3, 4])
+def test_split_k_partials_summed_in_the_norm_give_the_same_bits(
+    device: str, dtype: torch.dtype, bias: bool, split_k: int
+) -> None:
+    # A skinny GEMM whose split sum is left to the norm after it: the same result, bit for bit,
+    # as the GEMM summing its own partials followed by the fused add + norm.
+    m, n, k = 3, 40, 96
+    config = SkinnyGemmConfig(block_n=16, block_k=16, split_k=split_k)
+    x = torch.randn(m, k).to(dtype).to(device)
+    w = (torch.randn(n, k) / k**0.5).to(dtype).to(device)
+    b = torch.randn(n).to(dtype).to(device) if bias else None
+    layer = _layer(n, dtype, device, 2)
+    res = torch.randn(m, n).to(dtype).to(device)
+    deferred = skinny_gemm_deferred(x, w, b, config)
+    assert isinstance(deferred, SplitKPartials) == (split_k > 1)
+    y = skinny_gemm(x, w, b, config)
+    want, want_res = rms_norm(y, layer.weight, layer.eps, residual=res)
+    if isinstance(deferred, SplitKPartials):
+        assert deferred.shape == (m, n)
+        got, got_res = rms_norm_split_k(deferred, layer.weight, layer.eps, res)
+    else:
+        got, maybe_res = rms_norm(deferred, layer.weight, layer.eps, residual=res)
+        assert maybe_res is not None
+        got_res = maybe_res
+    assert want_res is not None
+    assert torch.equal(got_res, want_res) and torch.equal(got, want)
+    if isinstance(deferred, SplitKPartials):  # the layer dispatches partials to the fused kernel
+        got2, got_res2 = layer.forward_with_residual(deferred, res)
+        assert torch.equal(got2, want) and torch.equal(got_res2, want_res)
+        with pytest.raises(ValueError, match="does not fit"):
+            rms_norm_split_k(deferred, layer.weight, layer.eps, res[:, :8])
