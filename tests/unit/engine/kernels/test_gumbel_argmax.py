@@ -82,3 +82,36 @@ def test_real_vocab_on_gpu() -> None:
         freq = (got == col).float().mean().item()
         assert abs(freq - p) <= 5 * math.sqrt(p * (1 - p) / rows)
     assert torch.isin(got, cols).all()
+
+
+def test_the_sampler_route_follows_its_generator_and_skips_what_it_cannot_serve(device: str) -> None:
+    from engine.sampling import Sampler, SamplingRow
+    from engine.sampling.sampler import _single_pass
+    from engine.sampling_params import SamplingParams
+
+    plain = SamplingRow(params=SamplingParams(temperature=0.8), prompt_token_ids=(), output_token_ids=())
+    greedy = SamplingRow(params=SamplingParams(temperature=0), prompt_token_ids=(), output_token_ids=())
+    top_k = SamplingRow(
+        params=SamplingParams(temperature=0.8, top_k=5), prompt_token_ids=(), output_token_ids=()
+    )
+    seeded = SamplingRow(
+        params=SamplingParams(temperature=0.8, seed=1),
+        prompt_token_ids=(),
+        output_token_ids=(),
+        generator=torch.Generator().manual_seed(1),
+    )
+    assert _single_pass(plain) and _single_pass(greedy)
+    assert not _single_pass(top_k) and not _single_pass(seeded)
+
+    logits = torch.zeros(32, 300).to(device)
+    rows = [plain] * 31 + [greedy]
+
+    def draw(seed: int) -> list[int]:
+        sampler = Sampler(torch.Generator().manual_seed(seed))
+        out: list[int] = sampler._gumbel(logits, rows, [r is greedy for r in rows]).tolist()
+        return out
+
+    first = draw(7)
+    assert first == draw(7)  # the engine's configured seed decides unseeded draws
+    assert first != draw(8)
+    assert first[-1] == 0  # the greedy row: argmax of equal logits is the first
