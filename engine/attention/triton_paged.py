@@ -12,7 +12,8 @@ __all__ = ["TritonPagedAttention"]
 
 _TARGET_PROGRAMS = 1024
 """About eight programs per H200 multiprocessor: split decode keys until a step has this many.
-Fewer left mid-sized batches of long, uneven contexts at ~0.65 of the copy ceiling (H200 run 4)."""
+With 264, the throughput workload's 48-sequence steps ran attention at ~0.64 of the copy ceiling
+(H200 run 4); the sweep of run 5 finds no split count best at every shape (bench.attention_sweep)."""
 _MAX_SPLITS = 16
 
 
