@@ -88,6 +88,10 @@ class ChainWriter:
             return False
         return heartbeat or self.num_unsealed + num_new > 0
 
+    def idle(self) -> None:
+        """No append is waiting: the store's writer-side housekeeping (SQLite: rewind the WAL)."""
+        self._store.idle()
+
     def note_failure(self, num_refused: int, error: BaseException) -> bool:
         """Remember an outage; True when this failure starts one."""
         self._is_stale = True

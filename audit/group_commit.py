@@ -8,8 +8,10 @@
 
 One batch at a time: whatever queued while a commit ran goes into the next one. The writer
 blocks in the queue itself, so starting a commit costs no event-loop turn, and a batch's
-results come back in one callback. Entries are encoded by the caller (``encode_event``)
-before they are queued; the writer only chains, hashes and stores.
+results come back in one callback. Before it blocks on an empty queue it runs the store's
+housekeeping (``idle``: SQLite rewinds its WAL there), so that no waiting batch pays for it.
+Entries are encoded by the caller (``encode_event``) before they are queued; the writer only
+chains, hashes and stores.
 
 An append that times out before the writer took it is dropped, never written: ``taken`` and
 ``dropped`` are only set under one lock. A cancelled caller does not drop its record (it
@@ -175,6 +177,8 @@ class GroupCommit:
         )
         if self._is_failing and timeout is not None:
             timeout = max(timeout, _FAILURE_BACKOFF_S)
+        if self._queue.empty() and not self._is_failing:
+            self._idle()
         items: list[_Pending] = []
         try:
             item = self._queue.get(timeout=timeout)
@@ -187,6 +191,13 @@ class GroupCommit:
         except queue.Empty:
             pass
         return items
+
+    def _idle(self) -> None:
+        """Housekeeping that would otherwise stall a waiting batch, done before blocking on the queue."""
+        try:
+            self._writer.idle()
+        except Exception as exc:  # housekeeping only: never let it take the writer down
+            _log.warning("audit writer housekeeping failed: %s", type(exc).__name__)
 
     def _commit(
         self, real: list[_Pending], barriers: list[_Pending], *, checkpoint: bool, final: bool

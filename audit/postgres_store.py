@@ -198,6 +198,9 @@ class PostgresStore:
     def maintain(self) -> None:
         """Nothing to do: the server checkpoints its WAL itself."""
 
+    def idle(self) -> None:
+        """Nothing to do."""
+
     def close(self) -> None:
         with self._lock:
             for conn in self._connections:

@@ -1,7 +1,8 @@
 """The storage seam: one Protocol, a SQLite and a PostgreSQL implementation, one factory.
 
 Stores are synchronous and append-only. The log calls write methods from a single writer
-thread and read methods from a reader thread; a store keeps one connection per thread.
+thread, read methods from a reader thread and ``maintain`` from a maintenance thread; a store
+keeps one connection per thread.
 """
 
 from __future__ import annotations
@@ -70,7 +71,11 @@ class AuditStore(Protocol):
         ...
 
     def maintain(self) -> None:
-        """Housekeeping off the write path, called from the reader thread after each checkpoint."""
+        """Housekeeping off the write path, called from the maintenance thread after each checkpoint."""
+        ...
+
+    def idle(self) -> None:
+        """Writer-thread housekeeping, called when no append is waiting (must not raise)."""
         ...
 
     def close(self) -> None: ...

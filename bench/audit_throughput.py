@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/audit_throughput.py [--backend sqlite|postgres] [--records 50000]
         [--stages] [--gc on|freeze|off] [--out PATH]
+    .venv/bin/python bench/audit_throughput.py --disk-floor [--dir DIR]
 
 1. sustained: ``--concurrency`` closed-loop appenders for ``--records`` records -> records/s.
 2. latency: open-loop arrivals at each ``--rates`` value (requests/s) for ``--seconds`` each,
@@ -10,8 +11,12 @@
 3. ``--stages``: where each append's time goes, from the log's ``on_batch`` stamps and a timed
    store (``StageProfile``): the fastest half against the slowest 1 %. It adds a trace callback
    per SQL statement, so headline numbers come from runs without it.
-Writes bench/results/audit_throughput[_postgres].json (or ``--out``) with command, commit,
-machine, load average and date.
+4. ``--disk-floor``: no SQLite, only the disk under ``--dir``: p50-p99.9 of a small write made
+   durable (in place + fdatasync, append + fdatasync / fsync, O_DSYNC): the floor under any commit.
+Every latency phase reports the CPU the rest of the machine used meanwhile (``other_cpu_cores``,
+``steal_cores``): on a shared 2-core VM that decides whether a run is comparable.
+Writes bench/results/audit_throughput[_postgres|_disk_floor].json (or ``--out``) with command,
+commit, machine, load average and date.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import contextlib
 import datetime as dt
 import gc
 import json
@@ -195,6 +201,39 @@ async def sustained(log: AuditLog, num_records: int, concurrency: int) -> float:
     return num_records / (time.perf_counter() - start)
 
 
+class CpuShare:
+    """CPU the rest of the machine used while active (from /proc/stat, Linux): a run measured while
+    another process held a core is not comparable, so every latency phase reports it."""
+
+    def __init__(self) -> None:
+        self._start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, list[int] | None, float]:
+        try:
+            with open("/proc/stat") as f:
+                ticks = [int(x) for x in f.readline().split()[1:9]]
+        except OSError:
+            ticks = None
+        own = os.times()
+        return time.monotonic(), ticks, own.user + own.system
+
+    def summary(self) -> dict[str, float | None]:
+        (t0, ticks0, own0), (t1, ticks1, own1) = self._start, self._sample()
+        if ticks0 is None or ticks1 is None:
+            return {"other_cpu_cores": None, "steal_cores": None, "iowait_cores": None}
+        hz = os.sysconf("SC_CLK_TCK")
+        delta = [(b - a) / hz for a, b in zip(ticks0, ticks1, strict=True)]
+        user, nice, system, _idle, iowait, irq, softirq, steal = delta
+        busy = user + nice + system + irq + softirq
+        elapsed = t1 - t0
+        return {
+            "other_cpu_cores": round(max(0.0, busy - (own1 - own0)) / elapsed, 3),
+            "steal_cores": round(steal / elapsed, 3),
+            "iowait_cores": round(iowait / elapsed, 3),
+        }
+
+
 class GcPauses:
     """Collector pauses (any thread) while active: count, total, longest, and full (gen 2) ones."""
 
@@ -225,6 +264,7 @@ async def latency_at(
 ) -> dict[str, object]:
     latencies: list[float] = []
     pauses = GcPauses()
+    cpu = CpuShare()
 
     async def one(i: int) -> None:
         t0 = time.perf_counter()
@@ -261,10 +301,134 @@ async def latency_at(
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1e3,
         "max_ms": latencies[-1] * 1e3,
         **pauses.summary(),
+        **cpu.summary(),
     }
     if profile is not None:
         result["stages"] = profile.report()
     return result
+
+
+_FLOOR_REGION = 64 << 20
+_FLOOR_MODES = ("overwrite_fdatasync", "append_fdatasync", "append_fsync", "overwrite_odsync")
+
+
+def _floor_file(directory: Path, mode: str) -> tuple[Path, int]:
+    """A file for one raw-disk mode: preallocated (zeros written and fsynced) unless it appends."""
+    path = directory / f"disk-floor-{mode}.bin"
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if mode.startswith("overwrite"):
+            chunk = bytes(1 << 20)
+            for offset in range(0, _FLOOR_REGION, len(chunk)):
+                os.pwrite(fd, chunk, offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path, os.O_RDWR | (os.O_DSYNC if mode.endswith("odsync") else 0)
+
+
+def _floor_phase(path: Path, flags: int, mode: str, size: int, num: int, rate: float) -> list[float]:
+    """``num`` writes of ``size`` bytes paced at ``rate``/s, each made durable as ``mode`` says."""
+    if mode.startswith("append"):
+        os.truncate(path, 0)
+    fd = os.open(path, flags)
+    buf = os.urandom(size)
+    sync = {"fdatasync": os.fdatasync, "fsync": os.fsync}.get(mode.rsplit("_", 1)[1])
+    latencies, offset = [], 0
+    try:
+        start = time.perf_counter()
+        for i in range(num):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            t0 = time.perf_counter()
+            os.pwrite(fd, buf, offset)
+            if sync is not None:
+                sync(fd)
+            latencies.append(time.perf_counter() - t0)
+            offset += size
+            if mode.startswith("overwrite") and offset + size > _FLOOR_REGION:
+                offset = 0
+    finally:
+        os.close(fd)
+    return latencies
+
+
+def disk_floor(args: argparse.Namespace) -> dict[str, object]:
+    """The raw cost of "durable before the answer" on the disk under ``--dir``, without SQLite.
+
+    Each mode writes ``size`` bytes at ``--floor-rate``/s and waits until durable: overwriting a
+    preallocated file in place + fdatasync (what a commit costs once the WAL is allocated),
+    appending + fdatasync or + fsync (a growing file: the new size is journaled), and O_DSYNC
+    writes in place. Modes alternate in phases of ``--floor-writes`` so that a noisy minute
+    spreads over all of them. 20,600 bytes is a single-record commit (5 WAL frames of 4,120).
+    """
+    directory = Path(tempfile.mkdtemp(prefix="audit-disk-floor-", dir=args.dir))
+    sizes = [int(x) for x in args.floor_sizes.split(",")]
+    files = {mode: _floor_file(directory, mode) for mode in _FLOOR_MODES}
+    samples: dict[tuple[str, int], list[float]] = {(m, z): [] for m in _FLOOR_MODES for z in sizes}
+    load_before = os.getloadavg()
+    cpu = CpuShare()
+    try:
+        for _ in range(args.floor_cycles):
+            for size in sizes:
+                for mode in _FLOOR_MODES:
+                    path, flags = files[mode]
+                    samples[mode, size] += _floor_phase(
+                        path, flags, mode, size, args.floor_writes, args.floor_rate
+                    )
+    finally:
+        for path, _ in files.values():
+            path.unlink(missing_ok=True)
+        directory.rmdir()
+
+    def quantile(values: list[float], q: float) -> float:
+        return round(values[min(len(values) - 1, int(len(values) * q))] * 1e3, 3)
+
+    rows = []
+    for (mode, size), values in samples.items():
+        values.sort()
+        rows.append(
+            {"mode": mode, "bytes": size, "num": len(values)}
+            | {f"p{q * 100:g}_ms": quantile(values, q) for q in (0.5, 0.9, 0.99, 0.995, 0.999)}
+            | {"max_ms": round(values[-1] * 1e3, 3)}
+        )
+    return {
+        "benchmark": "audit_throughput disk floor",
+        "rate_per_s": args.floor_rate,
+        "writes_per_phase": args.floor_writes,
+        "cycles": args.floor_cycles,
+        "results": rows,
+        **cpu.summary(),
+        "filesystem": _filesystem(directory.parent),
+        **_provenance(load_before, directory.parent),
+    }
+
+
+def _filesystem(path: Path) -> str:
+    """The mount holding ``path`` (device, mount point, type, options), from /proc/self/mounts."""
+    target = path.resolve()
+    best = (-1, "unknown")
+    with contextlib.suppress(OSError), open("/proc/self/mounts") as f:
+        for line in f:
+            device, mount, fstype, options, *_ = line.split()
+            if target.is_relative_to(mount) and len(mount) > best[0]:
+                best = (len(mount), f"{device} on {mount} ({fstype}, {options})")
+    return best[1]
+
+
+def _provenance(load_before: tuple[float, float, float], storage: Path) -> dict[str, object]:
+    return {
+        "command": " ".join([".venv/bin/python", *sys.argv]),
+        "commit": COMMIT,
+        "tree": "working tree (uncommitted changes under audit/ or bench/)" if IS_DIRTY else "clean",
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "storage_dir": str(storage),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
 
 
 async def main(args: argparse.Namespace) -> dict[str, object]:
@@ -313,14 +477,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "wal_bytes_at_end": wal_bytes,
         "verified_records": report.num_records,
         "verify_ok": report.ok,
-        "command": " ".join([".venv/bin/python", *sys.argv]),
-        "commit": COMMIT,
-        "tree": "working tree (uncommitted changes under audit/ or bench/)" if IS_DIRTY else "clean",
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "storage_dir": str(data_dir.parent),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **_provenance(load_before, data_dir.parent),
     }
 
 
@@ -338,7 +495,24 @@ if __name__ == "__main__":
         "--gc", choices=["on", "freeze", "off"], default="on", help="collector during the latency runs"
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: bench/results/...)")
+    parser.add_argument(
+        "--disk-floor",
+        action="store_true",
+        help="only measure the raw write + sync cost of the disk under --dir",
+    )
+    parser.add_argument("--floor-rate", type=float, default=1000.0, help="writes/s in --disk-floor")
+    parser.add_argument(
+        "--floor-writes", type=int, default=5000, help="writes per mode and phase in --disk-floor"
+    )
+    parser.add_argument("--floor-cycles", type=int, default=3, help="phases per mode in --disk-floor")
+    parser.add_argument("--floor-sizes", default="4096,20600", help="bytes per write in --disk-floor")
     args = parser.parse_args()
+    if args.disk_floor:
+        floor = disk_floor(args)
+        out = args.out or Path(__file__).parent / "results" / "audit_throughput_disk_floor.json"
+        out.write_text(json.dumps(floor, indent=2) + "\n")
+        print(json.dumps(floor, indent=2))
+        sys.exit(0)
     result = asyncio.run(main(args))
     suffix = "" if result["backend"] == "sqlite" else "_postgres"
     out = args.out or Path(__file__).parent / "results" / f"audit_throughput{suffix}.json"

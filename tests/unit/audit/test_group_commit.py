@@ -111,3 +111,54 @@ async def test_checkpoint_after_close_is_refused(open_log) -> None:
     await log.close()
     with pytest.raises(AuditUnavailableError, match="closed"):
         await asyncio.wait_for(log.checkpoint(), 2)
+
+
+class IdleCountingStore(SqliteStore):
+    """Counts the writer's idle calls (and their thread); ``idle_fails`` makes them raise."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, preallocate_wal_bytes=0)
+        self.idle_threads: list[str] = []
+        self.idle_fails = False
+
+    def idle(self) -> None:
+        self.idle_threads.append(threading.current_thread().name)
+        if self.idle_fails:
+            raise RuntimeError("housekeeping broke")
+        super().idle()
+
+
+async def test_the_writer_does_housekeeping_only_when_no_append_waits(tmp_path: Path) -> None:
+    """Store housekeeping (the SQLite WAL rewind) runs on the writer thread when its queue is empty;
+    a failing one does not stop the writer."""
+    store = IdleCountingStore(tmp_path / "audit.db")
+    log = await AuditLog.open(AuditConfig(), tmp_path, store=store, heartbeat=False)
+    await log.append(sample_event(1))
+    await asyncio.sleep(0.05)
+    assert store.idle_threads and set(store.idle_threads) == {"audit-writer"}
+    store.idle_fails = True
+    num_idle = len(store.idle_threads)
+    assert await log.append(sample_event(2)) > 0
+    await asyncio.sleep(0.05)
+    assert len(store.idle_threads) > num_idle
+    assert await log.append(sample_event(3)) > 0
+    assert (await log.verify()).ok
+    await log.close()
+
+
+async def test_maintenance_runs_on_its_own_thread_after_a_checkpoint(tmp_path: Path) -> None:
+    """Not on the reader thread (a WAL checkpoint would hold up the reads queued behind it)."""
+    threads: list[str] = []
+
+    class RecordingStore(SqliteStore):
+        def maintain(self) -> None:
+            threads.append(threading.current_thread().name)
+            super().maintain()
+
+    log = await AuditLog.open(
+        AuditConfig(), tmp_path, store=RecordingStore(tmp_path / "audit.db"), heartbeat=False
+    )
+    await log.append(sample_event(1))
+    await log.checkpoint()
+    await log.close()
+    assert threads and all(name.startswith("audit-maintenance") for name in threads)
