@@ -29,6 +29,19 @@ def _wal_frames(path: Path) -> int:
         conn.close()
 
 
+def _maintain_while_a_commit_is_in_flight(store: SqliteStore, path: Path) -> None:
+    """``maintain`` on another thread (as the log runs it) while another connection holds a commit
+    open, so the checkpoint cannot copy that commit's frames; then the commit completes."""
+    in_flight = sqlite3.connect(path, isolation_level=None)
+    in_flight.execute("BEGIN IMMEDIATE")
+    in_flight.execute("INSERT INTO audit_meta (key, value) VALUES ('in-flight', 'x')")
+    reader = threading.Thread(target=store.maintain)
+    reader.start()
+    reader.join()
+    in_flight.execute("COMMIT")
+    in_flight.close()
+
+
 def _append_one_at_a_time(store: SqliteStore, first: int, n: int, prev: str) -> str:
     for seq in range(first, first + n):
         row = seal_row(encode_event(sample_event(seq), 1_000_000 * seq), seq, prev, None)
@@ -44,14 +57,7 @@ def test_the_writer_finishes_a_checkpoint_so_the_wal_rewinds(tmp_path: Path) -> 
     store = SqliteStore(path, rewind_at_frames=100)
     store.open("log")
     prev = _append_one_at_a_time(store, 1, 100, genesis_hash("log"))
-    in_flight = sqlite3.connect(path, isolation_level=None)
-    in_flight.execute("BEGIN IMMEDIATE")
-    in_flight.execute("INSERT INTO audit_meta (key, value) VALUES ('in-flight', 'x')")
-    reader = threading.Thread(target=store.maintain)  # as the log does: on the reader thread
-    reader.start()
-    reader.join()
-    in_flight.execute("COMMIT")
-    in_flight.close()
+    _maintain_while_a_commit_is_in_flight(store, path)
     store.idle()  # as the writer does before it waits for appends: copies the in-flight commit's frames
     _append_one_at_a_time(store, 101, 1, prev)  # so this BEGIN rewinds
     assert _wal_frames(path) <= 8  # one commit's frames, not 101 commits' (about 400)
@@ -69,14 +75,7 @@ def test_a_due_rewind_waits_for_an_idle_writer_unless_it_never_comes(
     store = SqliteStore(path, rewind_at_frames=100)
     store.open("log")
     prev = _append_one_at_a_time(store, 1, 100, genesis_hash("log"))
-    in_flight = sqlite3.connect(path, isolation_level=None)
-    in_flight.execute("BEGIN IMMEDIATE")
-    in_flight.execute("INSERT INTO audit_meta (key, value) VALUES ('in-flight', 'x')")
-    reader = threading.Thread(target=store.maintain)
-    reader.start()
-    reader.join()
-    in_flight.execute("COMMIT")
-    in_flight.close()
+    _maintain_while_a_commit_is_in_flight(store, path)
     prev = _append_one_at_a_time(store, 101, 1, prev)  # within the grace period: no rewind
     assert _wal_frames(path) >= 100
     monkeypatch.setattr(sqlite_store, "_REWIND_GRACE_S", 0.0)
@@ -152,14 +151,7 @@ def test_a_short_wal_is_left_alone(tmp_path: Path) -> None:
     store = SqliteStore(path, rewind_at_frames=10_000)
     store.open("log")
     prev = _append_one_at_a_time(store, 1, 50, genesis_hash("log"))
-    in_flight = sqlite3.connect(path, isolation_level=None)
-    in_flight.execute("BEGIN IMMEDIATE")
-    in_flight.execute("INSERT INTO audit_meta (key, value) VALUES ('in-flight', 'x')")
-    reader = threading.Thread(target=store.maintain)
-    reader.start()
-    reader.join()
-    in_flight.execute("COMMIT")
-    in_flight.close()
+    _maintain_while_a_commit_is_in_flight(store, path)
     store.idle()
     _append_one_at_a_time(store, 51, 1, prev)
     assert _wal_frames(path) >= 150
