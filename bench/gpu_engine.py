@@ -293,7 +293,7 @@ def _with_flag(flag: str, path: Path, prompt: list[int], warm: list[int]) -> dic
         linear.USE_SKINNY_GEMM = True
 
 
-def run_throughput(workdir: Path, scale: float) -> dict[str, Any]:
+def run_throughput(workdir: Path, scale: float, variants: bool = True) -> dict[str, Any]:
     import torch
 
     from bench.throughput import _result
@@ -312,9 +312,13 @@ def run_throughput(workdir: Path, scale: float) -> dict[str, Any]:
     )
     engine, name = llm.engine, llm.model_names[0]
 
-    def generate(prompts: list[list[int]], max_tokens: list[int], tag: str) -> int:
+    def generate(prompts: list[list[int]], max_tokens: list[int], tag: str, text: str = "final") -> int:
+        # "final": text decoded once per sequence at its end, as LLM.generate does (and
+        # nano-vllm's bench); "delta": detokenized every step, as a streaming server does.
         for i, (prompt, m) in enumerate(zip(prompts, max_tokens, strict=True)):
-            params = SamplingParams(temperature=workload.temperature, ignore_eos=True, max_tokens=m)
+            params = SamplingParams(
+                temperature=workload.temperature, ignore_eos=True, max_tokens=m, output_text=text
+            )
             engine.add_request(f"{tag}-{i}", name, prompt, params)
         num_output = 0
         while engine.has_work:
@@ -340,6 +344,17 @@ def run_throughput(workdir: Path, scale: float) -> dict[str, Any]:
         "host_wait_s": waited,
         "host_busy_s": elapsed - waited,
     }
+    if variants:
+        torch.cuda.synchronize()
+        start, wait0 = time.perf_counter(), engine.device_wait_s
+        num_output = generate(workload.prompt_token_ids, workload.max_tokens, "delta", text="delta")
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        result["text_per_step"] = {
+            "output_tok_s": num_output / elapsed,
+            "elapsed_s": elapsed,
+            "host_wait_s": engine.device_wait_s - wait0,
+        }
     result["profile_phases"] = _safe(lambda: _profile_phases(engine, name, workload))
     result["profile_256x1024"] = _safe(lambda: _profile_big_batch(engine, name))
     return result
@@ -352,7 +367,9 @@ def _profile_phases(
     from engine import SamplingParams
 
     for i, (prompt, m) in enumerate(zip(workload.prompt_token_ids, workload.max_tokens, strict=True)):
-        params = SamplingParams(temperature=workload.temperature, ignore_eos=True, max_tokens=m)
+        params = SamplingParams(
+            temperature=workload.temperature, ignore_eos=True, max_tokens=m, output_text="final"
+        )
         engine.add_request(f"phase-{i}", model, prompt, params)
     first = engine.num_steps
     phases: dict[str, Any] = {}
@@ -423,7 +440,9 @@ def _run_tests(out: Path, paths: tuple[str, ...]) -> dict[str, Any]:
     show_default=True,
 )
 @click.option("--throughput-scale", type=float, default=1.0, show_default=True)
-@click.option("--no-variants", is_flag=True, help="batch-1 decode: the default configuration only")
+@click.option(
+    "--no-variants", is_flag=True, help="the default configuration only (batch-1 decode, throughput)"
+)
 @click.option("--workdir", type=click.Path(path_type=Path), default=None, help="checkpoints; default RAM")
 def main(
     out_dir: Path,
@@ -456,7 +475,7 @@ def main(
     stage("qwen3-0.6b", lambda: run_decode("qwen3-0.6b", workdir, variants=not no_variants))
     if "throughput" not in skip and not (workdir / "qwen3-0.6b").exists():
         _save(_hf_model("qwen3-0.6b"), workdir / "qwen3-0.6b")
-    stage("throughput", lambda: run_throughput(workdir, throughput_scale))
+    stage("throughput", lambda: run_throughput(workdir, throughput_scale, variants=not no_variants))
     stage("multimodel", lambda: _multimodel(workdir))
     stage("llama3-8b", lambda: run_decode("llama3-8b", workdir, variants=False))
     _print_table(report)

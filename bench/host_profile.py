@@ -2,10 +2,17 @@
 
 With asynchronous scheduling the GPU runs step N+1 while the host turns step N into deltas and
 schedules N+2; once the host's share of a step outgrows the GPU's, the GPU waits. This runs
-nano-vllm's workload (``bench.workload``) on a random Qwen3-0.6B and profiles ``LLMEngine.step``
-over a window of steps at full batch, printing the functions by own and by cumulative time.
+nano-vllm's workload (``bench.workload``) on a random Qwen3 and profiles ``LLMEngine.step`` over a
+window of steps at full batch, printing the step time and the functions by own and cumulative time.
 
-    python -m bench.host_profile --model-dir /dev/shm/qwen3-0.6b [--steps 60] [--device cuda]
+    python -m bench.host_profile --model-dir /dev/shm/qwen3-0.6b [--steps 60]        # on the GPU
+    python -m bench.host_profile --host-only [--output-text delta]                   # on any CPU
+
+``--host-only`` measures the host's share alone, on a machine without a GPU: the engine runs its
+asynchronous path with a tiny random model whose forward pass is replaced by the CUDA-graph
+runner's input staging and whose sampler draws random ids, so everything else (scheduling, KV
+bookkeeping, staging, detokenizing, stop checks, deltas) is the real code. Compare ratios between
+revisions on one machine; absolute times depend on the CPU.
 """
 
 from __future__ import annotations
@@ -13,23 +20,41 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 
 @click.command()
-@click.option("--model-dir", type=click.Path(path_type=Path), required=True)
+@click.option("--model-dir", type=click.Path(path_type=Path), default=None)
 @click.option("--device", default="cuda", show_default=True)
 @click.option("--dtype", default="bfloat16", show_default=True)
+@click.option("--host-only", is_flag=True, help="CPU: model and sampling replaced (see above)")
+@click.option("--output-text", type=click.Choice(["final", "delta"]), default="final", show_default=True)
 @click.option("--skip", default=20, show_default=True, help="steps run before profiling")
-@click.option("--steps", default=60, show_default=True, help="steps profiled")
+@click.option("--steps", default=60, show_default=True, help="steps timed, then profiled")
 @click.option("--scale", default=1.0, show_default=True)
-def main(model_dir: Path, device: str, dtype: str, skip: int, steps: int, scale: float) -> None:
+def main(
+    model_dir: Path | None,
+    device: str,
+    dtype: str,
+    host_only: bool,
+    output_text: str,
+    skip: int,
+    steps: int,
+    scale: float,
+) -> None:
     from bench.workload import nano_vllm_workload
     from engine import LLM, SamplingParams
 
+    if host_only:
+        device, dtype = "cpu", "float32"
+        model_dir = model_dir or _tiny_model()
+    if model_dir is None:
+        raise click.UsageError("--model-dir is needed unless --host-only")
     workload = nano_vllm_workload().scaled(scale)
     llm = LLM(
         str(model_dir), dtype=dtype, device=device, kv_cache_bytes=(48 if device != "cpu" else 1) << 30,
@@ -37,28 +62,83 @@ def main(model_dir: Path, device: str, dtype: str, skip: int, steps: int, scale:
         max_num_batched_tokens=16384,
     )  # fmt: skip
     engine, name = llm.engine, llm.model_names[0]
+    if host_only:
+        _replace_device_work(engine, name)
     for i, (prompt, m) in enumerate(zip(workload.prompt_token_ids, workload.max_tokens, strict=True)):
-        params = SamplingParams(temperature=workload.temperature, ignore_eos=True, max_tokens=m)
+        params = SamplingParams(
+            temperature=workload.temperature, ignore_eos=True, max_tokens=m, output_text=output_text
+        )
         engine.add_request(f"r{i}", name, prompt, params)
     for _ in range(skip):
         engine.step()
-    profiler = cProfile.Profile()
+    running = engine.scheduler.num_running
     waited = engine.device_wait_s
     start = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    wall = time.perf_counter() - start
+    waited = engine.device_wait_s - waited
+    print(
+        f"{steps} steps at {running} running ({output_text} text): {wall / steps * 1e3:.2f} ms/step, "
+        f"of which waiting for the GPU {waited / steps * 1e3:.2f} ms"
+    )
+    profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(steps):
         engine.step()
     profiler.disable()
-    wall = time.perf_counter() - start
-    waited = engine.device_wait_s - waited
-    print(
-        f"{steps} steps at {engine.scheduler.num_running} running: {wall / steps * 1e3:.2f} ms/step "
-        f"under the profiler, of which waiting for the GPU {waited / steps * 1e3:.2f} ms"
-    )
     for key in ("tottime", "cumulative"):
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats(key).print_stats(28)
         print(out.getvalue())
+
+
+def _tiny_model() -> Path:
+    from bench.random_model import build_random_qwen3
+
+    path = Path(tempfile.gettempdir()) / "strongroom-host-profile-tiny"
+    if not (path / "config.json").exists():
+        build_random_qwen3(path, shape="tiny", dtype="float32")
+    return path
+
+
+def _replace_device_work(engine: Any, name: str) -> None:
+    """The engine's asynchronous CUDA path on the CPU, minus the forward pass and sampling."""
+    import torch
+
+    from engine.cuda_graph_runner import CudaGraphRunner
+    from engine.sampling.sampler import SamplerOutput
+
+    runner = engine.runners[name]
+    graphs = CudaGraphRunner(
+        runner.hosted.model,
+        max_num_seqs=engine.config.max_num_seqs,
+        max_blocks=-(-runner.hosted.max_model_len // engine.config.block_size),
+        block_size=engine.config.block_size,
+        device=torch.device("cpu"),
+    )
+    vocab = runner.hosted.config.vocab_size
+
+    def execute(items: list[Any], pending: Any = None, sources: Any = None) -> torch.Tensor:
+        num_sampling = sum(1 for item in items if item.is_sampling)
+        if all(item.num_new_tokens == 1 for item in items):  # what a graph replay stages
+            bs = runner.block_size
+            positions = [item.start for item in items]
+            graphs.stage(
+                [max(0, item.seq.token_ids[item.start]) for item in items],
+                positions,
+                [item.seq.block_ids[p // bs] * bs + p % bs for item, p in zip(items, positions, strict=True)],
+                [item.seq.block_ids for item in items],
+            )
+        return torch.zeros(num_sampling, 1)
+
+    def sample(logits: torch.Tensor, rows: list[Any]) -> SamplerOutput:
+        n = logits.shape[0]
+        return SamplerOutput(token_ids=torch.randint(0, min(vocab, 10_000), (n,)), logprobs=[None] * n)
+
+    runner.execute = execute
+    engine.sampler = sample
+    engine.async_scheduling = True  # the GPU path: look-ahead scheduling, placeholders
 
 
 if __name__ == "__main__":

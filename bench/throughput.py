@@ -73,7 +73,10 @@ def run_ours(model_dir: Path, workload: Workload, *, dtype: str, device: str) ->
     model = next(iter(engine.models))
 
     def params(max_tokens: int) -> SamplingParams:
-        return SamplingParams(temperature=workload.temperature, ignore_eos=True, max_tokens=max_tokens)
+        # Text decoded once per sequence at its end, as LLM.generate (and nano-vllm's) does.
+        return SamplingParams(
+            temperature=workload.temperature, ignore_eos=True, max_tokens=max_tokens, output_text="final"
+        )
 
     def generate(prompts: list[list[int]], max_tokens: list[int]) -> int:
         # LLM.generate takes one SamplingParams for all prompts; the workload has one per request,

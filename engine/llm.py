@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from engine.config import EngineConfig, ModelSpec
 from engine.errors import InvalidRequestError
 from engine.llm_engine import LLMEngine
@@ -95,6 +97,8 @@ class LLM:
         ids = [str(next(self._ids)) for _ in prompts]
         outputs: dict[str, RequestOutput] = {}
         for request_id, prompt, params in zip(ids, prompts, per_prompt, strict=True):
+            # The caller reads whole outputs: decode each once at its end, not per token.
+            params = msgspec.structs.replace(params, output_text="final")
             seqs = self.engine.add_request(request_id, model, prompt, params)
             outputs[request_id] = RequestOutput(
                 request_id=request_id,

@@ -265,21 +265,23 @@ class LLMEngine:
     def _can_look_ahead(self, cur: InflightStep) -> bool:
         # Penalties read the output so far and logprobs are read back inside the sampler:
         # such rows need their tokens on the host before the next step.
-        return all(row.seq.params.logprobs is None and not row.seq.params.uses_penalties for row in cur.rows)
+        return not any(row.seq.needs_host_tokens for row in cur.rows)
 
     def _hold_places(self, cur: InflightStep) -> None:
         """Put a placeholder where each sampled token goes, so the scheduler plans the next step."""
+        outputs = self._outputs
         for row in cur.rows:
             seq = row.seq
             if seq.is_finished:
                 continue
-            if seq.num_output_tokens + 1 >= self._outputs[seq.seq_id].max_tokens:
+            token_ids = seq.token_ids
+            if len(token_ids) - seq.num_prompt_tokens + 1 >= outputs[seq.seq_id].max_tokens:
                 # Its last token: nothing to look ahead for. Its blocks go back now; the step
                 # still in flight writes them before any later step can (one stream, in order).
                 self.scheduler.finish(seq, SequenceStatus.FINISHED_LENGTH)
                 continue
-            row.pending_index = seq.num_tokens
-            seq.append_token(PENDING)
+            row.pending_index = len(token_ids)
+            token_ids.append(PENDING)
 
     def _retire(self, seq: Sequence) -> None:
         if self._inflight is not None and seq.seq_id in self._inflight.row_of:
@@ -304,12 +306,13 @@ class LLMEngine:
         self, model: str, items: list[ScheduledSeq], prev: InflightStep | None
     ) -> tuple[list[SampledRow], torch.Tensor | None]:
         # Decode rows whose input token is still on the device read it from the previous step.
-        sources = [
-            prev.row_of[item.seq.seq_id]
-            if prev is not None and item.seq.token_ids[item.start] == PENDING
-            else -1
-            for item in items
-        ]
+        if prev is None:
+            sources = [-1] * len(items)
+        else:
+            row_of = prev.row_of
+            sources = [
+                row_of[item.seq.seq_id] if item.seq.token_ids[item.start] == PENDING else -1 for item in items
+            ]
         pending = prev.tokens if prev is not None and any(s >= 0 for s in sources) else None
         logits = self.runners[model].execute(items, pending, sources)  # [num sampling, vocab]
         seqs = [item.seq for item in items if item.is_sampling]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from engine.errors import InvalidRequestError
@@ -36,6 +38,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     n: int = 1
     """Number of independent completions for the prompt."""
     include_stop_str_in_output: bool = False
+    output_text: Literal["delta", "final"] = "delta"
+    """"delta": each delta carries the text its token completes (streaming). "final": the whole
+    text comes in the closing delta, decoded once; earlier deltas carry token ids only. A
+    sequence with stop strings is decoded as it grows either way (the strings are matched on it)."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

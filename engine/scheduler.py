@@ -37,6 +37,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from engine.kv_cache_manager import KVCacheManager
 from engine.sequence import Sequence, SequenceStatus
@@ -44,9 +45,11 @@ from engine.sequence import Sequence, SequenceStatus
 __all__ = ["ScheduledSeq", "Scheduler", "SchedulerOutput"]
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduledSeq:
-    """One sequence's share of a step: compute tokens [start, start + num_new_tokens)."""
+class ScheduledSeq(NamedTuple):
+    """One sequence's share of a step: compute tokens [start, start + num_new_tokens).
+
+    A named tuple rather than a frozen dataclass: one is made per running sequence per step,
+    and a tuple is made several times faster."""
 
     seq: Sequence
     start: int
@@ -57,7 +60,7 @@ class ScheduledSeq:
     @classmethod
     def of(cls, seq: Sequence, num_new_tokens: int) -> ScheduledSeq:
         start = seq.num_computed_tokens
-        return cls(seq, start, num_new_tokens, start + num_new_tokens == seq.num_tokens)
+        return cls(seq, start, num_new_tokens, start + num_new_tokens == len(seq.token_ids))
 
 
 @dataclass(slots=True)
@@ -139,10 +142,17 @@ class Scheduler:
             self.kv.commit(item.seq)
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        pending = deque(sorted(self.running, key=lambda s: (s.num_uncomputed_tokens > 1, s.sort_key)))
+        pending = deque(
+            sorted(self.running, key=lambda s: (len(s.token_ids) - s.num_computed_tokens > 1, s.sort_key))
+        )
+        scheduled = out.scheduled
         while pending and budget > 0:
             seq = pending.popleft()
-            num_new = min(seq.num_uncomputed_tokens, budget)
+            num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
+            if num_new == 1 and self.kv.allocate_one(seq):  # a decode: the path of every step
+                scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, 1, True))
+                budget -= 1
+                continue
             while not self.kv.allocate(seq, num_new):
                 less_urgent = [i.seq for i in out.scheduled if i.seq.priority > seq.priority]
                 victim = max([seq, *pending, *less_urgent], key=lambda s: s.sort_key)

@@ -42,6 +42,9 @@ class SequenceStatus(enum.Enum):
         return self.value if self.is_finished else None
 
 
+_RUNNING, _WAITING = SequenceStatus.RUNNING, SequenceStatus.WAITING
+
+
 class Sequence:
     """A prompt and its growing output, with its place in the KV cache."""
 
@@ -62,10 +65,15 @@ class Sequence:
         self.index = index
         self.model = model
         self.params = params
+        self.needs_host_tokens = params.logprobs is not None or params.uses_penalties
+        """Sampling it reads back logprobs or the output so far: no step may be launched past it
+        before its tokens are on the host (asynchronous scheduling)."""
         self.tenant = tenant
         self.priority = priority
         """Smaller is served first (vLLM's convention); ties go to the earlier arrival."""
         self.arrival = arrival
+        self.sort_key = (priority, arrival, self.seq_id)
+        """Order of service: priority, then arrival, then creation (fixed for the sequence's life)."""
         self.status = SequenceStatus.WAITING
         self.num_prompt_tokens = len(prompt_token_ids)
         self.token_ids = list(prompt_token_ids)
@@ -103,12 +111,8 @@ class Sequence:
 
     @property
     def is_finished(self) -> bool:
-        return self.status.is_finished
-
-    @property
-    def sort_key(self) -> tuple[int, int, int]:
-        """Order of service: priority, then arrival, then creation."""
-        return (self.priority, self.arrival, self.seq_id)
+        status = self.status  # identity tests: this runs for every sequence every step
+        return status is not _RUNNING and status is not _WAITING
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)

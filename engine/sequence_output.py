@@ -40,6 +40,11 @@ class SequenceOutput:
         """The output length at which this sequence certainly ends."""
         self._detokenizer = IncrementalDetokenizer(tokenizer.hf, prompt_token_ids=seq.prompt_token_ids)
         self._stop = StopChecker(params, eos_token_ids=eos_token_ids)
+        self._final_ids: list[int] | None = (
+            [] if params.output_text == "final" and not self._stop.has_stop_strings else None
+        )
+        """With text read only at the end: the output ids not decoded yet (one decode at the end
+        instead of two per token)."""
         self.generator = make_generator(seq.params.seed, seq.index, device)
         self._row: SamplingRow | None = None
 
@@ -64,7 +69,11 @@ class SequenceOutput:
         self, token_id: int, logprobs: TokenLogprobs | None
     ) -> tuple[StreamDelta, SequenceStatus | None]:
         """The delta for one new token (already appended to the sequence), and the finish status if any."""
-        text = self._detokenizer.push(token_id)
+        if self._final_ids is not None:
+            return self._on_token_final(token_id, logprobs)
+        # A stop token left out of the output is not decoded either, or flushing after it could
+        # emit part of it (a token that ends in the middle of a character).
+        text = "" if self._stop.drops_text_of(token_id) else self._detokenizer.push(token_id)
         update = self._stop.update(token_id, text)
         status = None
         text = update.text
@@ -78,9 +87,35 @@ class SequenceOutput:
         entries = None if logprobs is None else [self._logprob(logprobs)]
         return self._delta(text, [token_id], status, entries), status
 
+    def _on_token_final(
+        self, token_id: int, logprobs: TokenLogprobs | None
+    ) -> tuple[StreamDelta, SequenceStatus | None]:
+        # No stop strings, so the stop checker needs no text; a stop token's text is left out
+        # unless asked for, as on_token leaves it out.
+        assert self._final_ids is not None
+        update = self._stop.update(token_id, "")
+        status = None
+        text = ""
+        if not self._stop.drops_text_of(token_id):
+            self._final_ids.append(token_id)
+        if update.finish_reason is not None:
+            status = (
+                SequenceStatus.FINISHED_LENGTH
+                if update.finish_reason == "length"
+                else SequenceStatus.FINISHED_STOPPED
+            )
+            text = self._final_text()
+        entries = None if logprobs is None else [self._logprob(logprobs)]
+        return self._delta(text, [token_id], status, entries), status
+
+    def _final_text(self) -> str:
+        ids, self._final_ids = self._final_ids or [], []
+        return self._detokenizer.push_final(ids)
+
     def final(self, status: SequenceStatus) -> StreamDelta:
         """The closing delta of a sequence ended from outside (abort, or outgrowing the pool)."""
-        return self._delta("", [], status, None)
+        text = self._final_text() if self._final_ids is not None else ""
+        return self._delta(text, [], status, None)
 
     def _delta(
         self,

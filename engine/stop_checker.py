@@ -57,6 +57,15 @@ class StopChecker:
     def num_tokens(self) -> int:
         return self._num_tokens
 
+    @property
+    def has_stop_strings(self) -> bool:
+        return bool(self._stop)
+
+    def drops_text_of(self, token_id: int) -> bool:
+        """Whether token_id ends the sequence without its text being part of the output."""
+        ends = token_id in self._eos_token_ids or token_id in self._stop_token_ids
+        return ends and not self._include_stop
+
     def update(self, token_id: int, delta: str) -> StopUpdate:
         """Account for one generated token and its text delta (possibly empty)."""
         if self._is_finished:
@@ -66,6 +75,10 @@ class StopChecker:
             text = self._held + (delta if self._include_stop else "")
             reason = token_id if token_id in self._stop_token_ids else None
             return self._finish(StopUpdate(text=text, finish_reason="stop", stop_reason=reason))
+        if not self._stop:  # nothing to match or hold back: the common case, once per token
+            if self._num_tokens >= self._max_tokens:
+                return self._finish(StopUpdate(text=delta, finish_reason="length"))
+            return StopUpdate(text=delta)
         pending = self._held + delta
         match = self._find_stop(pending)
         if match is not None:

@@ -115,6 +115,30 @@ def test_flush_releases_an_incomplete_tail_as_replacement(byte_level: Tokenizer)
     assert detokenizer.flush() == ""
 
 
+@pytest.mark.parametrize("name", ["byte_level", "metaspace"])
+@pytest.mark.parametrize("text", [MIXED, *CORPUS])
+def test_push_final_matches_pushing_each_token_then_flushing(
+    name: str, text: str, request: pytest.FixtureRequest
+) -> None:
+    tokenizer: Tokenizer = request.getfixturevalue(name)
+    ids = tokenizer.encode(text).ids
+    prompt = tokenizer.encode("Hello 你好 bank").ids
+    # Every split point: some tokens streamed first (possibly ending mid-character), the rest at once.
+    for cut in range(0, len(ids) + 1, 3):
+        for end in (len(ids), len(ids) - 1):
+            streamed = IncrementalDetokenizer(tokenizer, prompt_token_ids=prompt)
+            expected = "".join(_stream(tokenizer, ids[:end], prompt_token_ids=prompt))
+            head = streamed.push_many(ids[: min(cut, end)])
+            assert head + streamed.push_final(ids[min(cut, end) : end]) == expected
+            assert streamed.flush() == ""
+
+
+def test_push_final_of_a_broken_character_ends_in_replacement(byte_level: Tokenizer) -> None:
+    ids = byte_level.encode("ok审").ids[:-1]
+    assert IncrementalDetokenizer(byte_level).push_final(ids) == byte_level.decode(ids)
+    assert byte_level.decode(ids).endswith("\ufffd")
+
+
 def test_repr_does_not_show_text(byte_level: Tokenizer) -> None:
     detokenizer = IncrementalDetokenizer(byte_level)
     detokenizer.push_many(byte_level.encode("secret").ids)

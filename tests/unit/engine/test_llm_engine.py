@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import torch
 
 from engine.config import EngineConfig, ModelSpec
@@ -101,3 +102,41 @@ def test_tenant_salt_keeps_prefix_caches_apart(model_dirs: dict[str, Path]) -> N
     e.add_request("t3", "a", prompt, GREEDY, tenant="bank-a")
     drain(e)
     assert e.kv_manager.num_cache_hit_tokens == 20
+
+
+def _texts(e: LLMEngine, params: list[SamplingParams]) -> dict[str, tuple[str, str | None, int]]:
+    for i, p in enumerate(params):
+        e.add_request(f"r{i}", "q", [0, *range(20 + i, 30 + i)], p)
+    out: dict[str, tuple[str, str | None, int]] = {}
+    while e.has_work:
+        for rid, d in e.step():
+            text, _, n = out.get(rid, ("", None, 0))
+            out[rid] = (text + d.text, d.finish_reason, n + len(d.token_ids))
+    return out
+
+
+def test_text_decoded_at_the_end_equals_the_streamed_text(model_dirs: dict[str, Path]) -> None:
+    # Same seeds, same tokens: "final" must give each sequence exactly the text the deltas sum to,
+    # whatever ends it (length, EOS, a stop token with and without its text, the pool running out).
+    first = engine({"q": model_dirs["qwen3"]}).models["q"]
+    eos = min(first.eos_token_ids)
+    cases = [
+        SamplingParams(temperature=1.0, seed=s, max_tokens=m, stop_token_ids=t, include_stop_str_in_output=inc)
+        for s, m, t, inc in [
+            (1, 30, (), False), (2, 7, (), False), (3, 40, (eos,), False), (4, 40, (eos,), True),
+            (5, 40, tuple(range(100, 140)), False), (6, 40, tuple(range(100, 140)), True),
+        ]
+    ]  # fmt: skip
+    streamed = _texts(engine({"q": model_dirs["qwen3"]}), cases)
+    final_cases = [msgspec.structs.replace(p, output_text="final") for p in cases]
+    at_end = _texts(engine({"q": model_dirs["qwen3"]}), final_cases)
+    assert at_end == streamed
+    assert any(reason == "stop" for _, reason, _ in streamed.values())
+    assert all(text for text, _, _ in streamed.values())
+    # Outgrowing the whole pool (ended by the scheduler, not by a token) still returns the text.
+    tight = {"kv_cache_bytes": 6 * 4096}
+    long = [SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)]
+    streamed = _texts(engine({"q": model_dirs["qwen3"]}, **tight), long)
+    long_final = [msgspec.structs.replace(long[0], output_text="final")]
+    assert _texts(engine({"q": model_dirs["qwen3"]}, **tight), long_final) == streamed
+    assert streamed["r0"][2] < 200 and streamed["r0"][0]
