@@ -5,6 +5,7 @@ The tests run every kernel on CPU tensors under ``TRITON_INTERPRET=1``.
 """
 
 from engine.kernels.gumbel_argmax import gumbel_argmax
+from engine.kernels.normed_gemv import PendingNorm, normed_gemv
 from engine.kernels.paged_attention import paged_attention
 from engine.kernels.rms_norm import rms_norm, rms_norm_split_k
 from engine.kernels.rotary_kv import kv_write, rotary, rotary_kv_write
@@ -18,10 +19,12 @@ from engine.kernels.skinny_gemm import (
 )
 
 __all__ = [
+    "PendingNorm",
     "SkinnyGemmConfig",
     "SplitKPartials",
     "gumbel_argmax",
     "kv_write",
+    "normed_gemv",
     "paged_attention",
     "rms_norm",
     "rms_norm_split_k",

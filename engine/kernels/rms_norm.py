@@ -27,11 +27,12 @@ def _rms_norm_kernel(
     HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, PARTS: tl.constexpr, HAS_BIAS: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
-    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     i0, i1 = row // inner, row % inner
     cols = tl.arange(0, BLOCK_N)
     mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # a weight: before the wait
+    pdl_wait(PDL)
     if PARTS > 0:
         # x is a split-K GEMM's float32 partials [num_parts, rows, n]: summed as _split_sum_kernel
         # sums them (the same tree), plus the bias, rounded to the residual's dtype.
@@ -50,7 +51,6 @@ def _rms_norm_kernel(
         tl.store(res_out_ptr + row * n_cols + cols, x, mask=mask)
     h = x.to(tl.float32)
     h = h * tl.rsqrt(tl.sum(h * h, 0) / n_cols + eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     out = h.to(x.dtype).to(tl.float32) * w
     tl.store(out_ptr + row * n_cols + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -66,12 +66,16 @@ def _rows(x: torch.Tensor) -> tuple[int, int, int, int]:
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    residual_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """x, residual: [..., n] (2-D or 3-D with a contiguous last dim); weight: [n].
 
     Returns (normed, x + residual) — the second is None without a residual — both contiguous,
-    in x's shape and dtype.
+    in x's shape and dtype; the sum is written to ``residual_out`` when given (x's shape, contiguous).
     """
     if x.stride(-1) != 1 or (residual is not None and residual.stride(-1) != 1):
         x = x.contiguous()
@@ -80,7 +84,9 @@ def rms_norm(
     n = x.shape[-1]
     num_rows, inner, s0, s1 = _rows(x)
     out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
-    res_out = torch.empty_like(x) if residual is not None else None
+    res_out = None
+    if residual is not None:
+        res_out = residual_out.view(x.shape) if residual_out is not None else torch.empty_like(x)
     res = residual.reshape(x.shape) if residual is not None else x
     r0, r1 = (_rows(res)[2:]) if residual is not None else (0, 0)
     if num_rows == 0:
@@ -95,10 +101,15 @@ def rms_norm(
 
 
 def rms_norm_split_k(
-    x: SplitKPartials, weight: torch.Tensor, eps: float, residual: torch.Tensor
+    x: SplitKPartials,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor,
+    residual_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``rms_norm(y, weight, eps, residual)`` for y still in split-K partials (one launch for the
-    GEMM's split sum, the residual add and the norm). residual: [m, n], y's dtype."""
+    GEMM's split sum, the residual add and the norm). residual: [m, n], y's dtype. The sum goes to
+    ``residual_out`` when given ([m, n] contiguous)."""
     parts = x.partials
     num_parts, m, n = parts.shape
     if residual.shape != (m, n) or residual.dtype != x.dtype or residual.stride(-1) != 1:
@@ -106,7 +117,9 @@ def rms_norm_split_k(
             f"residual {tuple(residual.shape)} {residual.dtype} does not fit y {(m, n)} {x.dtype}"
         )
     out = torch.empty(m, n, dtype=torch.promote_types(x.dtype, weight.dtype), device=parts.device)
-    res_out = torch.empty(m, n, dtype=x.dtype, device=parts.device)
+    res_out = (
+        residual_out if residual_out is not None else torch.empty(m, n, dtype=x.dtype, device=parts.device)
+    )
     if m == 0:
         return out, res_out
     _rms_norm_kernel[(m,)](

@@ -3,8 +3,10 @@
 
 Two programs per token, in parallel: one rotates its query heads (rotate-half form), the other
 its key heads and, when a cache is given, stores the rotated key and the value at the token's
-slot (a single token's decode step is one short dependent chain of loads, so halving it counts). With per-head norm
-weights (Qwen3's q_norm / k_norm) each head is RMS-normalised first, in the same pass::
+slot. A single token's decode step is one short dependent chain of loads, so the chain is kept
+short: halved over two programs, angles, norm weights and slot loaded before ``pdl_wait``, and v
+loaded with k. With per-head norm weights (Qwen3's q_norm / k_norm) each head is RMS-normalised
+first, in the same pass::
 
     slot = slot_mapping[t]  ->  k_cache[slot // B, slot % B] = rope(k[t]);  v_cache[...] = v[t]
     slot < 0  ->  nothing stored (padding rows of a captured batch)
@@ -25,30 +27,46 @@ __all__ = ["kv_write", "rotary", "rotary_kv_write"]
 
 
 @triton.jit
-def _rotate(x_ptr, out_ptr, stride_t, stride_h, out_stride_t, out_stride_h, t, num_heads, cos, sin,
-            norm_ptr, eps,
-            HALF: tl.constexpr, H_PAD: tl.constexpr, D_HALF: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
-    h = tl.arange(0, H_PAD)
+def _norm_weights(norm_ptr, HALF: tl.constexpr, D_HALF: tl.constexpr):
     j = tl.arange(0, D_HALF)
-    mask = (h[:, None] < num_heads) & (j[None, :] < HALF)
-    base = x_ptr + t * stride_t + h[:, None] * stride_h + j[None, :]
-    x1 = tl.load(base, mask=mask, other=0.0)
-    x2 = tl.load(base + HALF, mask=mask, other=0.0)
+    w1 = tl.load(norm_ptr + j, mask=j < HALF, other=0.0).to(tl.float32)[None, :]
+    w2 = tl.load(norm_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32)[None, :]
+    return w1, w2
+
+
+@triton.jit
+def _rotate(x1, x2, cos, sin, w1, w2, eps, HALF: tl.constexpr, NORM: tl.constexpr):
+    # x1, x2: [heads, D_HALF] halves of each head -> the rotated halves, in x's dtype.
     dt = x1.dtype
     if NORM:
         # As the RMSNorm layer rounds: normalise in float32, round, times the weight, round.
         b1, b2 = x1.to(tl.float32), x2.to(tl.float32)
         rstd = tl.rsqrt((tl.sum(b1 * b1, 1) + tl.sum(b2 * b2, 1)) / (2 * HALF) + eps)[:, None]
-        w1 = tl.load(norm_ptr + j, mask=j < HALF, other=0.0).to(tl.float32)[None, :]
-        w2 = tl.load(norm_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32)[None, :]
         x1 = ((b1 * rstd).to(dt).to(tl.float32) * w1).to(dt)
         x2 = ((b2 * rstd).to(dt).to(tl.float32) * w2).to(dt)
     a1, a2 = x1.to(tl.float32), x2.to(tl.float32)
     o1 = (a1 * cos).to(dt).to(tl.float32) + (-(a2 * sin)).to(dt).to(tl.float32)
     o2 = (a2 * cos).to(dt).to(tl.float32) + (a1 * sin).to(dt).to(tl.float32)
-    dst = out_ptr + t * out_stride_t + h[:, None] * out_stride_h + j[None, :]
-    tl.store(dst, o1.to(dt), mask=mask)
-    tl.store(dst + HALF, o2.to(dt), mask=mask)
+    return o1.to(dt), o2.to(dt)
+
+
+@triton.jit
+def _heads(ptr, stride_h, num_heads, HALF: tl.constexpr, H_PAD: tl.constexpr, D_HALF: tl.constexpr):
+    # [H_PAD, D_HALF] offsets of each head's first half from ptr, and their mask.
+    h = tl.arange(0, H_PAD)
+    j = tl.arange(0, D_HALF)
+    return ptr + h[:, None] * stride_h + j[None, :], (h[:, None] < num_heads) & (j[None, :] < HALF)
+
+
+@triton.jit
+def _rotate_heads(src_ptr, stride_h, dst_ptr, dst_stride_h, num_heads, cos, sin, w1, w2, eps,
+                  HALF: tl.constexpr, H_PAD: tl.constexpr, D_HALF: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
+    src, mask = _heads(src_ptr, stride_h, num_heads, HALF, H_PAD, D_HALF)
+    o1, o2 = _rotate(tl.load(src, mask=mask, other=0.0), tl.load(src + HALF, mask=mask, other=0.0),
+                     cos, sin, w1, w2, eps, HALF, NORM)  # fmt: skip
+    dst, _ = _heads(dst_ptr, dst_stride_h, num_heads, HALF, H_PAD, D_HALF)
+    tl.store(dst, o1, mask=mask)
+    tl.store(dst + HALF, o2, mask=mask)
 
 
 @triton.jit
@@ -62,50 +80,53 @@ def _rotary_kv_kernel(
     HALF: tl.constexpr, H_PAD: tl.constexpr, KV_PAD: tl.constexpr, D_HALF: tl.constexpr,
     WRITE_CACHE: tl.constexpr, ROTATE: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    pdl_wait(PDL)
     t = tl.program_id(0).to(tl.int64)
     # Part 0 rotates q; part 1 (the only part without ROTATE) handles k and v.
-    kv_part = tl.program_id(1) == (1 if ROTATE else 0)
+    q_part = tl.program_id(1) == 0 if ROTATE else tl.program_id(1) < 0
     j = tl.arange(0, D_HALF)
+    # Before pdl_wait only what no kernel of this step writes (pdl.py): the angles from the step's
+    # positions, the norm weights, the slot; they load while the kernel ahead finishes.
     if ROTATE:
         inv_freq = tl.load(inv_freq_ptr + j, mask=j < HALF, other=0.0)
         angle = tl.load(pos_ptr + t).to(tl.float32) * inv_freq
         dt = q_ptr.dtype.element_ty
         cos = tl.cos(angle).to(dt).to(tl.float32)[None, :]
         sin = tl.sin(angle).to(dt).to(tl.float32)[None, :]
-        if tl.program_id(1) == 0:
-            _rotate(q_ptr, q_out_ptr, stride_qt, stride_qh, stride_qot, stride_qoh, t, num_heads, cos, sin,
-                    q_norm_ptr, eps, HALF, H_PAD, D_HALF, NORM)  # fmt: skip
     else:
         # Identity rotation: x * 1 + (-(y * 0)) is x exactly, so k is stored unchanged.
         cos = tl.full([1, D_HALF], 1.0, tl.float32)
         sin = tl.zeros([1, D_HALF], tl.float32)
-    # Nested ifs keep compile-time flags apart from the run-time kv_part (Triton's ``and``).
-    if ROTATE and not WRITE_CACHE:  # noqa: SIM102
-        if kv_part:
-            _rotate(k_ptr, k_out_ptr, stride_kt, stride_kh, stride_kot, stride_koh, t, num_kv_heads, cos,
-                    sin, k_norm_ptr, eps, HALF, KV_PAD, D_HALF, NORM)  # fmt: skip
-    if WRITE_CACHE:  # noqa: SIM102
-        if kv_part:
-            slot = tl.load(slot_ptr + t)
-            if slot >= 0:
-                block = slot // block_size
-                offset = slot % block_size
-                _rotate(k_ptr, k_cache_ptr + block * stride_cb + offset * stride_cs, stride_kt, stride_kh,
-                        0, stride_ch, t, num_kv_heads, cos, sin, k_norm_ptr, eps, HALF, KV_PAD, D_HALF,
-                        NORM)  # fmt: skip
-                h = tl.arange(0, KV_PAD)
-                d = tl.arange(0, 2 * D_HALF)
-                mask = (h[:, None] < num_kv_heads) & (d[None, :] < 2 * HALF)
-                v = tl.load(v_ptr + t * stride_vt + h[:, None] * stride_vh + d[None, :], mask=mask)
-                dst = (
-                    v_cache_ptr
-                    + block * stride_vcb
-                    + offset * stride_vcs
-                    + h[:, None] * stride_vch
-                    + d[None, :]
-                )
-                tl.store(dst, v, mask=mask)
+    if q_part:
+        w1, w2 = _norm_weights(q_norm_ptr, HALF, D_HALF)
+    else:
+        w1, w2 = _norm_weights(k_norm_ptr, HALF, D_HALF)
+    slot = tl.load(slot_ptr + t)  # without a cache, a valid index into another tensor of the step
+    pdl_wait(PDL)
+    if q_part:
+        _rotate_heads(q_ptr + t * stride_qt, stride_qh, q_out_ptr + t * stride_qot, stride_qoh, num_heads,
+                      cos, sin, w1, w2, eps, HALF, H_PAD, D_HALF, NORM)  # fmt: skip
+    elif not WRITE_CACHE:
+        _rotate_heads(k_ptr + t * stride_kt, stride_kh, k_out_ptr + t * stride_kot, stride_koh, num_kv_heads,
+                      cos, sin, w1, w2, eps, HALF, KV_PAD, D_HALF, NORM)  # fmt: skip
+    elif slot >= 0:
+        block = slot // block_size
+        offset = slot % block_size
+        src, mask = _heads(k_ptr + t * stride_kt, stride_kh, num_kv_heads, HALF, KV_PAD, D_HALF)
+        k1 = tl.load(src, mask=mask, other=0.0)
+        k2 = tl.load(src + HALF, mask=mask, other=0.0)
+        # v loads with k, before any store: one round trip to memory, not two.
+        v_src, _ = _heads(v_ptr + t * stride_vt, stride_vh, num_kv_heads, HALF, KV_PAD, D_HALF)
+        v1 = tl.load(v_src, mask=mask)
+        v2 = tl.load(v_src + HALF, mask=mask)
+        o1, o2 = _rotate(k1, k2, cos, sin, w1, w2, eps, HALF, NORM)
+        dst, _ = _heads(k_cache_ptr + block * stride_cb + offset * stride_cs, stride_ch, num_kv_heads,
+                        HALF, KV_PAD, D_HALF)  # fmt: skip
+        tl.store(dst, o1, mask=mask)
+        tl.store(dst + HALF, o2, mask=mask)
+        v_dst, _ = _heads(v_cache_ptr + block * stride_vcb + offset * stride_vcs, stride_vch, num_kv_heads,
+                          HALF, KV_PAD, D_HALF)  # fmt: skip
+        tl.store(v_dst, v1, mask=mask)
+        tl.store(v_dst + HALF, v2, mask=mask)
 
 
 def rotary(

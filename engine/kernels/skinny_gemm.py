@@ -183,6 +183,12 @@ def _split_sum_kernel(
     tl.store(y_ptr + row * stride_ym + cols, acc.to(y_ptr.dtype.element_ty), mask=cols < n)
 
 
+PREFETCH_WHOLE_SLICE = True
+"""One row, W under 64 Ki columns: each program loads its whole K slice as one tile, which under
+PDL streams in before the kernel ahead has finished (``skinny_gemm_config``). Off: the swept
+tiles of 256/512 columns (benchmarks flip it)."""
+
+
 def skinny_gemm_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
     """The launch shape for x [m, k] @ W[n, k]^T, read off an H200 sweep of decode shapes (bf16).
 
@@ -194,9 +200,16 @@ def skinny_gemm_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
         1      16 x 256, split 4          16 x 512           16 x 512            16 x 512
         2..16  64 x 256, split 4          64 x 256           32 x 128            64 x 128
                (64 x 128 when K ≥ 4096)
+
+    With ``PREFETCH_WHOLE_SLICE`` one row below 64 Ki columns takes its K slice as one tile of up
+    to 1,024 columns (eight warps): a step of a small model is a chain of such GEMMs, and a tile
+    loaded before ``pdl_wait`` is memory latency the chain does not wait for.
     """
     split_k = 4 if n <= 4096 and k >= 2048 else 1
     if m == 1:
+        if PREFETCH_WHOLE_SLICE and n < 65536 and k // split_k <= 1024:
+            block_k = min(1024, triton.next_power_of_2(triton.cdiv(k, split_k)))
+            return SkinnyGemmConfig(block_n=16, block_k=block_k, split_k=split_k, use_dot=False, num_warps=8)
         return SkinnyGemmConfig(
             block_n=16, block_k=256 if split_k > 1 else 512, split_k=split_k, use_dot=False
         )

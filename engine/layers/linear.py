@@ -25,6 +25,7 @@ from torch import nn
 from engine.distributed import tp_rank, tp_world_size
 
 if TYPE_CHECKING:
+    from engine.kernels.normed_gemv import PendingNorm
     from engine.kernels.skinny_gemm import SplitKPartials
 
 __all__ = [
@@ -52,8 +53,14 @@ def is_skinny(x: torch.Tensor) -> bool:
     )
 
 
-def _matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # x: [num_tokens, in] -> [num_tokens, out]
+def _matmul(x: torch.Tensor | PendingNorm, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # x: [num_tokens, in] -> [num_tokens, out]; or the one-row norm left to this GEMM (RMSNorm's defer)
+    if not isinstance(x, torch.Tensor):
+        if USE_SKINNY_GEMM and x.fuses_into(weight):
+            from engine.kernels import normed_gemv
+
+            return normed_gemv(x, weight, bias)
+        x = x.materialize()
     if is_skinny(x):
         from engine.kernels import skinny_gemm
 
@@ -84,7 +91,7 @@ class ColumnParallelLinear(_ParallelLinear):
         size = param.shape[0]
         param.data.copy_(loaded.narrow(0, self.tp_rank * size, size))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | PendingNorm) -> torch.Tensor:
         return _matmul(x, self.weight, self.bias)
 
 

@@ -12,9 +12,14 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from engine.kernels.normed_gemv import PendingNorm
     from engine.kernels.skinny_gemm import SplitKPartials
 
-__all__ = ["RMSNorm"]
+__all__ = ["DEFER_TO_GEMV", "RMSNorm"]
+
+DEFER_TO_GEMV = True
+"""One row on CUDA (batch-1 decode): ``forward_with_residual(..., defer=True)`` leaves the norm to
+the GEMM that consumes it (``engine.kernels.normed_gemv``). Benchmarks flip it."""
 
 
 class RMSNorm(nn.Module):
@@ -32,12 +37,20 @@ class RMSNorm(nn.Module):
         return self.forward_torch(x)
 
     def forward_with_residual(
-        self, x: torch.Tensor | SplitKPartials, residual: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, x: torch.Tensor | SplitKPartials, residual: torch.Tensor, *, defer: bool = False
+    ) -> tuple[torch.Tensor | PendingNorm, torch.Tensor]:
         """(norm(x + residual), x + residual): the decoder's residual add fused into its norm.
 
         x may be a skinny GEMM's split-K partials (decode on CUDA): their sum joins the fusion.
+        With ``defer``, one row on CUDA: the norm comes back as a ``PendingNorm`` for the linear
+        layer after it to compute (the returned sum is filled in by then).
         """
+        if defer and DEFER_TO_GEMV and residual.is_cuda and residual.shape[0] == 1:
+            from engine.kernels.normed_gemv import MAX_K, PendingNorm
+
+            if residual.dim() == 2 and residual.shape[1] <= MAX_K and residual.is_contiguous():
+                out = torch.empty_like(residual)
+                return PendingNorm(x, residual, self.weight, self.eps, out), out
         if not isinstance(x, torch.Tensor):
             from engine.kernels import rms_norm_split_k
 

@@ -27,6 +27,7 @@ from engine.layers.linear import is_skinny
 from engine.model_config import ModelConfig
 
 if TYPE_CHECKING:
+    from engine.kernels.normed_gemv import PendingNorm
     from engine.kernels.skinny_gemm import SplitKPartials
 
 __all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP"]
@@ -51,9 +52,10 @@ class LlamaAttention(nn.Module):
         )
 
     def forward(
-        self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata
+        self, positions: torch.Tensor, x: torch.Tensor | PendingNorm, meta: AttentionMetadata
     ) -> torch.Tensor | SplitKPartials:
-        # x: [num_tokens, hidden]; decode on CUDA may return o_proj's split-K partials (see norm)
+        # x: [num_tokens, hidden], or its norm left to qkv_proj (one row on CUDA); decode on CUDA
+        # may return o_proj's split-K partials (see norm)
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
@@ -86,7 +88,7 @@ class LlamaMLP(nn.Module):
         self.down_proj = RowParallelLinear(size, config.hidden_size, bias=config.mlp_bias)
         self.act = SiluAndMul()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor | SplitKPartials:
+    def forward(self, x: torch.Tensor | PendingNorm) -> torch.Tensor | SplitKPartials:
         gate_up = self.gate_up_proj(x)
         if is_skinny(gate_up):  # decode on CUDA: SiLU-and-mul inside the down projection
             return self.down_proj.forward_silu_mul(gate_up)
@@ -112,15 +114,17 @@ class LlamaDecoderLayer(nn.Module):
         meta: AttentionMetadata,
     ) -> tuple[torch.Tensor | SplitKPartials, torch.Tensor]:
         # x: the previous layer's MLP output (or the embeddings); residual: the stream before it.
-        # Each add is fused into the norm after it; returns (mlp output, residual stream).
+        # Each add is fused into the norm after it, and at one row on CUDA the norm into the GEMM
+        # after that (defer); returns (mlp output, residual stream).
+        h: torch.Tensor | PendingNorm
         if residual is None:
             assert isinstance(x, torch.Tensor)  # the embeddings
             residual = x
             h = self.input_layernorm(x)
         else:
-            h, residual = self.input_layernorm.forward_with_residual(x, residual)
-        h = self.self_attn(positions, h, meta)
-        h, residual = self.post_attention_layernorm.forward_with_residual(h, residual)
+            h, residual = self.input_layernorm.forward_with_residual(x, residual, defer=True)
+        attn = self.self_attn(positions, h, meta)
+        h, residual = self.post_attention_layernorm.forward_with_residual(attn, residual, defer=True)
         return self.mlp(h), residual
 
 
@@ -143,6 +147,7 @@ class LlamaModel(nn.Module):
             assert isinstance(x, torch.Tensor)
             return self.norm(x)  # type: ignore[no-any-return]
         y, _ = self.norm.forward_with_residual(x, residual)
+        assert isinstance(y, torch.Tensor)  # not deferred
         return y
 
 

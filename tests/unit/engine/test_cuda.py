@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,25 @@ def test_cuda_greedy_matches_hf(model_dirs: dict[str, Path], arch: str) -> None:
     first = bf16.generate(prompts, seeded)
     again = bf16.generate(prompts[:1], seeded)
     assert first[0].token_ids == again[0].token_ids
+
+
+def test_batch_one_fusions_change_no_token(
+    model_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One sequence in bf16 takes the norm-in-GEMV path and the K/V prefetch; the same greedy
+    # tokens as the separate norm kernel and no prefetch (the same rounding, by construction).
+    from engine.layers import norm
+
+    attention = importlib.import_module("engine.kernels.paged_attention")  # the package exports the function
+
+    prompt = [0, *range(10, 40)]
+    params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+
+    def tokens() -> list[int]:
+        llm = LLM(str(model_dirs["qwen3"]), device="cuda", dtype="bfloat16", kv_cache_bytes=1 << 22)
+        return llm.generate([prompt], params)[0].token_ids
+
+    fused = tokens()
+    monkeypatch.setattr(norm, "DEFER_TO_GEMV", False)
+    monkeypatch.setattr(attention, "PREFETCH_SMALL_BATCH", False)
+    assert tokens() == fused

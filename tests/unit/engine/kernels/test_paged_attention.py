@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -80,6 +82,26 @@ def test_decode_matches_torch_for_every_split(device: str, splits: int) -> None:
         max_query_len=1, scale=0.25, num_splits=splits,
     )  # fmt: skip
     _check(got, want, torch.float32)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_first_tile_prefetch_matches(device: str, prefetch: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = importlib.import_module("engine.kernels.paged_attention")  # the package exports the function
+    monkeypatch.setattr(module, "PREFETCH_SMALL_BATCH", prefetch)
+    # Contexts shorter than a split, ending mid-tile and on a tile edge; one empty (a padding row).
+    q, k_cache, v_cache, meta = _case(
+        device, torch.float32, heads=(8, 2, 16), block_size=4, q_lens=[1] * 5,
+        ctx_lens=[1, 31, 32, 33, 150], seed=9,
+    )  # fmt: skip
+    meta.context_lens[0] = 0
+    want = TorchPagedAttention().forward(q, k_cache, v_cache, meta, scale=0.25)
+    for splits in (1, 2, 16):
+        got = paged_attention(
+            q, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.query_starts,
+            max_query_len=1, scale=0.25, num_splits=splits,
+        )  # fmt: skip
+        _check(got[1:], want[1:], torch.float32)
+        assert (got[0] == 0).all()  # no keys: zeros
 
 
 def test_decode_batch_takes_the_wide_tile(device: str) -> None:

@@ -1,0 +1,145 @@
+"""One decode bucket's CUDA graph, replayed alone: the GPU's time per step without the host.
+
+``bench.gpu_engine`` times whole engine steps; this isolates what the GPU does in one. It builds
+a random model of a real shape, runs a request to a given context, then replays the captured
+graph of one batch bucket back to back and reports, for each variant (``VARIANTS``: PDL off, the
+older GEMM tiles, no K/V prefetch, ...):
+
+- ``replay_us``: GPU time per replay (CUDA events over many replays): the step's device floor;
+- the kernels of one replay (torch.profiler): name, launches, mean µs. With PDL on a kernel's
+  span includes its early start (waiting for the one before), so the sum exceeds the replay;
+  with PDL off the spans are the kernels' own, and replay minus their sum is launch gaps.
+
+    python -m bench.graph_profile --out $OUT [--shape qwen3-0.6b] [--bucket 1] [--context 256]
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+_PDL, _GEMM, _ATTN = "engine.kernels.pdl", "engine.kernels.skinny_gemm", "engine.kernels.paged_attention"
+VARIANTS: dict[str, dict[tuple[str, str], object]] = {
+    "default": {},
+    "pdl_off": {(_PDL, "ENABLED"): False},
+    "gemm_tiles": {(_GEMM, "PREFETCH_WHOLE_SLICE"): False},
+    "no_kv_prefetch": {(_ATTN, "PREFETCH_SMALL_BATCH"): False},
+    "norm_kernel": {("engine.layers.norm", "DEFER_TO_GEMV"): False},
+}
+"""Module flags flipped for one capture each (the kernels they select are compiled then)."""
+
+
+@click.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@click.option("--shape", default="qwen3-0.6b", show_default=True)
+@click.option("--bucket", "buckets", type=int, multiple=True, default=(1,), show_default=True)
+@click.option("--context", default=256, show_default=True, help="tokens per sequence when replayed")
+@click.option("--replays", default=200, show_default=True)
+@click.option("--variant", "variants", type=click.Choice(list(VARIANTS)), multiple=True,
+              default=("default", "pdl_off"), show_default=True)  # fmt: skip
+@click.option("--workdir", type=click.Path(path_type=Path), default=Path("/dev/shm/strongroom-bench"))
+def main(
+    out_dir: Path,
+    shape: str,
+    buckets: tuple[int, ...],
+    context: int,
+    replays: int,
+    variants: tuple[str, ...],
+    workdir: Path,
+) -> None:
+    from bench.gpu_engine import _hf_model, _save
+    from bench.provenance import provenance
+    from engine import LLM, SamplingParams
+
+    path = workdir / shape
+    if not (path / "config.json").exists():
+        _save(_hf_model(shape), path)
+    llm = LLM(str(path), dtype="bfloat16", device="cuda", max_num_seqs=max(buckets), kv_cache_bytes=8 << 30)
+    engine, name = llm.engine, llm.model_names[0]
+    report: dict[str, Any] = {"provenance": provenance(["bench.graph_profile"], "cuda"), "runs": []}
+    for bucket in buckets:
+        params = SamplingParams(temperature=0, max_tokens=10**6, ignore_eos=True)
+        for i in range(bucket):
+            engine.add_request(
+                f"b{bucket}-{i}", name, [2 + (i * 7 + j) % 9000 for j in range(context)], params
+            )
+        for _ in range(4):  # prefill, then decode steps: the static inputs hold real sequences
+            engine.step()
+        graphs = engine.runners[name].graphs
+        replaced = []  # a graph freed while its pool is captured into trips the caching allocator
+        for variant in variants:
+            flags = VARIANTS[variant]
+            saved = {(m, a): getattr(importlib.import_module(m), a) for m, a in flags}
+            for (m, a), value in flags.items():
+                setattr(importlib.import_module(m), a, value)
+            try:
+                replaced.append(graphs.graphs.pop(bucket))
+                graphs._capture(bucket)
+                timed = _time(graphs.graphs[bucket], replays)
+            finally:
+                for (m, a), value in saved.items():
+                    setattr(importlib.import_module(m), a, value)
+            run = {"bucket": bucket, "context": context, "variant": variant, **timed}
+            report["runs"].append(run)
+            print(json.dumps({k: v for k, v in run.items() if k != "kernels"}), flush=True)
+            for k in run["kernels"][:14]:
+                print(f"  {k['us']:8.2f} us x{k['per_replay']:>4}  {k['name']}")
+        for i in range(bucket):
+            engine.abort(f"b{bucket}-{i}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "graph_profile.json").write_text(json.dumps(report, indent=2, default=str))
+
+
+def _time(graph: Any, replays: int) -> dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(20):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / replays)
+    profiled = 20
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(profiled):
+            graph.replay()
+        torch.cuda.synchronize()
+    time.sleep(0.1)
+    kernels = [
+        e for e in prof.key_averages() if e.device_type.name == "CUDA" and e.self_device_time_total > 0
+    ]
+    total = sum(e.self_device_time_total for e in kernels) / profiled
+    return {
+        "replay_us": min(times),
+        "replay_us_all": times,
+        "kernel_us_sum": total,
+        "launches": sum(e.count for e in kernels) // profiled,
+        "kernels": sorted(
+            (
+                {
+                    "name": e.key[:100],
+                    "per_replay": e.count // profiled,
+                    "us": e.self_device_time_total / e.count,
+                    "us_per_replay": e.self_device_time_total / profiled,
+                }
+                for e in kernels
+            ),
+            key=lambda k: -k["us_per_replay"],
+        ),
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+# mypy: disable-error-code="untyped-decorator, no-untyped-def"
+"""RMSNorm, with the residual add before it, fused into the one-row GEMM after it (batch-1 decode).
+
+At one sequence a decode step is a chain of some 230 small kernels, and each link costs a round
+trip through memory and a grid boundary whatever its size. Each decoder layer has two links of
+the form ``GEMM -> add + RMSNorm -> GEMM``; here the second GEMM computes the norm itself::
+
+    before:  o_proj -> [partials] -> add+norm -> [h, residual'] -> gate_up
+    after:   o_proj -> [partials] -> gate_up (every program: h = norm(sum(partials) + residual);
+                                              program 0 also stores residual' = sum + residual)
+
+Every program recomputes the row's norm (a row of at most 1,024 values, from L2) and multiplies
+its ``BLOCK_N`` rows of W, which it loaded before ``pdl_wait`` (the whole K in one tile). The
+rounding is rms_norm's then skinny_gemm's (one row), so results are those of the two kernels.
+``PendingNorm`` is the norm not yet computed; a consumer that cannot fuse it calls
+``materialize()`` and gets the norm kernel's output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.kernels.rms_norm import rms_norm, rms_norm_split_k
+from engine.kernels.skinny_gemm import SplitKPartials
+
+__all__ = ["MAX_K", "PendingNorm", "normed_gemv"]
+
+MAX_K = 1024
+"""Longest row fused: the row and a program's W tile stay in registers (8 warps)."""
+_BLOCK_N = 16
+
+
+@dataclass(frozen=True)
+class PendingNorm:
+    """``rms_norm(x + residual) * weight`` for one row, left to the GEMM that consumes it."""
+
+    x: torch.Tensor | SplitKPartials
+    """[1, n]: the previous layer's output, or its GEMM's split-K partials."""
+    residual: torch.Tensor
+    """[1, n]."""
+    weight: torch.Tensor
+    eps: float
+    residual_out: torch.Tensor
+    """[1, n]: receives x + residual (the next residual stream) from whichever kernel computes it."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.residual.is_cuda
+
+    def materialize(self) -> torch.Tensor:
+        """The norm by its own kernel, for a consumer that cannot fuse it."""
+        if isinstance(self.x, SplitKPartials):
+            return rms_norm_split_k(self.x, self.weight, self.eps, self.residual, self.residual_out)[0]
+        return rms_norm(self.x, self.weight, self.eps, self.residual, self.residual_out)[0]
+
+    def fuses_into(self, weight: torch.Tensor) -> bool:
+        """Whether ``normed_gemv`` takes this norm into a GEMM with ``weight`` [n_out, n]."""
+        n = self.residual.shape[-1]
+        return (
+            self.residual.shape[0] == 1
+            and self.residual.is_contiguous()
+            and self.residual_out.is_contiguous()
+            and weight.shape[1] == n
+            and n <= MAX_K
+            and weight.dtype == self.residual.dtype
+            and weight.stride(1) == 1
+        )
+
+
+@triton.jit
+def _normed_gemv_kernel(
+    x_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_bias_ptr, w_ptr, b_ptr, y_ptr,
+    n, k, stride_part, num_parts, stride_wn, eps,
+    PARTS: tl.constexpr, X_HAS_BIAS: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    kk = tl.arange(0, BLOCK_K)
+    n_ok, k_ok = rn < n, kk < k
+    # Weights before the wait: they stream in while the kernel ahead finishes.
+    w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                other=0.0, eviction_policy="evict_first")  # fmt: skip
+    norm_w = tl.load(norm_w_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
+    pdl_wait(PDL)
+    dtype = res_ptr.dtype.element_ty
+    if PARTS > 0:  # summed as rms_norm_split_k sums them
+        s = tl.arange(0, PARTS)
+        part = tl.load(x_ptr + s[:, None] * stride_part + kk[None, :],
+                       mask=(s[:, None] < num_parts) & k_ok[None, :], other=0.0)  # fmt: skip
+        acc = tl.sum(part, 0)
+        if X_HAS_BIAS:
+            acc += tl.load(x_bias_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
+        x = acc.to(dtype)
+    else:
+        x = tl.load(x_ptr + kk, mask=k_ok, other=0.0)
+    r = tl.load(res_ptr + kk, mask=k_ok, other=0.0)
+    x = (x.to(tl.float32) + r.to(tl.float32)).to(dtype)
+    if pid == 0:
+        tl.store(res_out_ptr + kk, x, mask=k_ok)
+    h = x.to(tl.float32)
+    h = h * tl.rsqrt(tl.sum(h * h, 0) / k + eps)
+    h = (h.to(dtype).to(tl.float32) * norm_w).to(dtype)
+    y = tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], 1)  # [BLOCK_N], as skinny_gemm's one row
+    if HAS_BIAS:
+        y += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)
+    tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=n_ok)
+
+
+def normed_gemv(pending: PendingNorm, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(pending.materialize(), weight, bias)`` in one kernel; also fills
+    ``pending.residual_out``. Needs ``pending.fuses_into(weight)``. Returns [1, n_out]."""
+    if not pending.fuses_into(weight):
+        raise ValueError(
+            f"cannot fuse a norm of {tuple(pending.residual.shape)} into weight {tuple(weight.shape)}"
+        )
+    residual = pending.residual
+    n_out, k = weight.shape
+    y = torch.empty(1, n_out, dtype=residual.dtype, device=residual.device)
+    x = pending.x
+    if isinstance(x, SplitKPartials):
+        x_ptr, stride_part, num_parts, x_bias = x.partials, x.partials.stride(0), x.partials.shape[0], x.bias
+    else:
+        x_ptr, stride_part, num_parts, x_bias = x.contiguous(), 0, 0, None
+    _normed_gemv_kernel[(triton.cdiv(n_out, _BLOCK_N),)](
+        x_ptr, residual, pending.weight, pending.residual_out,
+        x_bias if x_bias is not None else y, weight, bias if bias is not None else y, y,
+        n_out, k, stride_part, num_parts, weight.stride(0), pending.eps,
+        PARTS=triton.next_power_of_2(num_parts) if num_parts else 0, X_HAS_BIAS=x_bias is not None,
+        HAS_BIAS=bias is not None, BLOCK_N=_BLOCK_N, BLOCK_K=triton.next_power_of_2(k), num_warps=8,
+        **pdl_launch(residual),
+    )  # fmt: skip
+    return y

@@ -1,0 +1,148 @@
+"""The norm fused into the one-row GEMM after it, against the two kernels it replaces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.kernels import (
+    PendingNorm,
+    SkinnyGemmConfig,
+    SplitKPartials,
+    normed_gemv,
+    rms_norm,
+    skinny_gemm,
+    skinny_gemm_deferred,
+)
+from engine.layers import RMSNorm
+from engine.layers import linear as linear_module
+from engine.layers import norm as norm_module
+from engine.layers.linear import ColumnParallelLinear
+
+_DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _pending(x: torch.Tensor | SplitKPartials, n: int, dtype: torch.dtype, device: str) -> PendingNorm:
+    weight = torch.randn(n).to(dtype).to(device)
+    residual = torch.randn(1, n).to(dtype).to(device)
+    return PendingNorm(x, residual, weight, 1e-6, torch.empty_like(residual))
+
+
+def _unfused(
+    pending: PendingNorm, w: torch.Tensor, b: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two kernels: the norm, then a one-row skinny GEMM taking the whole row as one tile."""
+    out = torch.empty_like(pending.residual_out)
+    h = PendingNorm(pending.x, pending.residual, pending.weight, pending.eps, out).materialize()
+    block_k = 1 << (w.shape[1] - 1).bit_length()
+    config = SkinnyGemmConfig(block_n=16, block_k=block_k, use_dot=False, num_warps=8)
+    return skinny_gemm(h, w, b, config), out
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("n_out", [48, 40])
+def test_plain_input_matches_norm_then_gemm(device: str, dtype: torch.dtype, bias: bool, n_out: int) -> None:
+    n = 96  # not a power of two: the row is one masked tile
+    pending = _pending(torch.randn(1, n).to(dtype).to(device), n, dtype, device)
+    w = (torch.randn(n_out, n) / n**0.5).to(dtype).to(device)
+    b = torch.randn(n_out).to(dtype).to(device) if bias else None
+    want, want_res = _unfused(pending, w, b)
+    got = normed_gemv(pending, w, b)
+    assert got.shape == (1, n_out) and got.dtype == dtype
+    torch.testing.assert_close(pending.residual_out, want_res, rtol=0, atol=0)
+    if device == "cpu":  # the interpreter reduces both the same way: the same bits
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("split_k", [3, 4])
+@pytest.mark.parametrize("producer_bias", [False, True])
+def test_split_k_partials_of_the_gemm_before(device: str, split_k: int, producer_bias: bool) -> None:
+    dtype, n, k_before = torch.bfloat16, 64, 96
+    x_before = torch.randn(1, k_before).to(dtype).to(device)
+    w_before = (torch.randn(n, k_before) / k_before**0.5).to(dtype).to(device)
+    b_before = torch.randn(n).to(dtype).to(device) if producer_bias else None
+    partials = skinny_gemm_deferred(
+        x_before, w_before, b_before, SkinnyGemmConfig(block_n=16, block_k=16, split_k=split_k)
+    )
+    assert isinstance(partials, SplitKPartials)
+    pending = _pending(partials, n, dtype, device)
+    w = (torch.randn(32, n) / n**0.5).to(dtype).to(device)
+    want, want_res = _unfused(pending, w, None)
+    got = normed_gemv(pending, w)
+    assert torch.equal(pending.residual_out, want_res)
+    if device == "cpu":
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+def test_what_cannot_fuse_is_refused(device: str) -> None:
+    dtype = torch.bfloat16
+    pending = _pending(torch.randn(1, 64).to(dtype).to(device), 64, dtype, device)
+    assert pending.fuses_into(torch.randn(8, 64).to(dtype).to(device))
+    assert not pending.fuses_into(torch.randn(8, 32).to(dtype).to(device))  # another K
+    assert not pending.fuses_into(torch.randn(8, 64).to(device))  # another dtype
+    assert not pending.fuses_into(torch.randn(64, 8).to(dtype).to(device).t())  # K not contiguous
+    wide = _pending(torch.randn(1, 2048).to(dtype).to(device), 2048, dtype, device)
+    assert not wide.fuses_into(torch.randn(8, 2048).to(dtype).to(device))  # past MAX_K
+    with pytest.raises(ValueError, match="cannot fuse"):
+        normed_gemv(wide, torch.randn(8, 2048).to(dtype).to(device))
+    two_rows = PendingNorm(
+        torch.randn(2, 64).to(dtype), torch.randn(2, 64).to(dtype), pending.weight.cpu(), 1e-6,
+        torch.empty(2, 64, dtype=dtype),
+    )  # fmt: skip
+    assert not two_rows.fuses_into(torch.randn(8, 64).to(dtype))
+
+
+def test_layers_never_defer_on_cpu() -> None:
+    layer = RMSNorm(64)
+    x, res = torch.randn(1, 64), torch.randn(1, 64)
+    h, summed = layer.forward_with_residual(x, res, defer=True)
+    assert isinstance(h, torch.Tensor)
+    torch.testing.assert_close(summed, x + res)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_layers_defer_one_row_and_materialize_when_they_cannot_fuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    dtype, n, device = torch.bfloat16, 64, "cuda"
+    layer = RMSNorm(n)
+    layer.weight.data = torch.randn(n).to(dtype).to(device)
+    x, res = torch.randn(1, n).to(dtype).to(device), torch.randn(1, n).to(dtype).to(device)
+    want_h, want_res = rms_norm(x, layer.weight, layer.eps, res)
+    h, summed = layer.forward_with_residual(x, res, defer=True)
+    assert isinstance(h, PendingNorm) and h.residual_out is summed
+    # A consumer that cannot fuse (cuBLAS here) gets the norm kernel's output and the sum.
+    monkeypatch.setattr(linear_module, "USE_SKINNY_GEMM", False)
+    linear = ColumnParallelLinear(n, 32).to(dtype).to(device)
+    linear.weight.data.normal_()
+    got = linear(h)
+    torch.testing.assert_close(got, torch.nn.functional.linear(want_h, linear.weight), rtol=0, atol=0)
+    assert torch.equal(summed, want_res)
+    # Two rows, or the flag off: the norm runs at once.
+    two = torch.randn(2, n).to(dtype).to(device)
+    assert isinstance(layer.forward_with_residual(two, two, defer=True)[0], torch.Tensor)
+    monkeypatch.setattr(norm_module, "DEFER_TO_GEMV", False)
+    assert isinstance(layer.forward_with_residual(x, res, defer=True)[0], torch.Tensor)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("n_out", [4096, 6144])
+def test_real_shapes_on_gpu(n_out: int) -> None:
+    # Qwen3-0.6B: hidden 1,024; o_proj's partials (split 4) into gate_up / qkv.
+    dtype, n = torch.bfloat16, 1024
+    x_before = torch.randn(1, 2048, dtype=dtype, device="cuda")
+    w_before = torch.randn(n, 2048, dtype=dtype, device="cuda") / 2048**0.5
+    partials = skinny_gemm_deferred(x_before, w_before)
+    assert isinstance(partials, SplitKPartials)
+    pending = _pending(partials, n, dtype, "cuda")
+    w = torch.randn(n_out, n, dtype=dtype, device="cuda") / n**0.5
+    want, want_res = _unfused(pending, w, None)
+    got = normed_gemv(pending, w)
+    assert torch.equal(pending.residual_out, want_res)
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+    assert (got.float() - want.float()).abs().max() <= 2**-6 * want.float().abs().max()
