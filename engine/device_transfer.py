@@ -29,5 +29,12 @@ def to_device(
 
 def scatter_rows(dst: torch.Tensor, dst_rows: list[int], src: torch.Tensor, src_rows: list[int]) -> None:
     """``dst[dst_rows[j]] = src[src_rows[j]]`` on the device, queued behind what wrote ``src``."""
-    if dst_rows:
-        dst[to_device(dst_rows, torch.long, dst.device)] = src[to_device(src_rows, torch.long, src.device)]
+    if not dst_rows:
+        return
+    first, n = dst_rows[0], len(dst_rows)
+    if dst_rows == src_rows and dst_rows[-1] == first + n - 1 and dst_rows == list(range(first, first + n)):
+        # The same rows, one run (decode with the batch unchanged, every step at one sequence):
+        # one device copy instead of two index uploads and a gather-scatter.
+        dst[first : first + n] = src[first : first + n]
+        return
+    dst[to_device(dst_rows, torch.long, dst.device)] = src[to_device(src_rows, torch.long, src.device)]
