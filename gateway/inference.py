@@ -220,6 +220,9 @@ class InferenceService:
                 logprobs=logprobs,
                 n=body.n,
                 ignore_eos=body.ignore_eos,
+                # A plain answer is read whole, after the response filters: the engine decodes its
+                # text once at the end instead of every step (the same text, less engine host time).
+                output_text="delta" if body.stream else "final",
             )
         except EngineError as exc:
             raise BadRequestError(exc.message, param=exc.param) from None
