@@ -30,6 +30,7 @@ VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "gemm_tiles": {(_GEMM, "PREFETCH_WHOLE_SLICE"): False},
     "no_kv_prefetch": {(_ATTN, "PREFETCH_SMALL_BATCH"): False},
     "norm_kernel": {("engine.layers.norm", "DEFER_TO_GEMV"): False},
+    "gemv_block32": {("engine.kernels.normed_gemv", "BLOCK_N"): 32},
 }
 """Module flags flipped for one capture each (the kernels they select are compiled then)."""
 

@@ -28,11 +28,13 @@ from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.rms_norm import rms_norm, rms_norm_split_k
 from engine.kernels.skinny_gemm import SplitKPartials
 
-__all__ = ["MAX_K", "PendingNorm", "normed_gemv"]
+__all__ = ["BLOCK_N", "MAX_K", "PendingNorm", "normed_gemv"]
 
 MAX_K = 1024
 """Longest row fused: the row and a program's W tile stay in registers (8 warps)."""
-_BLOCK_N = 16
+BLOCK_N = 16
+"""W rows (output columns) per program: every program recomputes the norm, so fewer, wider
+programs repeat less of it but stream W over fewer multiprocessors (benchmarks try 32)."""
 
 
 @dataclass(frozen=True)
@@ -127,12 +129,12 @@ def normed_gemv(pending: PendingNorm, weight: torch.Tensor, bias: torch.Tensor |
         x_ptr, stride_part, num_parts, x_bias = x.partials, x.partials.stride(0), x.partials.shape[0], x.bias
     else:
         x_ptr, stride_part, num_parts, x_bias = x.contiguous(), 0, 0, None
-    _normed_gemv_kernel[(triton.cdiv(n_out, _BLOCK_N),)](
+    _normed_gemv_kernel[(triton.cdiv(n_out, BLOCK_N),)](
         x_ptr, residual, pending.weight, pending.residual_out,
         x_bias if x_bias is not None else y, weight, bias if bias is not None else y, y,
         n_out, k, stride_part, num_parts, weight.stride(0), pending.eps,
         PARTS=triton.next_power_of_2(num_parts) if num_parts else 0, X_HAS_BIAS=x_bias is not None,
-        HAS_BIAS=bias is not None, BLOCK_N=_BLOCK_N, BLOCK_K=triton.next_power_of_2(k), num_warps=8,
+        HAS_BIAS=bias is not None, BLOCK_N=BLOCK_N, BLOCK_K=triton.next_power_of_2(k), num_warps=8,
         **pdl_launch(residual),
     )  # fmt: skip
     return y

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -55,6 +57,15 @@ def test_plain_input_matches_norm_then_gemm(device: str, dtype: torch.dtype, bia
         assert torch.equal(got, want)
     else:
         torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+def test_wider_programs_give_the_same_result(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    dtype, n = torch.bfloat16, 64
+    pending = _pending(torch.randn(1, n).to(dtype).to(device), n, dtype, device)
+    w = (torch.randn(72, n) / n**0.5).to(dtype).to(device)
+    narrow = normed_gemv(pending, w)
+    monkeypatch.setattr(importlib.import_module("engine.kernels.normed_gemv"), "BLOCK_N", 32)
+    torch.testing.assert_close(normed_gemv(pending, w), narrow, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("split_k", [3, 4])
