@@ -100,3 +100,21 @@ def test_repr_shows_counts_not_text() -> None:
     checker = StopChecker(SamplingParams(stop=("secretX",)))
     checker.update(5, "secret")
     assert "secret" not in repr(checker)
+
+
+def test_which_tokens_end_without_their_text() -> None:
+    plain = StopChecker(SamplingParams(max_tokens=9, stop_token_ids=(7,)), eos_token_ids={2})
+    assert plain.drops_text_of(2) and plain.drops_text_of(7) and not plain.drops_text_of(3)
+    kept = StopChecker(SamplingParams(max_tokens=9, stop_token_ids=(7,), include_stop_str_in_output=True))
+    assert not kept.drops_text_of(7)
+    ignoring = StopChecker(SamplingParams(max_tokens=9, ignore_eos=True), eos_token_ids={2})
+    assert not ignoring.drops_text_of(2)
+
+
+def test_without_stop_strings_every_delta_passes_through_at_once() -> None:
+    checker = StopChecker(SamplingParams(max_tokens=3))
+    assert not checker.has_stop_strings
+    assert checker.update(5, "ab") == StopUpdate(text="ab")
+    assert checker.update(6, "") == StopUpdate(text="")
+    assert checker.update(8, "c") == StopUpdate(text="c", finish_reason="length")
+    assert StopChecker(SamplingParams(stop=("x",))).has_stop_strings
