@@ -96,10 +96,14 @@ def _rotary_kv_kernel(
         # Identity rotation: x * 1 + (-(y * 0)) is x exactly, so k is stored unchanged.
         cos = tl.full([1, D_HALF], 1.0, tl.float32)
         sin = tl.zeros([1, D_HALF], tl.float32)
-    if q_part:
-        w1, w2 = _norm_weights(q_norm_ptr, HALF, D_HALF)
+    if NORM:  # without a norm the weight pointers stand in for tensors of another size
+        if q_part:
+            w1, w2 = _norm_weights(q_norm_ptr, HALF, D_HALF)
+        else:
+            w1, w2 = _norm_weights(k_norm_ptr, HALF, D_HALF)
     else:
-        w1, w2 = _norm_weights(k_norm_ptr, HALF, D_HALF)
+        w1 = tl.full([1, D_HALF], 1.0, tl.float32)
+        w2 = w1
     slot = tl.load(slot_ptr + t)  # without a cache, a valid index into another tensor of the step
     pdl_wait(PDL)
     if q_part:
