@@ -21,7 +21,7 @@ from engine.layers import linear as linear_module
 from engine.layers import norm as norm_module
 from engine.layers.linear import ColumnParallelLinear
 
-_DTYPES = [torch.float32, torch.bfloat16]
+_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def _pending(x: torch.Tensor | SplitKPartials, n: int, dtype: torch.dtype, device: str) -> PendingNorm:
