@@ -148,8 +148,11 @@ class Scheduler:
         scheduled = out.scheduled
         while pending and budget > 0:
             seq = pending.popleft()
-            num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
-            if num_new == 1 and self.kv.allocate_one(seq):  # a decode: the path of every step
+            num_uncomputed = len(seq.token_ids) - seq.num_computed_tokens
+            num_new = min(num_uncomputed, budget)
+            # A decode (its one new token is its last, so it samples): the path of every step. Not
+            # a prefill chunk that the budget cut to one token: that one samples nothing.
+            if num_uncomputed == 1 and self.kv.allocate_one(seq):
                 scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, 1, True))
                 budget -= 1
                 continue

@@ -140,3 +140,15 @@ def test_text_decoded_at_the_end_equals_the_streamed_text(model_dirs: dict[str, 
     long_final = [msgspec.structs.replace(long[0], output_text="final")]
     assert _texts(engine({"q": model_dirs["qwen3"]}, **tight), long_final) == streamed
     assert streamed["r0"][2] < 200 and streamed["r0"][0]
+
+
+def test_a_prefill_chunk_cut_to_one_token_samples_nothing(model_dirs: dict[str, Path]) -> None:
+    # A two-token step budget: one sequence decodes while the other's prompt is prefilled a token
+    # at a time; a one-token chunk of a prompt must not be taken for a decode (which samples).
+    e = engine({"l": model_dirs["llama"]}, max_num_batched_tokens=2)
+    prompts = {"a": [0, 5, 6], "b": [0, *range(10, 20)]}
+    for rid, prompt in prompts.items():
+        e.add_request(rid, "l", prompt, GREEDY)
+    tokens = drain(e)
+    for rid, prompt in prompts.items():
+        assert tokens[rid] == hf_greedy(model_dirs["llama"], prompt, 24), rid
