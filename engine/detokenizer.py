@@ -70,7 +70,10 @@ class IncrementalDetokenizer:
 
     def push_final(self, token_ids: Sequence[int]) -> str:
         """``push_many(token_ids) + flush()`` in two decodes instead of two per token, for a
-        sequence whose text is read only when it ends."""
+        sequence whose text is read only when it ends: the decode of the window and token_ids
+        after what was emitted. The same text as pushing one at a time, except for bytes that are
+        not valid UTF-8 under a byte-fallback decoder, which replaces a whole run of byte tokens
+        at once: there the count of U+FFFD may differ, and this is the tokenizer's own decode."""
         prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
         new_text = self._decode([*self._ids[self._prefix_offset :], *token_ids])
         delta = new_text[len(prefix_text) :]

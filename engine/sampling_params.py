@@ -41,7 +41,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     output_text: Literal["delta", "final"] = "delta"
     """"delta": each delta carries the text its token completes (streaming). "final": the whole
     text comes in the closing delta, decoded once; earlier deltas carry token ids only. A
-    sequence with stop strings is decoded as it grows either way (the strings are matched on it)."""
+    sequence with stop strings is decoded as it grows either way (the strings are matched on it).
+    Both give the same text, except where the output holds bytes that are not valid UTF-8 under
+    a byte-fallback tokenizer (Llama-2, Mistral): "final" is then the tokenizer's decode of the
+    whole output, "delta" may count its U+FFFD replacements differently."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

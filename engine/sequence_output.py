@@ -113,8 +113,13 @@ class SequenceOutput:
         return self._detokenizer.push_final(ids)
 
     def final(self, status: SequenceStatus) -> StreamDelta:
-        """The closing delta of a sequence ended from outside (abort, or outgrowing the pool)."""
-        text = self._final_text() if self._final_ids is not None else ""
+        """The closing delta of a sequence ended from outside (abort, or outgrowing the pool):
+        whatever was still held back (a partial stop string, an unfinished character as U+FFFD),
+        as a length finish releases it, so both text modes end on the same text."""
+        if self._final_ids is not None:
+            text = self._final_text()
+        else:
+            text = self._stop.release() + self._detokenizer.flush()
         return self._delta(text, [], status, None)
 
     def _delta(

@@ -66,6 +66,13 @@ class StopChecker:
         ends = token_id in self._eos_token_ids or token_id in self._stop_token_ids
         return ends and not self._include_stop
 
+    def release(self) -> str:
+        """End the sequence from outside (abort, the pool): the text held back, released as a
+        length finish releases it."""
+        held = self._held
+        self._finish(StopUpdate(text=held))
+        return held
+
     def update(self, token_id: int, delta: str) -> StopUpdate:
         """Account for one generated token and its text delta (possibly empty)."""
         if self._is_finished:

@@ -123,14 +123,29 @@ def test_push_final_matches_pushing_each_token_then_flushing(
     tokenizer: Tokenizer = request.getfixturevalue(name)
     ids = tokenizer.encode(text).ids
     prompt = tokenizer.encode("Hello 你好 bank").ids
+    # Byte-level BPE: any end, also one inside a character. Byte fallback decodes a run of byte
+    # tokens at once, so an unfinished character at the end is compared in the next test.
+    ends = (len(ids), len(ids) - 1) if name == "byte_level" else (len(ids),)
     # Every split point: some tokens streamed first (possibly ending mid-character), the rest at once.
     for cut in range(0, len(ids) + 1, 3):
-        for end in (len(ids), len(ids) - 1):
+        for end in ends:
             streamed = IncrementalDetokenizer(tokenizer, prompt_token_ids=prompt)
             expected = "".join(_stream(tokenizer, ids[:end], prompt_token_ids=prompt))
             head = streamed.push_many(ids[: min(cut, end)])
             assert head + streamed.push_final(ids[min(cut, end) : end]) == expected
             assert streamed.flush() == ""
+
+
+@pytest.mark.parametrize("name", ["byte_level", "metaspace"])
+def test_push_final_is_the_tokenizers_decode_of_the_output(name: str, request: pytest.FixtureRequest) -> None:
+    tokenizer: Tokenizer = request.getfixturevalue(name)
+    prompt = tokenizer.encode("Hello").ids
+    context = prompt[-5:]
+    ids = tokenizer.encode(MIXED).ids
+    for end in range(len(ids) + 1):  # including ends inside a character
+        out = ids[:end]
+        want = tokenizer.decode([*context, *out])[len(tokenizer.decode(context)) :]
+        assert IncrementalDetokenizer(tokenizer, prompt_token_ids=prompt).push_final(out) == want
 
 
 def test_push_final_of_a_broken_character_ends_in_replacement(byte_level: Tokenizer) -> None:
