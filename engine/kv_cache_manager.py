@@ -61,30 +61,19 @@ class KVCacheManager:
     def can_allocate(self, seq: Sequence, num_new_tokens: int, cached: list[int] | None = None) -> bool:
         return self._num_short(seq, num_new_tokens, cached or []) <= 0
 
-    def allocate_one(self, seq: Sequence) -> bool:
-        """``allocate(seq, 1)`` for a running sequence whose next token is its last (a decode)."""
-        block_ids = seq.block_ids
-        held = len(block_ids) * self.block_size
-        if seq.num_computed_tokens < held:
-            return True  # the token goes in the last block's free slot: most steps
-        if seq.num_computed_tokens > held or not block_ids:
-            return self.allocate(seq, 1)
-        if self.pool.num_free_blocks < 1:
-            return False
-        block_ids.extend(self.pool.allocate(1))
-        return True
-
     def allocate(self, seq: Sequence, num_new_tokens: int, cached: list[int] | None = None) -> bool:
         """Give ``seq`` blocks for ``num_new_tokens`` more tokens after its computed ones (and after
         the ``cached`` prefix, which then counts as computed). False, changing nothing, when the
         pool is short."""
         if not cached and seq.block_ids:
             # A running sequence's next tokens (every decode step): usually no new block at all.
-            need = self.num_blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_ids)
+            short = seq.num_computed_tokens + num_new_tokens - len(seq.block_ids) * self.block_size
+            if short <= 0:
+                return True
+            need = _cdiv(short, self.block_size)
             if need > self.pool.num_free_blocks:
                 return False
-            if need > 0:
-                seq.block_ids.extend(self.pool.allocate(need))
+            seq.block_ids.extend(self.pool.allocate(need))
             return True
         cached = cached or []
         if self._num_short(seq, num_new_tokens, cached) > 0:

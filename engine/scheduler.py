@@ -152,7 +152,7 @@ class Scheduler:
             num_new = min(num_uncomputed, budget)
             # A decode (its one new token is its last, so it samples): the path of every step. Not
             # a prefill chunk that the budget cut to one token: that one samples nothing.
-            if num_uncomputed == 1 and self.kv.allocate_one(seq):
+            if num_uncomputed == 1 and self.kv.allocate(seq, 1):
                 scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, 1, True))
                 budget -= 1
                 continue

@@ -35,14 +35,15 @@ class SequenceStatus(enum.Enum):
 
     @property
     def is_finished(self) -> bool:
-        return self not in (SequenceStatus.WAITING, SequenceStatus.RUNNING)
+        return self not in _LIVE
 
     @property
     def finish_reason(self) -> str | None:
         return self.value if self.is_finished else None
 
 
-_RUNNING, _WAITING = SequenceStatus.RUNNING, SequenceStatus.WAITING
+_LIVE = (SequenceStatus.WAITING, SequenceStatus.RUNNING)
+"""Statuses of a sequence not yet finished; a tuple: ``in`` tests identity before equality."""
 
 
 class Sequence:
@@ -111,8 +112,7 @@ class Sequence:
 
     @property
     def is_finished(self) -> bool:
-        status = self.status  # identity tests: this runs for every sequence every step
-        return status is not _RUNNING and status is not _WAITING
+        return self.status not in _LIVE  # not via the status's property: every sequence, every step
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)

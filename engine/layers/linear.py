@@ -149,7 +149,7 @@ class RowParallelLinear(_ParallelLinear):
     def forward_deferred(self, x: torch.Tensor) -> torch.Tensor | SplitKPartials:
         """``forward``, or, for a skinny 2-D x on one rank, possibly the GEMM's split-K partials
         for the next RMSNorm to sum (``RMSNorm.forward_with_residual`` takes either)."""
-        if not (self._defers(x)):
+        if not self._defers(x):
             return self.forward(x)
         from engine.kernels import skinny_gemm_deferred
 
