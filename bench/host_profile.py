@@ -9,9 +9,9 @@ window of steps at full batch, printing the step time and the functions by own a
     python -m bench.host_profile --host-only [--output-text delta]                   # on any CPU
 
 ``--host-only`` measures the host's share alone, on a machine without a GPU: the engine runs its
-asynchronous path with a tiny random model whose forward pass is replaced by the CUDA-graph
-runner's input staging and whose sampler draws random ids, so everything else (scheduling, KV
-bookkeeping, staging, detokenizing, stop checks, deltas) is the real code. Compare ratios between
+asynchronous path with a tiny random model whose decode steps go through the model runner's
+CUDA-graph path with replays that do nothing, and whose sampler draws random ids, so everything
+else (scheduling, KV bookkeeping, staging, detokenizing, stop checks, deltas) is the real code. Compare ratios between
 revisions on one machine; absolute times depend on the CPU.
 """
 
@@ -103,7 +103,8 @@ def _tiny_model() -> Path:
 
 
 def _replace_device_work(engine: Any, name: str) -> None:
-    """The engine's asynchronous CUDA path on the CPU, minus the forward pass and sampling."""
+    """The engine's asynchronous CUDA path on the CPU: the model runner's real graph path (inputs
+    staged, pending tokens scattered) with replays that do nothing, and random sampled ids."""
     import torch
 
     from engine.cuda_graph_runner import CudaGraphRunner
@@ -117,28 +118,23 @@ def _replace_device_work(engine: Any, name: str) -> None:
         block_size=engine.config.block_size,
         device=torch.device("cpu"),
     )
+    for bucket in graphs.buckets:  # "captured" already, so run() stages and replays nothing
+        graphs.graphs[bucket] = _NoReplay()  # type: ignore[assignment]
+        graphs.logits[bucket] = torch.zeros(bucket, 1)
+    runner.graphs = graphs
     vocab = runner.hosted.config.vocab_size
-
-    def execute(items: list[Any], pending: Any = None, sources: Any = None) -> torch.Tensor:
-        num_sampling = sum(1 for item in items if item.is_sampling)
-        if all(item.num_new_tokens == 1 for item in items):  # what a graph replay stages
-            bs = runner.block_size
-            positions = [item.start for item in items]
-            graphs.stage(
-                [max(0, item.seq.token_ids[item.start]) for item in items],
-                positions,
-                [item.seq.block_ids[p // bs] * bs + p % bs for item, p in zip(items, positions, strict=True)],
-                [item.seq.block_ids for item in items],
-            )
-        return torch.zeros(num_sampling, 1)
 
     def sample(logits: torch.Tensor, rows: list[Any]) -> SamplerOutput:
         n = logits.shape[0]
         return SamplerOutput(token_ids=torch.randint(0, min(vocab, 10_000), (n,)), logprobs=[None] * n)
 
-    runner.execute = execute
     engine.sampler = sample
     engine.async_scheduling = True  # the GPU path: look-ahead scheduling, placeholders
+
+
+class _NoReplay:
+    def replay(self) -> None:
+        pass
 
 
 if __name__ == "__main__":
