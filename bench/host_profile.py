@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import cProfile
 import io
+import json
 import pstats
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +39,7 @@ import click
 @click.option("--skip", default=20, show_default=True, help="steps run before profiling")
 @click.option("--steps", default=60, show_default=True, help="steps timed, then profiled")
 @click.option("--scale", default=1.0, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="also write the timing as JSON")
 def main(
     model_dir: Path | None,
     device: str,
@@ -46,6 +49,7 @@ def main(
     skip: int,
     steps: int,
     scale: float,
+    out: Path | None,
 ) -> None:
     from bench.workload import nano_vllm_workload
     from engine import LLM, SamplingParams
@@ -82,15 +86,28 @@ def main(
         f"{steps} steps at {running} running ({output_text} text): {wall / steps * 1e3:.2f} ms/step, "
         f"of which waiting for the GPU {waited / steps * 1e3:.2f} ms"
     )
+    if out is not None:
+        from bench.provenance import provenance
+
+        record = {
+            "provenance": provenance(sys.argv, device),
+            "host_only": host_only,
+            "output_text": output_text,
+            "num_running": running,
+            "steps": steps,
+            "ms_per_step": wall / steps * 1e3,
+            "device_wait_ms_per_step": waited / steps * 1e3,
+        }
+        out.write_text(json.dumps(record, indent=2) + "\n")
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(steps):
         engine.step()
     profiler.disable()
     for key in ("tottime", "cumulative"):
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats(key).print_stats(28)
-        print(out.getvalue())
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats(key).print_stats(28)
+        print(text.getvalue())
 
 
 def _tiny_model() -> Path:
