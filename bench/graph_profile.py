@@ -24,13 +24,46 @@ from typing import Any
 import click
 
 _PDL, _GEMM, _ATTN = "engine.kernels.pdl", "engine.kernels.skinny_gemm", "engine.kernels.paged_attention"
+_SPLITS, _MERGE = "engine.attention.triton_paged", "engine.kernels.split_merge"
 VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "default": {},
     "pdl_off": {(_PDL, "ENABLED"): False},
     "gemm_tiles": {(_GEMM, "PREFETCH_WHOLE_SLICE"): False},
     "no_kv_prefetch": {(_ATTN, "PREFETCH_SMALL_BATCH"): False},
     "norm_kernel": {("engine.layers.norm", "DEFER_TO_GEMV"): False},
-    "gemv_block32": {("engine.kernels.normed_gemv", "BLOCK_N"): 32},
+    "merge_in_gemm": {(_MERGE, "FUSE_INTO_GEMM"): True},
+    "merge_in_gemm_b16": {(_MERGE, "FUSE_INTO_GEMM"): True, (_MERGE, "MERGE_BLOCK_N"): 16},
+    "merge_in_gemm_b32": {(_MERGE, "FUSE_INTO_GEMM"): True, (_MERGE, "MERGE_BLOCK_N"): 32},
+    "merge_in_gemm_b64_split8": {(_MERGE, "FUSE_INTO_GEMM"): True, (_MERGE, "MERGE_SPLIT_K"): 8},
+    "merge_in_gemm_b128_split8": {
+        (_MERGE, "FUSE_INTO_GEMM"): True,
+        (_MERGE, "MERGE_BLOCK_N"): 128,
+        (_MERGE, "MERGE_SPLIT_K"): 8,
+    },
+    "skinny_split2": {(_GEMM, "ONE_ROW_SPLIT_K"): 2},
+    "skinny_split8": {(_GEMM, "ONE_ROW_SPLIT_K"): 8},
+    "final_norm_kernel": {("engine.layers.embedding", "FUSE_FINAL_NORM"): False},
+    "rope_kernel": {("engine.layers.attention", "FUSED_DECODE_MAX_SEQS"): 0},
+    "gemv_block16": {("engine.kernels.normed_gemv", "BLOCK_N"): 16},
+    "gemv_block64": {("engine.kernels.normed_gemv", "BLOCK_N"): 64},
+    "skinny_block32": {(_GEMM, "ONE_ROW_BLOCK_N"): 32},
+    "gemv_warps4": {("engine.kernels.normed_gemv", "NUM_WARPS"): 4},
+    "skinny_warps4": {(_GEMM, "ONE_ROW_WARPS"): 4},
+    "merge_warps1": {(_MERGE, "MERGE_WARPS"): 1},
+    "attn_warps2": {(_ATTN, "SMALL_BATCH_WARPS"): 2},
+    "attn_warps1": {(_ATTN, "SMALL_BATCH_WARPS"): 1},
+    "splits4": {(_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 4},
+    "splits4_merge_in_gemm": {
+        (_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 4,
+        ("engine.kernels.split_merge", "FUSE_INTO_GEMM"): True,
+    },
+    "splits2_t64": {(_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 2, (_ATTN, "SMALL_BATCH_TILE_N"): 64},
+    "splits1_t64": {(_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 1, (_ATTN, "SMALL_BATCH_TILE_N"): 64},
+    "splits1_t128_w8": {
+        (_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 1,
+        (_ATTN, "SMALL_BATCH_TILE_N"): 128,
+        (_ATTN, "SMALL_BATCH_WARPS"): 8,
+    },
 }
 """Module flags flipped for one capture each (the kernels they select are compiled then)."""
 

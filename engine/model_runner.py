@@ -63,12 +63,14 @@ class ModelRunner:
         if pending is not None and sources is not None:
             dst = [meta.host_query_starts[i] for i, s in enumerate(sources) if s >= 0]
             scatter_rows(token_ids, dst, pending, [s for s in sources if s >= 0])
-        hidden = self.hosted.model(token_ids, positions, meta)  # [num_tokens, hidden]
+        # [num_tokens, hidden], or at one token on CUDA its final norm left to the LM head
+        hidden = self.hosted.model(token_ids, positions, meta)
         last = [meta.host_query_starts[i + 1] - 1 for i, item in enumerate(items) if item.is_sampling]
         if not last:
             return torch.empty(0, self.hosted.config.vocab_size, device=self.device)
-        index = to_device(last, torch.long, self.device)
-        return self.hosted.model.compute_logits(hidden[index])  # type: ignore[operator,no-any-return]
+        if isinstance(hidden, torch.Tensor):
+            hidden = hidden[to_device(last, torch.long, self.device)]
+        return self.hosted.model.compute_logits(hidden)  # type: ignore[operator,no-any-return]
 
     @staticmethod
     def _is_graph_step(graphs: CudaGraphRunner, items: list[ScheduledSeq]) -> bool:

@@ -6,7 +6,7 @@ The tests run every kernel on CPU tensors under ``TRITON_INTERPRET=1``.
 
 from engine.kernels.gumbel_argmax import gumbel_argmax
 from engine.kernels.normed_gemv import PendingNorm, normed_gemv
-from engine.kernels.paged_attention import paged_attention
+from engine.kernels.paged_attention import NewTokenRope, decode_attention, paged_attention
 from engine.kernels.rms_norm import rms_norm, rms_norm_split_k
 from engine.kernels.rotary_kv import kv_write, rotary, rotary_kv_write
 from engine.kernels.silu_and_mul import silu_and_mul
@@ -17,11 +17,15 @@ from engine.kernels.skinny_gemm import (
     skinny_gemm_config,
     skinny_gemm_deferred,
 )
+from engine.kernels.split_merge import PendingMerge
 
 __all__ = [
+    "NewTokenRope",
+    "PendingMerge",
     "PendingNorm",
     "SkinnyGemmConfig",
     "SplitKPartials",
+    "decode_attention",
     "gumbel_argmax",
     "kv_write",
     "normed_gemv",

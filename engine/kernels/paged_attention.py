@@ -10,26 +10,42 @@ head's group) pairs, so a GQA group shares every K/V tile it loads::
     K/V:   token t of the sequence lives at block_tables[seq, t // B], slot t % B
 
 With one split the program writes the normalised output; with several (decode over long
-contexts, flash-decoding) each writes its partial output and log-sum-exp and a second kernel
-merges them. (Merging in the attention kernel, by the last split to finish, measured no faster at
-one sequence and 2 % slower at eight on an H200: the merge stays a launch of its own.) At
-decode batches under 16 the first K/V tile is loaded before ``pdl_wait``, while the RoPE kernel
-ahead still runs, and loaded again only if it holds this step's new keys. Everything the grid depends on is fixed by the host-side batch shape (number of
-sequences, longest query), never by context lengths, so a decode step can be graph-captured.
+contexts, flash-decoding) each writes its partial output and log-sum-exp, merged by
+``split_merge``. (Merging in the attention kernel, by the last split to finish, measured no faster
+at one sequence and 2 % slower at eight on an H200.) At decode batches under 16 the first K/V
+tile is loaded before ``pdl_wait``, while the kernel ahead still runs.
+
+``decode_attention`` (small decode batches) also does the RoPE kernel's work: each program
+[norms and] rotates its query heads and the new key in registers, the split whose keys include
+the new position stores that key and value in the cache, and every program takes the new key
+from registers, never from the cache it may still be writing::
+
+    before:  qkv GEMM -> RoPE + KV write -> attention -> merge
+    after:   qkv GEMM -> attention (RoPE, KV write inside) -> merge
+
+Everything the grid depends on is fixed by the host-side batch shape (number of sequences,
+longest query), never by context lengths, so a decode step can be graph-captured.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.kernels.rotary_kv import norm_weights, rotate_halves
+from engine.kernels.split_merge import PendingMerge
 
-__all__ = ["paged_attention"]
+__all__ = ["NewTokenRope", "decode_attention", "paged_attention"]
 
 PREFETCH_SMALL_BATCH = True
 """Decode of under 16 sequences: the first K/V tile is loaded before ``pdl_wait``."""
+SMALL_BATCH_TILE_N = 32
+"""Keys per loop step for decode of under 16 sequences (benchmarks sweep it)."""
+SMALL_BATCH_WARPS = 4
 
 
 @triton.jit
@@ -39,10 +55,12 @@ def _attention_kernel(
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_bt, stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
     num_q_tiles,
+    new_k_ptr, new_v_ptr, pos_ptr, slot_ptr, inv_freq_ptr, q_norm_ptr, k_norm_ptr, eps,
+    stride_nkt, stride_nkh, stride_nvt, stride_nvh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, M: tl.constexpr, HEAD_DIM: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
     HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr,
+    ROPE: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0) // num_q_tiles
     q_tile = tl.program_id(0) % num_q_tiles
@@ -78,12 +96,28 @@ def _attention_kernel(
         k_first, v_first = _load_kv(k_ptr, v_ptr, tables_ptr, seq, lo, hi, n, d, d_ok, kv_head, stride_bt,
                                     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                                     BLOCK_SIZE)  # fmt: skip
+    if ROPE:
+        # Decode with this step's q, k, v un-rotated: one token per sequence, at q_start.
+        cos, sin, q_w1, q_w2, k_w1, k_w2, slot = _rope_inputs(pos_ptr, slot_ptr, inv_freq_ptr, q_norm_ptr,
+                                                              k_norm_ptr, q_start, q_ptr.dtype.element_ty,
+                                                              HEAD_DIM // 2, NORM)  # fmt: skip
     pdl_wait(PDL)
-    q = tl.load(
-        q_ptr + (q_start + qi)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
-    )  # [M, D]
+    if ROPE:
+        q, k_new, v_new = _rope_new_token(q_ptr, new_k_ptr, new_v_ptr, q_start, head, row_ok, kv_head, d,
+                                          stride_qt, stride_qh, stride_nkt, stride_nkh, stride_nvt, stride_nvh,
+                                          cos, sin, q_w1, q_w2, k_w1, k_w2, eps, HEAD_DIM // 2, NORM)  # fmt: skip
+        if (lo <= ctx - 1) & (ctx - 1 < hi) & (slot >= 0):
+            # The split that holds the new key stores it; the others never read its slot.
+            dst = (slot // BLOCK_SIZE) * stride_kb + (slot % BLOCK_SIZE) * stride_ks + d[None, :]
+            tl.store(k_ptr + kv_head * stride_kh + dst, k_new)
+            v_dst = (slot // BLOCK_SIZE) * stride_vb + (slot % BLOCK_SIZE) * stride_vs + d[None, :]
+            tl.store(v_ptr + kv_head * stride_vh + v_dst, v_new)
+    else:
+        q = tl.load(
+            q_ptr + (q_start + qi)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+            mask=row_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )  # [M, D]
     if UPCAST:
         q = q.to(tl.float32)
 
@@ -93,7 +127,8 @@ def _attention_kernel(
     for tile in range(lo, hi, TILE_N):
         t = tile + n  # [TILE_N] key positions
         if PREFETCH:
-            if (tile == lo) & (tile + TILE_N <= ctx - q_len):
+            # With ROPE the new key comes from registers below, so the early tile always serves.
+            if (tile == lo) & (ROPE or (tile + TILE_N <= ctx - q_len)):
                 k, v = k_first, v_first
             else:
                 k, v = _load_kv(k_ptr, v_ptr, tables_ptr, seq, tile, hi, n, d, d_ok, kv_head, stride_bt,
@@ -104,6 +139,10 @@ def _attention_kernel(
                             stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                             BLOCK_SIZE)  # fmt: skip
         t_ok = t < hi
+        if ROPE:
+            is_new = (t == ctx - 1)[:, None]
+            k = tl.where(is_new, k_new, k)
+            v = tl.where(is_new, v_new, v)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -135,6 +174,48 @@ def _attention_kernel(
 
 
 @triton.jit
+def _rope_inputs(pos_ptr, slot_ptr, inv_freq_ptr, q_norm_ptr, k_norm_ptr, token, dt,
+                 HALF: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
+    # What RoPE needs of the step's inputs and weights, none written by a kernel (read before the wait).
+    j = tl.arange(0, HALF)
+    angle = tl.load(pos_ptr + token).to(tl.float32) * tl.load(inv_freq_ptr + j)
+    cos = tl.cos(angle).to(dt).to(tl.float32)[None, :]
+    sin = tl.sin(angle).to(dt).to(tl.float32)[None, :]
+    if NORM:  # without a norm the weight pointers stand in for tensors of another size
+        q_w1, q_w2 = norm_weights(q_norm_ptr, HALF, HALF)
+        k_w1, k_w2 = norm_weights(k_norm_ptr, HALF, HALF)
+    else:
+        q_w1 = tl.full([1, HALF], 1.0, tl.float32)
+        q_w2, k_w1, k_w2 = q_w1, q_w1, q_w1
+    return cos, sin, q_w1, q_w2, k_w1, k_w2, tl.load(slot_ptr + token)
+
+
+@triton.jit
+def _rope_new_token(q_ptr, k_ptr, v_ptr, token, head, row_ok, kv_head, d,
+                    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                    cos, sin, q_w1, q_w2, k_w1, k_w2, eps, HALF: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
+    # The token's query rows [M, D] and its key and value of kv_head [1, D], normed and rotated as
+    # the RoPE/KV kernel does (the same helper), halves joined back into whole heads.
+    j = tl.arange(0, HALF)
+    q_src = q_ptr + token * stride_qt + head[:, None] * stride_qh + j[None, :]
+    q1 = tl.load(q_src, mask=row_ok[:, None], other=0.0)
+    q2 = tl.load(q_src + HALF, mask=row_ok[:, None], other=0.0)
+    k_src = k_ptr + token * stride_kt + kv_head * stride_kh + j[None, :]
+    k1 = tl.load(k_src)
+    k2 = tl.load(k_src + HALF)
+    v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + d[None, :])
+    o1, o2 = rotate_halves(q1, q2, cos, sin, q_w1, q_w2, eps, HALF, NORM)
+    c1, c2 = rotate_halves(k1, k2, cos, sin, k_w1, k_w2, eps, HALF, NORM)
+    return _whole_heads(o1, o2), _whole_heads(c1, c2), v
+
+
+@triton.jit
+def _whole_heads(x1, x2):
+    # [R, HALF] first and second halves -> [R, 2 * HALF]
+    return tl.reshape(tl.permute(tl.join(x1, x2), (0, 2, 1)), (x1.shape[0], 2 * x1.shape[1]))
+
+
+@triton.jit
 def _load_kv(k_ptr, v_ptr, tables_ptr, seq, tile, hi, n, d, d_ok, kv_head, stride_bt,
              stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
              BLOCK_SIZE: tl.constexpr):  # fmt: skip
@@ -158,33 +239,21 @@ def _load_kv(k_ptr, v_ptr, tables_ptr, seq, tile, hi, n, d, d_ok, kv_head, strid
     return k, v
 
 
-@triton.jit
-def _merge_kernel(
-    part_ptr, lse_ptr, out_ptr,
-    stride_pt, stride_ph, stride_ps, stride_lt, stride_lh, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, D: tl.constexpr, NUM_SPLITS: tl.constexpr, PDL: tl.constexpr,
-):  # fmt: skip
-    pdl_wait(PDL)
-    token = tl.program_id(0)
-    head = tl.program_id(1)
-    s = tl.arange(0, NUM_SPLITS)
-    d = tl.arange(0, D)
-    lse = tl.load(lse_ptr + token * stride_lt + head * stride_lh + s)  # [NUM_SPLITS]
-    m = tl.max(lse, 0)
-    m = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(lse - m)
-    total = tl.sum(w, 0)
-    part = tl.load(
-        part_ptr + token * stride_pt + head * stride_ph + s[:, None] * stride_ps + d[None, :],
-        mask=d[None, :] < HEAD_DIM,
-        other=0.0,
-    )  # [NUM_SPLITS, D]
-    out = tl.sum(part * w[:, None], 0) / tl.where(total > 0, total, 1.0)
-    tl.store(
-        out_ptr + token * stride_ot + head * stride_oh + d,
-        out.to(out_ptr.dtype.element_ty),
-        mask=d < HEAD_DIM,
-    )
+@dataclass(frozen=True)
+class NewTokenRope:
+    """A decode step's un-rotated keys and values, and what RoPE and the cache write need."""
+
+    k: torch.Tensor
+    """[num_tokens, num_kv_heads, head_dim], before RoPE."""
+    v: torch.Tensor
+    positions: torch.Tensor
+    """[num_tokens]."""
+    slot_mapping: torch.Tensor
+    """[num_tokens] int64, negative = not stored (padding)."""
+    inv_freq: torch.Tensor
+    """[head_dim / 2] float32."""
+    qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None
+    """(q weight, k weight, eps): Qwen3's per-head RMSNorm before RoPE."""
 
 
 def paged_attention(
@@ -213,6 +282,63 @@ def paged_attention(
     shape (benchmark sweeps).
     Returns [num_tokens, num_heads, head_dim] in q's dtype.
     """
+    out = _attend(q, (k_cache, v_cache), (block_tables, context_lens, query_starts), None,
+                  max_query_len=max_query_len, scale=scale, sliding_window=sliding_window, num_splits=num_splits,
+                  tile_n=tile_n, num_warps=num_warps, num_stages=num_stages)  # fmt: skip
+    return out if isinstance(out, torch.Tensor) else out.merge_into(torch.empty_like(q))
+
+
+def decode_attention(
+    q: torch.Tensor,
+    new: NewTokenRope,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    query_starts: torch.Tensor,
+    *,
+    scale: float,
+    sliding_window: int | None = None,
+    num_splits: int = 1,
+    defer_merge: bool = False,
+) -> torch.Tensor | PendingMerge:
+    """A decode step (one new token per sequence) with its RoPE and cache write inside: each
+    program [norms and] rotates its query heads and the new key itself, the split that holds the
+    new key's position stores it and v, and the new key joins the keys from registers.
+
+    q: [num_seqs, num_heads, head_dim] un-rotated; head_dim a power of two. Returns what
+    ``paged_attention`` returns, or with ``defer_merge`` and several splits the ``PendingMerge``
+    of the partials for the next GEMM.
+    """
+    head_dim = q.shape[2]
+    if head_dim & (head_dim - 1) or q.shape[0] != block_tables.shape[0]:
+        raise ValueError("decode_attention takes one token per sequence and a power-of-two head_dim")
+    if new.k.stride(2) != 1 or new.v.stride(2) != 1:
+        raise ValueError("decode_attention needs a contiguous head_dim")
+    out = _attend(q, (k_cache, v_cache), (block_tables, context_lens, query_starts), new, max_query_len=1,
+                  scale=scale, sliding_window=sliding_window, num_splits=num_splits)  # fmt: skip
+    if isinstance(out, torch.Tensor) or defer_merge:
+        return out
+    return out.merge_into(torch.empty_like(q))
+
+
+def _attend(
+    q: torch.Tensor,
+    caches: tuple[torch.Tensor, torch.Tensor],
+    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    new: NewTokenRope | None,
+    *,
+    max_query_len: int,
+    scale: float,
+    sliding_window: int | None,
+    num_splits: int,
+    tile_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor | PendingMerge:
+    # The kernel's launch: its output, or its partials when it splits the keys.
+    # caches: (k_cache, v_cache); batch: (block_tables, context_lens, query_starts)
+    (k_cache, v_cache), (block_tables, context_lens, query_starts) = caches, batch
     num_tokens, num_heads, head_dim = q.shape
     num_seqs = block_tables.shape[0]
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
@@ -245,7 +371,16 @@ def paged_attention(
         # where 32-key tiles reach ~0.82 (bench.attention_sweep, run 4); tiny batches keep 32.
         tile_n = tile_n or 64
         launch.setdefault("num_stages", 2)
+    if max_query_len == 1 and num_seqs < 16:
+        tile_n = tile_n or SMALL_BATCH_TILE_N
+        launch.setdefault("num_warps", SMALL_BATCH_WARPS)
     tile_n = tile_n or (32 if max_query_len == 1 else 64)
+    if new is None:  # the RoPE arguments stand in for tensors the kernel never reads
+        rope: tuple[object, ...] = (q, q, context_lens, context_lens, lse, lse, lse, 0.0, 0, 0, 0, 0)
+    else:
+        q_norm, k_norm, eps = new.qk_norm if new.qk_norm is not None else (new.inv_freq, new.inv_freq, 0.0)
+        rope = (new.k, new.v, new.positions, new.slot_mapping, new.inv_freq, q_norm, k_norm, eps,
+                new.k.stride(0), new.k.stride(1), new.v.stride(0), new.v.stride(1))  # fmt: skip
     _attention_kernel[grid](
         q, k_cache, v_cache, part, lse, block_tables, context_lens, query_starts,
         scale, sliding_window or 0,
@@ -253,20 +388,14 @@ def paged_attention(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), part.stride(0), part.stride(1), part.stride(2),
         lse.stride(0), lse.stride(1),
-        num_q_tiles,
+        num_q_tiles, *rope,
         GROUP=group, BLOCK_Q=block_q, M=m, HEAD_DIM=head_dim, D=d, BLOCK_SIZE=block_size,
         TILE_N=tile_n, NUM_SPLITS=num_splits,
         HAS_WINDOW=sliding_window is not None,
         PRECISION="ieee" if q.dtype == torch.float32 or interpreted else "tf32",
         UPCAST=interpreted,
         PREFETCH=PREFETCH_SMALL_BATCH and max_query_len == 1 and num_seqs < 16,
+        ROPE=new is not None, NORM=new is not None and new.qk_norm is not None,
         **launch, **pdl_launch(q),
     )  # fmt: skip
-    if num_splits > 1:
-        _merge_kernel[(num_tokens, num_heads)](
-            part, lse, out,
-            part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
-            out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, D=d, NUM_SPLITS=num_splits, **pdl_launch(q),
-        )  # fmt: skip
-    return out
+    return out if num_splits == 1 else PendingMerge(part, lse, q.dtype)

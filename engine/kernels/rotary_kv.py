@@ -27,7 +27,7 @@ __all__ = ["kv_write", "rotary", "rotary_kv_write"]
 
 
 @triton.jit
-def _norm_weights(norm_ptr, HALF: tl.constexpr, D_HALF: tl.constexpr):
+def norm_weights(norm_ptr, HALF: tl.constexpr, D_HALF: tl.constexpr):
     j = tl.arange(0, D_HALF)
     w1 = tl.load(norm_ptr + j, mask=j < HALF, other=0.0).to(tl.float32)[None, :]
     w2 = tl.load(norm_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32)[None, :]
@@ -35,7 +35,7 @@ def _norm_weights(norm_ptr, HALF: tl.constexpr, D_HALF: tl.constexpr):
 
 
 @triton.jit
-def _rotate(x1, x2, cos, sin, w1, w2, eps, HALF: tl.constexpr, NORM: tl.constexpr):
+def rotate_halves(x1, x2, cos, sin, w1, w2, eps, HALF: tl.constexpr, NORM: tl.constexpr):
     # x1, x2: [heads, D_HALF] halves of each head -> the rotated halves, in x's dtype.
     dt = x1.dtype
     if NORM:
@@ -62,7 +62,7 @@ def _heads(ptr, stride_h, num_heads, HALF: tl.constexpr, H_PAD: tl.constexpr, D_
 def _rotate_heads(src_ptr, stride_h, dst_ptr, dst_stride_h, num_heads, cos, sin, w1, w2, eps,
                   HALF: tl.constexpr, H_PAD: tl.constexpr, D_HALF: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
     src, mask = _heads(src_ptr, stride_h, num_heads, HALF, H_PAD, D_HALF)
-    o1, o2 = _rotate(tl.load(src, mask=mask, other=0.0), tl.load(src + HALF, mask=mask, other=0.0),
+    o1, o2 = rotate_halves(tl.load(src, mask=mask, other=0.0), tl.load(src + HALF, mask=mask, other=0.0),
                      cos, sin, w1, w2, eps, HALF, NORM)  # fmt: skip
     dst, _ = _heads(dst_ptr, dst_stride_h, num_heads, HALF, H_PAD, D_HALF)
     tl.store(dst, o1, mask=mask)
@@ -98,9 +98,9 @@ def _rotary_kv_kernel(
         sin = tl.zeros([1, D_HALF], tl.float32)
     if NORM:  # without a norm the weight pointers stand in for tensors of another size
         if q_part:
-            w1, w2 = _norm_weights(q_norm_ptr, HALF, D_HALF)
+            w1, w2 = norm_weights(q_norm_ptr, HALF, D_HALF)
         else:
-            w1, w2 = _norm_weights(k_norm_ptr, HALF, D_HALF)
+            w1, w2 = norm_weights(k_norm_ptr, HALF, D_HALF)
     else:
         w1 = tl.full([1, D_HALF], 1.0, tl.float32)
         w2 = w1
@@ -122,7 +122,7 @@ def _rotary_kv_kernel(
         v_src, _ = _heads(v_ptr + t * stride_vt, stride_vh, num_kv_heads, HALF, KV_PAD, D_HALF)
         v1 = tl.load(v_src, mask=mask)
         v2 = tl.load(v_src + HALF, mask=mask)
-        o1, o2 = _rotate(k1, k2, cos, sin, w1, w2, eps, HALF, NORM)
+        o1, o2 = rotate_halves(k1, k2, cos, sin, w1, w2, eps, HALF, NORM)
         dst, _ = _heads(k_cache_ptr + block * stride_cb + offset * stride_cs, stride_ch, num_kv_heads,
                         HALF, KV_PAD, D_HALF)  # fmt: skip
         tl.store(dst, o1, mask=mask)

@@ -27,7 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels import split_merge
 from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.kernels.split_merge import PendingMerge, merge_splits
 
 __all__ = ["SkinnyGemmConfig", "SplitKPartials", "skinny_gemm", "skinny_gemm_config", "skinny_gemm_deferred"]
 
@@ -105,10 +107,18 @@ def _load_x(x_ptr, offsets, mask, k, SILU_MUL: tl.constexpr):
 
 
 @triton.jit
-def _accumulate(acc, w, x_ptr, kk, k_ok, rm, m_ok, pid_m, m, k, stride_xm,
+def _accumulate(acc, w, x_ptr, kk, k_ok, rm, m_ok, pid_m, m, k, stride_xm, merge,
                 EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr,
-                PRECISION: tl.constexpr, UPCAST: tl.constexpr, SILU_MUL: tl.constexpr):  # fmt: skip
-    if USE_DOT:
+                PRECISION: tl.constexpr, UPCAST: tl.constexpr, SILU_MUL: tl.constexpr,
+                MERGE_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+    if MERGE_SPLITS > 0:
+        # One row of attention partials (split_merge): merged as loaded, rounded as the merge
+        # kernel rounds. merge = (lse_ptr, partials' head and split strides, lse's head stride).
+        lse_ptr, stride_ph, stride_ps, stride_lh = merge
+        xm = merge_splits(x_ptr, lse_ptr, kk // HEAD_DIM, kk % HEAD_DIM, k_ok, stride_ph, stride_ps, stride_lh,
+                          MERGE_SPLITS).to(w.dtype)  # fmt: skip
+        acc += tl.sum(w.to(tl.float32) * xm.to(tl.float32)[None, :], 1)[:, None]
+    elif USE_DOT:
         x_mask = m_ok[:, None] if EVEN_K else m_ok[:, None] & k_ok[None, :]
         x = _load_x(x_ptr, rm[:, None] * stride_xm + kk[None, :], x_mask, k, SILU_MUL)
         if UPCAST:
@@ -132,9 +142,11 @@ def _skinny_gemm_kernel(
     HAS_BIAS: tl.constexpr, IS_PARTIAL: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SILU_MUL: tl.constexpr,
+    lse_ptr, stride_ph, stride_ps, stride_lh, MERGE_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
     pid_n, split, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    merge = (lse_ptr, stride_ph, stride_ps, stride_lh)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     n_ok, m_ok = rn < n, rm < m
@@ -147,15 +159,16 @@ def _skinny_gemm_kernel(
     k_ok = kk < k
     w = _load_w(w_rows, kk, n_ok, k_ok, EVEN_N, EVEN_K)
     pdl_wait(PDL)
-    acc = _accumulate(acc, w, x_ptr, kk, k_ok, rm, m_ok, pid_m, m, k, stride_xm,
-                      EVEN_K, BLOCK_M, BLOCK_K, USE_DOT, PRECISION, UPCAST, SILU_MUL)  # fmt: skip
+    acc = _accumulate(acc, w, x_ptr, kk, k_ok, rm, m_ok, pid_m, m, k, stride_xm, merge,
+                      EVEN_K, BLOCK_M, BLOCK_K, USE_DOT, PRECISION, UPCAST, SILU_MUL, MERGE_SPLITS, HEAD_DIM)  # fmt: skip
     # k_per_split is a multiple of BLOCK_K, so only the last step of the last split is ragged.
     for step in range(1, tl.cdiv(tl.minimum(k_per_split, k - k_lo), BLOCK_K)):
         kk = k_lo + step * BLOCK_K + tl.arange(0, BLOCK_K)
         k_ok = kk < k
         w = _load_w(w_rows, kk, n_ok, k_ok, EVEN_N, EVEN_K)
-        acc = _accumulate(acc, w, x_ptr, kk, k_ok, rm, m_ok, pid_m, m, k, stride_xm,
-                          EVEN_K, BLOCK_M, BLOCK_K, USE_DOT, PRECISION, UPCAST, SILU_MUL)  # fmt: skip
+        acc = _accumulate(acc, w, x_ptr, kk, k_ok, rm, m_ok, pid_m, m, k, stride_xm, merge,
+                          EVEN_K, BLOCK_M, BLOCK_K, USE_DOT, PRECISION, UPCAST, SILU_MUL, MERGE_SPLITS,
+                          HEAD_DIM)  # fmt: skip
     mask = n_ok[:, None] & m_ok[None, :]
     if IS_PARTIAL:
         dst = y_ptr + split * stride_ys + rm[None, :] * stride_ym + rn[:, None]
@@ -183,13 +196,21 @@ def _split_sum_kernel(
     tl.store(y_ptr + row * stride_ym + cols, acc.to(y_ptr.dtype.element_ty), mask=cols < n)
 
 
+ONE_ROW_BLOCK_N = 16
+"""W rows per program for one row (benchmarks sweep it)."""
+ONE_ROW_SPLIT_K = 4
+"""K slices of a narrow, long W (N ≤ 4096, K ≥ 2048) for one row (benchmarks sweep it)."""
+ONE_ROW_WARPS = 8
+"""Warps per program for one row with the whole K slice in one tile (benchmarks sweep it)."""
 PREFETCH_WHOLE_SLICE = True
 """One row, W under 64 Ki columns: each program loads its whole K slice as one tile, which under
 PDL streams in before the kernel ahead has finished (``skinny_gemm_config``). Off: the swept
 tiles of 256/512 columns (benchmarks flip it)."""
 
 
-def skinny_gemm_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
+def skinny_gemm_config(
+    m: int, n: int, k: int, *, block_n: int | None = None, split_k: int | None = None
+) -> SkinnyGemmConfig:
     """The launch shape for x [m, k] @ W[n, k]^T, read off an H200 sweep of decode shapes (bf16).
 
     A narrow W (N ≤ 4096) with long rows (K ≥ 2048) splits K in four, so some 256 programs
@@ -203,13 +224,22 @@ def skinny_gemm_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
 
     With ``PREFETCH_WHOLE_SLICE`` one row below 64 Ki columns takes its K slice as one tile of up
     to 1,024 columns (eight warps): a step of a small model is a chain of such GEMMs, and a tile
-    loaded before ``pdl_wait`` is memory latency the chain does not wait for.
+    loaded before ``pdl_wait`` is memory latency the chain does not wait for. ``block_n`` and
+    ``split_k`` override that one-row shape's (a GEMM that merges attention partials as it loads
+    them wants fewer, wider programs: ``split_merge``).
     """
-    split_k = 4 if n <= 4096 and k >= 2048 else 1
+    if split_k is None:
+        split_k = (ONE_ROW_SPLIT_K if m == 1 else 4) if n <= 4096 and k >= 2048 else 1
     if m == 1:
         if PREFETCH_WHOLE_SLICE and n < 65536 and k // split_k <= 1024:
             block_k = min(1024, triton.next_power_of_2(triton.cdiv(k, split_k)))
-            return SkinnyGemmConfig(block_n=16, block_k=block_k, split_k=split_k, use_dot=False, num_warps=8)
+            return SkinnyGemmConfig(
+                block_n=block_n or ONE_ROW_BLOCK_N,
+                block_k=block_k,
+                split_k=split_k,
+                use_dot=False,
+                num_warps=ONE_ROW_WARPS,
+            )
         return SkinnyGemmConfig(
             block_n=16, block_k=256 if split_k > 1 else 512, split_k=split_k, use_dot=False
         )
@@ -219,7 +249,7 @@ def skinny_gemm_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
 
 
 def skinny_gemm(
-    x: torch.Tensor,
+    x: torch.Tensor | PendingMerge,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     config: SkinnyGemmConfig | None = None,
@@ -230,6 +260,7 @@ def skinny_gemm(
 
     ``silu_mul``: x is a merged [gate | up] row [..., 2k] and the input is silu(gate) * up, made
     on the fly (SwiGLU's activation fused into the down projection; no [..., k] tensor written).
+    x may also be one token's split attention partials (``PendingMerge``), merged as they load.
     """
     y = _skinny_gemm(x, weight, bias, config, silu_mul=silu_mul, defer_sum=False)
     assert isinstance(y, torch.Tensor)  # never deferred
@@ -237,7 +268,7 @@ def skinny_gemm(
 
 
 def skinny_gemm_deferred(
-    x: torch.Tensor,
+    x: torch.Tensor | PendingMerge,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     config: SkinnyGemmConfig | None = None,
@@ -246,13 +277,13 @@ def skinny_gemm_deferred(
 ) -> torch.Tensor | SplitKPartials:
     """``skinny_gemm`` for 2-D x that, when its launch splits K, returns the partials
     (``SplitKPartials``) for the next kernel to sum instead of summing them in a launch here."""
-    if x.dim() != 2:
+    if isinstance(x, torch.Tensor) and x.dim() != 2:
         raise ValueError("skinny_gemm_deferred takes 2-D x")
     return _skinny_gemm(x, weight, bias, config, silu_mul=silu_mul, defer_sum=True)
 
 
 def _skinny_gemm(
-    x: torch.Tensor,
+    x: torch.Tensor | PendingMerge,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     config: SkinnyGemmConfig | None,
@@ -268,24 +299,37 @@ def _skinny_gemm(
             f"x {tuple(x.shape)} does not fit weight {tuple(weight.shape)} (silu_mul={silu_mul})"
         )
     out_shape = (*x.shape[:-1], n)
-    x2 = x.reshape(-1, x.shape[-1])
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
     if weight.stride(-1) != 1:
         weight = weight.contiguous()
+    merge: tuple[torch.Tensor, int, int, int, int, int] | None = None
+    if isinstance(x, PendingMerge):
+        if silu_mul or not x.fuses_into(weight) or (config is not None and config.use_dot):
+            raise ValueError("attention partials fuse only into a one-row, multiply-and-sum GEMM")
+        _, _, num_parts, head_dim = x.partials.shape
+        merge = (x.lse, x.partials.stride(1), x.partials.stride(2), x.lse.stride(1), num_parts, head_dim)
+        x2 = x.partials
+    else:
+        x2 = x.reshape(-1, x.shape[-1])
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
     m = x2.shape[0]
     if m == 0 or k == 0:
-        y = x.new_zeros(out_shape)
+        y = torch.zeros(out_shape, dtype=x.dtype, device=x2.device)
         return y + bias if bias is not None else y
-    interpreted = x.device.type == "cpu"  # only under TRITON_INTERPRET, whose numpy dot lacks bf16
+    interpreted = x2.device.type == "cpu"  # only under TRITON_INTERPRET, whose numpy dot lacks bf16
+    if config is None and merge is not None:
+        config = skinny_gemm_config(
+            m, n, k, block_n=split_merge.MERGE_BLOCK_N, split_k=split_merge.MERGE_SPLIT_K
+        )
     config = config or skinny_gemm_config(m, n, k)
     block_k, block_n = config.block_k, config.block_n
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     num_splits = triton.cdiv(k, k_per_split)
     block_m = 16 if config.use_dot else min(16, triton.next_power_of_2(m))
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    dst = y if num_splits == 1 else torch.empty(num_splits, m, n, dtype=torch.float32, device=x.device)
+    y = torch.empty(m, n, dtype=x.dtype, device=x2.device)
+    dst = y if num_splits == 1 else torch.empty(num_splits, m, n, dtype=torch.float32, device=x2.device)
     grid = (triton.cdiv(n, block_n), num_splits, triton.cdiv(m, block_m))
+    lse, stride_ph, stride_ps, stride_lh, merge_splits, head_dim = merge or (y, 0, 0, 0, 0, 1)
     _skinny_gemm_kernel[grid](
         x2, weight, bias if bias is not None else y, dst,
         m, n, k, k_per_split, x2.stride(0), weight.stride(0), dst.stride(0) if num_splits > 1 else 0,
@@ -294,7 +338,9 @@ def _skinny_gemm(
         EVEN_K=k % block_k == 0 and k_per_split % block_k == 0,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_DOT=config.use_dot,
         PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
-        SILU_MUL=silu_mul, num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x),
+        SILU_MUL=silu_mul, lse_ptr=lse, stride_ph=stride_ph, stride_ps=stride_ps, stride_lh=stride_lh,
+        MERGE_SPLITS=merge_splits, HEAD_DIM=head_dim,
+        num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x2),
     )  # fmt: skip
     if num_splits > 1 and defer_sum:
         return SplitKPartials(dst, bias, x.dtype)
@@ -303,6 +349,6 @@ def _skinny_gemm(
         _split_sum_kernel[(triton.cdiv(n, block), m)](
             dst, bias if bias is not None else y, y, n, num_splits, dst.stride(0), dst.stride(1), y.stride(0),
             HAS_BIAS=bias is not None, SPLITS=triton.next_power_of_2(num_splits), BLOCK=block,
-            **pdl_launch(x),
+            **pdl_launch(x2),
         )  # fmt: skip
     return y.view(out_shape)

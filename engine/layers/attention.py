@@ -5,6 +5,8 @@ The backend follows the cache's device: Triton kernels on CUDA, plain torch else
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -12,7 +14,15 @@ from engine.attention.metadata import AttentionMetadata
 from engine.attention.torch_paged import TorchPagedAttention
 from engine.attention.triton_paged import TritonPagedAttention
 
-__all__ = ["Attention"]
+if TYPE_CHECKING:
+    from engine.kernels.split_merge import PendingMerge
+
+__all__ = ["FUSED_DECODE_MAX_SEQS", "Attention"]
+
+FUSED_DECODE_MAX_SEQS = 15
+"""Decode steps of at most this many sequences on CUDA run RoPE and the cache write inside the
+attention kernel (``decode_attention``): at small batches a step is a chain of latency-bound
+launches, and this takes one out of every layer. 0 turns it off (benchmarks flip it)."""
 
 
 class Attention(nn.Module):
@@ -65,12 +75,34 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
         inv_freq: torch.Tensor,
         qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
-    ) -> torch.Tensor:
-        """CUDA only: [q/k head norm,] RoPE and the cache write in one launch, then attention.
+    ) -> torch.Tensor | PendingMerge:
+        """CUDA only: [q/k head norm,] RoPE and the cache write in one launch, then attention;
+        for a small decode batch, all of it in the attention kernel.
 
         q, k, v are un-rotated; ``qk_norm`` = (q weight, k weight, eps) for per-head RMSNorm.
+        Returns [num_tokens, num_heads, head_dim]; or, for one decode token whose attention
+        splits its keys, the ``PendingMerge`` of its partials, for o_proj to merge
+        (``engine.kernels.split_merge``).
         """
-        from engine.kernels import rotary_kv_write
+        from engine.kernels import NewTokenRope, rotary_kv_write, split_merge
+
+        if (
+            isinstance(self.backend, TritonPagedAttention)
+            and meta.num_seqs <= FUSED_DECODE_MAX_SEQS
+            and meta.host_query_starts[-1] == meta.num_seqs
+            and self.head_dim & (self.head_dim - 1) == 0
+        ):
+            new = NewTokenRope(k, v, positions, meta.slot_mapping, inv_freq, qk_norm)
+            return self.backend.forward_decode(
+                q,
+                new,
+                self.k_cache,
+                self.v_cache,
+                meta,
+                scale=self.scale,
+                sliding_window=self.sliding_window,
+                defer_merge=split_merge.FUSE_INTO_GEMM and meta.num_seqs == 1,
+            )
 
         q = rotary_kv_write(
             positions, q, k, v, inv_freq, self.k_cache, self.v_cache, meta.slot_mapping, qk_norm=qk_norm

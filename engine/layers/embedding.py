@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -9,7 +11,14 @@ from torch import nn
 
 from engine.distributed import tp_rank, tp_world_size
 
-__all__ = ["ParallelLMHead", "VocabParallelEmbedding"]
+if TYPE_CHECKING:
+    from engine.kernels.normed_gemv import PendingNorm
+
+__all__ = ["FUSE_FINAL_NORM", "ParallelLMHead", "VocabParallelEmbedding"]
+
+FUSE_FINAL_NORM = True
+"""One row on CUDA on one rank: the model's final RMSNorm is computed inside the LM head's GEMV,
+which writes float32 logits directly (``engine.kernels.normed_gemv``). Benchmarks flip it."""
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -39,8 +48,17 @@ class VocabParallelEmbedding(nn.Module):
 
 
 class ParallelLMHead(VocabParallelEmbedding):
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        # hidden: [num_seqs, hidden] -> logits: [num_seqs, vocab_size]
+    def forward(self, hidden: torch.Tensor | PendingNorm) -> torch.Tensor:
+        # hidden: [num_seqs, hidden], or one row's final norm left to this GEMM -> logits:
+        # [num_seqs, vocab_size] (float32 when the norm is fused, else hidden's dtype)
+        if not isinstance(hidden, torch.Tensor):
+            from engine.layers.linear import USE_SKINNY_GEMM
+
+            if FUSE_FINAL_NORM and USE_SKINNY_GEMM and self.tp_size == 1 and hidden.fuses_into(self.weight):
+                from engine.kernels import normed_gemv
+
+                return normed_gemv(hidden, self.weight, out_dtype=torch.float32)[:, : self.vocab_size]
+            hidden = hidden.materialize()
         logits = F.linear(hidden, self.weight)
         if self.tp_size > 1:
             parts = [torch.empty_like(logits) for _ in range(self.tp_size)]

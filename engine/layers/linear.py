@@ -27,6 +27,7 @@ from engine.distributed import tp_rank, tp_world_size
 if TYPE_CHECKING:
     from engine.kernels.normed_gemv import PendingNorm
     from engine.kernels.skinny_gemm import SplitKPartials
+    from engine.kernels.split_merge import PendingMerge
 
 __all__ = [
     "ColumnParallelLinear",
@@ -53,12 +54,17 @@ def is_skinny(x: torch.Tensor) -> bool:
     )
 
 
-def _matmul(x: torch.Tensor | PendingNorm, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # x: [num_tokens, in] -> [num_tokens, out]; or the one-row norm left to this GEMM (RMSNorm's defer)
+def _matmul(
+    x: torch.Tensor | PendingNorm | PendingMerge, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    # x: [num_tokens, in] -> [num_tokens, out]; or, at one row on CUDA, the norm left to this GEMM
+    # (RMSNorm's defer) or attention's split partials left to it (decode_attention's defer_merge)
     if not isinstance(x, torch.Tensor):
         if USE_SKINNY_GEMM and x.fuses_into(weight):
-            from engine.kernels import normed_gemv
+            from engine.kernels import PendingMerge, normed_gemv, skinny_gemm
 
+            if isinstance(x, PendingMerge):
+                return skinny_gemm(x, weight, bias)
             return normed_gemv(x, weight, bias)
         x = x.materialize()
     if is_skinny(x):
@@ -140,15 +146,16 @@ class RowParallelLinear(_ParallelLinear):
         size = param.shape[1]
         param.data.copy_(loaded.narrow(1, self.tp_rank * size, size))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | PendingMerge) -> torch.Tensor:
         y = _matmul(x, self.weight, self.bias if self.tp_rank == 0 else None)
         if self.tp_size > 1:
             dist.all_reduce(y)
         return y
 
-    def forward_deferred(self, x: torch.Tensor) -> torch.Tensor | SplitKPartials:
+    def forward_deferred(self, x: torch.Tensor | PendingMerge) -> torch.Tensor | SplitKPartials:
         """``forward``, or, for a skinny 2-D x on one rank, possibly the GEMM's split-K partials
-        for the next RMSNorm to sum (``RMSNorm.forward_with_residual`` takes either)."""
+        for the next RMSNorm to sum (``RMSNorm.forward_with_residual`` takes either). x may be
+        attention's unmerged partials (o_proj at one decode token)."""
         if not self._defers(x):
             return self.forward(x)
         from engine.kernels import skinny_gemm_deferred
@@ -168,6 +175,10 @@ class RowParallelLinear(_ParallelLinear):
             dist.all_reduce(y)
         return y
 
-    def _defers(self, x: torch.Tensor) -> bool:
+    def _defers(self, x: torch.Tensor | PendingMerge) -> bool:
         # All-reduce needs the summed output, so only a single rank defers.
-        return DEFER_SPLIT_SUM and self.tp_size == 1 and x.dim() == 2 and is_skinny(x)
+        if not (DEFER_SPLIT_SUM and self.tp_size == 1):
+            return False
+        if isinstance(x, torch.Tensor):
+            return x.dim() == 2 and is_skinny(x)
+        return USE_SKINNY_GEMM and x.fuses_into(self.weight)

@@ -64,11 +64,14 @@ class LlamaAttention(nn.Module):
         if x.is_cuda:
             # One kernel for [head norm,] RoPE and the cache write.
             inv_freq = self.rotary_emb.inv_freq
-            out = self.attn.forward_fused(positions, q, k, v, meta, inv_freq, self.qk_norm_weights())
-        else:
-            q, k = self.normalize_qk(q, k)
-            q, k = self.rotary_emb(positions, q, k)
-            out = self.attn(q, k, v, meta)  # [num_tokens, num_heads, head_dim]
+            # (At one decode token o_proj may get attention's unmerged partials: split_merge.)
+            fused = self.attn.forward_fused(positions, q, k, v, meta, inv_freq, self.qk_norm_weights())
+            return self.o_proj.forward_deferred(
+                fused.flatten(1) if isinstance(fused, torch.Tensor) else fused
+            )
+        q, k = self.normalize_qk(q, k)
+        q, k = self.rotary_emb(positions, q, k)
+        out = self.attn(q, k, v, meta)  # [num_tokens, num_heads, head_dim]
         return self.o_proj.forward_deferred(out.flatten(1))
 
     def normalize_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,8 +140,9 @@ class LlamaModel(nn.Module):
 
     def forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
-    ) -> torch.Tensor:
-        # token_ids, positions: [num_tokens] -> hidden: [num_tokens, hidden]
+    ) -> torch.Tensor | PendingNorm:
+        # token_ids, positions: [num_tokens] -> hidden: [num_tokens, hidden]; at one row on CUDA
+        # the final norm may be left to the LM head (a PendingNorm, see compute_logits)
         x: torch.Tensor | SplitKPartials = self.embed_tokens(token_ids)
         residual: torch.Tensor | None = None
         for layer in self.layers:
@@ -146,8 +150,7 @@ class LlamaModel(nn.Module):
         if residual is None:  # a model without layers
             assert isinstance(x, torch.Tensor)
             return self.norm(x)  # type: ignore[no-any-return]
-        y, _ = self.norm.forward_with_residual(x, residual)
-        assert isinstance(y, torch.Tensor)  # not deferred
+        y, _ = self.norm.forward_with_residual(x, residual, defer=True)
         return y
 
 
@@ -172,12 +175,12 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
-    ) -> torch.Tensor:
-        y: torch.Tensor = self.model(token_ids, positions, meta)
+    ) -> torch.Tensor | PendingNorm:
+        y: torch.Tensor | PendingNorm = self.model(token_ids, positions, meta)
         return y
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        # hidden: [num_seqs, hidden] -> [num_seqs, vocab_size] float32
+    def compute_logits(self, hidden: torch.Tensor | PendingNorm) -> torch.Tensor:
+        # hidden: [num_seqs, hidden], or one row's pending final norm -> [num_seqs, vocab_size] float32
         logits: torch.Tensor = self.lm_head(hidden)
         return logits.float()
 

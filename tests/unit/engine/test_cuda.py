@@ -40,9 +40,12 @@ def test_cuda_greedy_matches_hf(model_dirs: dict[str, Path], arch: str) -> None:
 def test_batch_one_fusions_change_no_token(
     model_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One sequence in bf16 takes the norm-in-GEMV path and the K/V prefetch; the same greedy
-    # tokens as the separate norm kernel and no prefetch (the same rounding, by construction).
-    from engine.layers import norm
+    # One sequence in bf16 takes the norm-in-GEMV path, the K/V prefetch, RoPE and the KV write
+    # inside attention and the split merge inside o_proj; the same greedy tokens as the separate
+    # kernels and no prefetch (the same rounding, by construction).
+    from engine.kernels import split_merge
+    from engine.layers import attention as attention_layer
+    from engine.layers import embedding, norm
 
     attention = importlib.import_module("engine.kernels.paged_attention")  # the package exports the function
 
@@ -56,4 +59,10 @@ def test_batch_one_fusions_change_no_token(
     fused = tokens()
     monkeypatch.setattr(norm, "DEFER_TO_GEMV", False)
     monkeypatch.setattr(attention, "PREFETCH_SMALL_BATCH", False)
+    assert tokens() == fused
+    monkeypatch.setattr(split_merge, "FUSE_INTO_GEMM", False)
+    assert tokens() == fused
+    monkeypatch.setattr(attention_layer, "FUSED_DECODE_MAX_SEQS", 0)
+    assert tokens() == fused
+    monkeypatch.setattr(embedding, "FUSE_FINAL_NORM", False)
     assert tokens() == fused

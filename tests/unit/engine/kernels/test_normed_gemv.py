@@ -59,13 +59,27 @@ def test_plain_input_matches_norm_then_gemm(device: str, dtype: torch.dtype, bia
         torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
 
 
-def test_wider_programs_give_the_same_result(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("block_n", [16, 64])
+def test_program_width_does_not_change_the_result(
+    device: str, block_n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dtype, n = torch.bfloat16, 64
     pending = _pending(torch.randn(1, n).to(dtype).to(device), n, dtype, device)
     w = (torch.randn(72, n) / n**0.5).to(dtype).to(device)
+    default = normed_gemv(pending, w)
+    monkeypatch.setattr(importlib.import_module("engine.kernels.normed_gemv"), "BLOCK_N", block_n)
+    torch.testing.assert_close(normed_gemv(pending, w), default, rtol=0, atol=0)
+
+
+def test_float32_logits_are_the_rounded_result_widened(device: str) -> None:
+    # The LM head: float32 out, rounded to the activations' dtype first (F.linear then .float()).
+    dtype, n = torch.bfloat16, 64
+    pending = _pending(torch.randn(1, n).to(dtype).to(device), n, dtype, device)
+    w = (torch.randn(200, n) / n**0.5).to(dtype).to(device)
     narrow = normed_gemv(pending, w)
-    monkeypatch.setattr(importlib.import_module("engine.kernels.normed_gemv"), "BLOCK_N", 32)
-    torch.testing.assert_close(normed_gemv(pending, w), narrow, rtol=0, atol=0)
+    wide = normed_gemv(pending, w, out_dtype=torch.float32)
+    assert wide.dtype == torch.float32
+    assert torch.equal(wide, narrow.float())
 
 
 @pytest.mark.parametrize("split_k", [3, 4])
@@ -156,3 +170,23 @@ def test_real_shapes_on_gpu(n_out: int) -> None:
     got = normed_gemv(pending, w)
     assert torch.equal(pending.residual_out, want_res)
     torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_lm_head_takes_the_final_norm_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Qwen3-0.6B's head: 151,936 x 1,024, tied to the embeddings; float32 logits either way.
+    from engine.layers import embedding
+    from engine.layers.embedding import ParallelLMHead
+
+    dtype, n, vocab = torch.bfloat16, 1024, 151936
+    head = ParallelLMHead(vocab, n).to(dtype).cuda()
+    head.weight.data.normal_(std=n**-0.5)
+    pending = _pending(torch.randn(1, n, dtype=dtype, device="cuda"), n, dtype, "cuda")
+    fused = head(pending)
+    assert fused.dtype == torch.float32 and fused.shape == (1, vocab)
+    monkeypatch.setattr(embedding, "FUSE_FINAL_NORM", False)
+    unfused = head(pending)
+    assert unfused.dtype == dtype
+    torch.testing.assert_close(fused, unfused.float(), rtol=1e-2, atol=1e-2)
+    assert fused.argmax() == unfused.float().argmax()

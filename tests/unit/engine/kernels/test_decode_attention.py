@@ -1,0 +1,218 @@
+"""Decode attention with RoPE and the KV write inside, and its split merge inside o_proj's GEMM.
+
+Both fusions give the bits of the kernels they replace (``rotary_kv_write`` then
+``paged_attention`` and its merge kernel, then ``skinny_gemm`` of the merged rows), with one
+exception on the GPU: a per-head norm (Qwen3) sums its squares in the layout of the kernel it
+runs in, so compiled, q and k may differ from the RoPE kernel's in the last bit.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from engine.kernels import (
+    NewTokenRope,
+    PendingMerge,
+    SkinnyGemmConfig,
+    decode_attention,
+    paged_attention,
+    rotary_kv_write,
+    skinny_gemm,
+    skinny_gemm_deferred,
+)
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4, 2, 16, 4
+CTX = [5, 17, 40, 0]  # the last row is a captured batch's padding: no keys, slot -1
+
+
+def _step(
+    device: str,
+    dtype: torch.dtype,
+    seed: int,
+    shape: tuple[int, int, int, int, list[int]] = (HEADS, KV_HEADS, HEAD_DIM, BLOCK, CTX),
+) -> dict[str, torch.Tensor]:
+    # shape: (heads, kv heads, head_dim, block size, context lengths)
+    heads, kv_heads, head_dim, block, ctx_lens = shape
+    g = torch.Generator().manual_seed(seed)
+    pages = [max(1, -(-c // block)) for c in ctx_lens]
+    num_blocks = sum(pages) + 2
+    # The pool's layout [num_blocks, layers, 2, B, H, D], layer 1: the kernels see real strides.
+    pool = torch.randn(num_blocks, 2, 2, block, kv_heads, head_dim, generator=g).to(dtype)
+    order = torch.randperm(num_blocks, generator=g).tolist()
+    tables, slots, used = [], [], 0
+    for ctx, n in zip(ctx_lens, pages, strict=True):
+        blocks = order[used : used + n]
+        used += n
+        tables.append(blocks + [0] * (max(pages) - n))
+        slots.append(blocks[(ctx - 1) // block] * block + (ctx - 1) % block if ctx else -1)
+    # q, k, v as views of one qkv row per token, as the layer hands them over.
+    qkv = torch.randn(len(ctx_lens), (heads + 2 * kv_heads) * head_dim, generator=g).to(dtype)
+    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    step = {
+        "pool": pool,
+        "q": q.view(-1, heads, head_dim),
+        "k": k.view(-1, kv_heads, head_dim),
+        "v": v.view(-1, kv_heads, head_dim),
+        # Positions need not be the context length: RoPE reads them, placement the block table.
+        "positions": torch.tensor([c + 3 for c in ctx_lens]),
+        "slots": torch.tensor(slots, dtype=torch.long),
+        "tables": torch.tensor(tables, dtype=torch.int32),
+        "ctx": torch.tensor(ctx_lens, dtype=torch.int32),
+        "starts": torch.arange(len(ctx_lens) + 1, dtype=torch.int32),
+        "inv_freq": 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim)),
+        "q_norm": torch.randn(head_dim, generator=g).to(dtype),
+        "k_norm": torch.randn(head_dim, generator=g).to(dtype),
+    }
+    return {name: t.to(device) for name, t in step.items()}
+
+
+def _same(got: torch.Tensor, want: torch.Tensor, *, exact: bool) -> None:
+    if exact:
+        assert torch.equal(got, want)
+    else:  # one rounding step of the activations' dtype apart at most, in a few places
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+        assert (got != want).float().mean() < 0.05
+
+
+def _reference(s: dict[str, torch.Tensor], splits: int, norm: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    pool = s["pool"].clone()
+    k_cache, v_cache = pool[:, 1, 0], pool[:, 1, 1]
+    qk_norm = (s["q_norm"], s["k_norm"], 1e-6) if norm else None
+    q = rotary_kv_write(
+        s["positions"], s["q"], s["k"], s["v"], s["inv_freq"], k_cache, v_cache, s["slots"], qk_norm
+    )
+    out = paged_attention(q, k_cache, v_cache, s["tables"], s["ctx"], s["starts"], max_query_len=1, scale=0.25,
+                          num_splits=splits)  # fmt: skip
+    return out, pool
+
+
+def _fused(
+    s: dict[str, torch.Tensor], splits: int, norm: bool, *, defer_merge: bool = False
+) -> tuple[torch.Tensor | PendingMerge, torch.Tensor]:
+    pool = s["pool"].clone()
+    qk_norm = (s["q_norm"], s["k_norm"], 1e-6) if norm else None
+    new = NewTokenRope(s["k"], s["v"], s["positions"], s["slots"], s["inv_freq"], qk_norm)
+    out = decode_attention(s["q"], new, pool[:, 1, 0], pool[:, 1, 1], s["tables"], s["ctx"], s["starts"],
+                           scale=0.25, num_splits=splits, defer_merge=defer_merge)  # fmt: skip
+    return out, pool
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("splits", [1, 4])
+def test_same_bits_as_the_rope_kernel_then_attention(
+    device: str, splits: int, norm: bool, prefetch: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = importlib.import_module("engine.kernels.paged_attention")  # the package exports the function
+    monkeypatch.setattr(module, "PREFETCH_SMALL_BATCH", prefetch)
+    for dtype in (torch.float32, torch.bfloat16):
+        s = _step(device, dtype, seed=splits + 2 * norm)
+        want, want_pool = _reference(s, splits, norm)
+        got, got_pool = _fused(s, splits, norm)
+        assert isinstance(got, torch.Tensor)
+        _same(got, want, exact=device == "cpu" or not norm)
+        # The new keys and values, and nothing else, were written: every slot of both layers.
+        _same(got_pool, want_pool, exact=device == "cpu" or not norm)
+        assert not torch.equal(got_pool, s["pool"])
+        assert (got[-1] == 0).all()  # the padding row has no keys
+
+
+def test_sliding_window_keeps_the_new_key(device: str) -> None:
+    s = _step(device, torch.float32, seed=5)
+    pool = s["pool"].clone()
+    k_cache, v_cache = pool[:, 1, 0], pool[:, 1, 1]
+    q = rotary_kv_write(s["positions"], s["q"], s["k"], s["v"], s["inv_freq"], k_cache, v_cache, s["slots"])
+    want = paged_attention(q, k_cache, v_cache, s["tables"], s["ctx"], s["starts"], max_query_len=1, scale=0.25,
+                           sliding_window=3, num_splits=2)  # fmt: skip
+    fused_pool = s["pool"].clone()
+    new = NewTokenRope(s["k"], s["v"], s["positions"], s["slots"], s["inv_freq"])
+    got = decode_attention(s["q"], new, fused_pool[:, 1, 0], fused_pool[:, 1, 1], s["tables"], s["ctx"],
+                           s["starts"], scale=0.25, sliding_window=3, num_splits=2)  # fmt: skip
+    assert torch.equal(got, want)
+    assert torch.equal(fused_pool, pool)
+
+
+def test_deferred_merge_gives_the_merge_kernels_bits(device: str) -> None:
+    s = _step(device, torch.bfloat16, seed=7)
+    want, _ = _reference(s, 4, True)
+    pending, _ = _fused(s, 4, True, defer_merge=True)
+    assert isinstance(pending, PendingMerge)
+    assert pending.shape == (len(CTX), HEADS * HEAD_DIM)
+    assert torch.equal(pending.materialize(), want.flatten(1))
+    # One split: nothing to merge, the output itself.
+    whole, _ = _fused(s, 1, True, defer_merge=True)
+    assert isinstance(whole, torch.Tensor)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        None,  # the tuned one-row shape: the whole K in one tile
+        SkinnyGemmConfig(block_n=16, block_k=32, split_k=1, use_dot=False),  # two heads per tile
+        SkinnyGemmConfig(block_n=16, block_k=16, split_k=2, use_dot=False),  # split-K partials
+    ],
+)
+def test_o_proj_merges_the_partials_it_loads(device: str, config: SkinnyGemmConfig | None) -> None:
+    s = _step(device, torch.bfloat16, seed=11)
+    pending, _ = _fused(s, 4, True, defer_merge=True)
+    assert isinstance(pending, PendingMerge)
+    merged = pending.materialize()
+    one = PendingMerge(pending.partials[1:2], pending.lse[1:2], pending.dtype)  # the 17-key row
+    weight = (torch.randn(48, HEADS * HEAD_DIM) / 8).to(torch.bfloat16).to(device)
+    bias = torch.randn(48).to(torch.bfloat16).to(device)
+    assert one.fuses_into(weight) and not pending.fuses_into(weight)
+    want = skinny_gemm(merged[1:2], weight, bias, config)
+    assert torch.equal(skinny_gemm(one, weight, bias, config), want)
+    deferred = skinny_gemm_deferred(one, weight, bias, config)
+    want_deferred = skinny_gemm_deferred(merged[1:2], weight, bias, config)
+    if isinstance(want_deferred, torch.Tensor):
+        assert isinstance(deferred, torch.Tensor) and torch.equal(deferred, want_deferred)
+    else:
+        assert not isinstance(deferred, torch.Tensor)
+        assert torch.equal(deferred.partials, want_deferred.partials)
+
+
+def test_rejects_what_it_cannot_fuse(device: str) -> None:
+    s = _step(device, torch.bfloat16, seed=13)
+    pending, _ = _fused(s, 4, False, defer_merge=True)
+    assert isinstance(pending, PendingMerge)
+    one = PendingMerge(pending.partials[:1], pending.lse[:1], pending.dtype)
+    weight = torch.randn(32, HEADS * HEAD_DIM).to(torch.bfloat16).to(device)
+    with pytest.raises(ValueError, match="one-row"):
+        skinny_gemm(pending, weight)  # four rows
+    with pytest.raises(ValueError, match="one-row"):
+        skinny_gemm(one, weight, config=SkinnyGemmConfig(block_n=16, block_k=16))  # tensor-core path
+    with pytest.raises(ValueError, match="one dtype"):
+        skinny_gemm(one, weight.float())  # another dtype
+    new = NewTokenRope(s["k"], s["v"], s["positions"], s["slots"], s["inv_freq"])
+    with pytest.raises(ValueError, match="one token per sequence"):
+        decode_attention(s["q"][:2], new, s["pool"][:, 1, 0], s["pool"][:, 1, 1], s["tables"], s["ctx"],
+                         s["starts"], scale=0.25)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("heads", [(16, 8), (32, 8)])
+def test_real_shapes_on_gpu(heads: tuple[int, int]) -> None:
+    # Qwen3-0.6B's and Llama-3-8B's heads, contexts across tiles and splits, one padding row.
+    shape = (*heads, 128, 16, [1, 31, 33, 256, 700, 2049, 4096, 0])
+    for dtype in (torch.bfloat16, torch.float16):
+        for splits, norm in ((16, True), (4, False), (1, True)):
+            s = _step("cuda", dtype, seed=splits, shape=shape)
+            want, want_pool = _reference(s, splits, norm)
+            got, got_pool = _fused(s, splits, norm)
+            assert isinstance(got, torch.Tensor)
+            _same(got, want, exact=not norm)
+            _same(got_pool, want_pool, exact=not norm)
+        one = PendingMerge(*_first_row_partials(s), dtype)
+        weight = (torch.randn(1024, heads[0] * 128, device="cuda") / 32).to(dtype)
+        assert torch.equal(skinny_gemm(one, weight), skinny_gemm(one.materialize(), weight))
+
+
+def _first_row_partials(s: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    pending, _ = _fused(s, 16, True, defer_merge=True)
+    assert isinstance(pending, PendingMerge)
+    return pending.partials[3:4], pending.lse[3:4]  # the 256-key row
