@@ -48,22 +48,21 @@ class CudaGraphRunner:
         self.buckets = _buckets(max_num_seqs)
         n = self.buckets[-1]
         self.max_blocks = max_blocks
-        # Inputs travel in two host-to-device copies from pinned staging buffers (one per dtype):
-        #   longs [3, n]: token_ids | positions | slot_mapping
-        #   ints  [n + n * max_blocks]: context_lens | block_tables rows
-        # Two staging sets, used in turn: with asynchronous scheduling the previous step's copies
+        # Inputs travel in one host-to-device copy from a pinned staging buffer of two parts:
+        #   longs [3, n] int64: token_ids | positions | slot_mapping
+        #   ints  [n + n * max_blocks] int32: context_lens | block_tables rows (as many as used)
+        # Two staging sets, used in turn: with asynchronous scheduling the previous step's copy
         # may not have run yet when this step is staged (the host has waited for the step before).
         pinned = torch.cuda.is_available()
-        self.host_longs_sets = [torch.zeros(3, n, dtype=torch.long, pin_memory=pinned) for _ in range(2)]
-        self.host_ints_sets = [
-            torch.zeros(n * (1 + max_blocks), dtype=torch.int32, pin_memory=pinned) for _ in range(2)
-        ]
+        self.longs_bytes = 3 * n * 8
+        num_bytes = self.longs_bytes + n * (1 + max_blocks) * 4
+        self.host_sets = [torch.zeros(num_bytes, dtype=torch.uint8, pin_memory=pinned) for _ in range(2)]
         self.num_staged = 0
         self._tables: dict[int, tuple[list[int], np.ndarray, int]] = {}
         """id(block_ids list) -> (that list, its ids as int32, how many are filled in): a running
         sequence's table only grows in place, so each step copies its new ids, not all of them."""
-        self.longs = torch.zeros(3, n, dtype=torch.long, device=device)
-        self.ints = torch.zeros(n * (1 + max_blocks), dtype=torch.int32, device=device)
+        self.staged = torch.zeros(num_bytes, dtype=torch.uint8, device=device)
+        self.longs, self.ints = self._parts(self.staged, n)
         self.token_ids, self.positions, self.slot_mapping = self.longs[0], self.longs[1], self.longs[2]
         self.slot_mapping.fill_(-1)
         self.context_lens = self.ints[:n]
@@ -107,9 +106,9 @@ class CudaGraphRunner:
         n = len(token_ids)
         bucket = next(b for b in self.buckets if b >= n)
         size, width = self.buckets[-1], self.max_blocks
-        host_longs = self.host_longs_sets[self.num_staged % 2]
-        host_ints = self.host_ints_sets[self.num_staged % 2]
+        host = self.host_sets[self.num_staged % 2]
         self.num_staged += 1
+        host_longs, host_ints = self._parts(host, size)
         longs, ints = host_longs.numpy(), host_ints.numpy()
         longs[0, :n], longs[1, :n], longs[2, :n] = token_ids, positions, slots
         longs[2, n:bucket] = -1
@@ -120,10 +119,15 @@ class CudaGraphRunner:
             row = size + i * width
             ints[row : row + len(table)] = self._table_array(table, tables)
         self._tables = tables  # tables of sequences not in this step are dropped
-        self.longs.copy_(host_longs, non_blocking=True)
-        used = size + n * width
-        self.ints[:used].copy_(host_ints[:used], non_blocking=True)
+        used = self.longs_bytes + (size + n * width) * 4
+        self.staged[:used].copy_(host[:used], non_blocking=True)
         return bucket
+
+    def _parts(self, buffer: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # The staging layout's typed views: (longs [3, n], ints).
+        return buffer[: self.longs_bytes].view(torch.long).view(3, n), buffer[self.longs_bytes :].view(
+            torch.int32
+        )
 
     def _table_array(
         self, table: list[int], seen: dict[int, tuple[list[int], np.ndarray, int]]
