@@ -23,15 +23,19 @@ import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
 
-__all__ = ["FUSE_INTO_GEMM", "MERGE_BLOCK_N", "MERGE_SPLIT_K", "PendingMerge", "merge_splits"]
+__all__ = ["FUSE_INTO_GEMM", "MERGE_BLOCK_N", "MERGE_MAX_K", "MERGE_SPLIT_K", "PendingMerge", "merge_splits"]
 
-FUSE_INTO_GEMM = False
-"""One decode token on CUDA: attention returns its partials for o_proj to merge. Off: on an H200
-(Qwen3-0.6B, 256 keys, 16 splits) the bucket-1 graph took 747 µs with it against 720 without,
-since each of o_proj's 256 programs re-reads 32 KB of partials (benchmarks flip it)."""
-MERGE_BLOCK_N = 64
-"""W rows per program of the GEMM that merges: every program re-reads its K slice's partials,
-so fewer, wider programs than a plain one-row GEMM's 16 (benchmarks sweep it)."""
+FUSE_INTO_GEMM = True
+"""One decode token on CUDA: attention returns its partials for o_proj to merge (benchmarks flip
+it). Every o_proj program re-reads its K slice's partials (32 KB at Qwen3-0.6B's 16 splits), so
+the program count decides: the bucket-1 graph of Qwen3-0.6B on an H200 took 675 µs with 128
+programs of 32 rows against 708–720 with the merge kernel, 729 with 256 programs and 741 with 64."""
+MERGE_MAX_K = 2048
+"""Widest o_proj input merged inside it. Wider models (Llama-3-8B: 4,096) keep the merge kernel:
+their o_proj would re-read 32 MB of partials a layer, as much as its weights, unmeasured."""
+MERGE_BLOCK_N = 32
+"""W rows per program of the GEMM that merges: fewer, wider programs than a plain one-row GEMM's
+16 (benchmarks sweep it)."""
 MERGE_SPLIT_K: int | None = None
 """K slices of that GEMM; None: the plain one-row GEMM's (benchmarks sweep it)."""
 MERGE_WARPS = 4
@@ -114,7 +118,7 @@ class PendingMerge:
         """Whether the one-row skinny GEMM with ``weight`` [n, num_heads * head_dim] merges these."""
         return (
             self.partials.shape[0] == 1
-            and weight.shape[1] == self.shape[1]
+            and weight.shape[1] == self.shape[1] <= MERGE_MAX_K
             and weight.dtype == self.dtype
             and self.partials.stride(3) == 1
         )
