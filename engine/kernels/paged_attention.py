@@ -315,6 +315,8 @@ def decode_attention(
         raise ValueError("decode_attention takes one token per sequence and a power-of-two head_dim")
     if new.k.stride(2) != 1 or new.v.stride(2) != 1:
         raise ValueError("decode_attention needs a contiguous head_dim")
+    if new.slot_mapping.dtype != torch.int64:
+        raise ValueError("decode_attention needs int64 slots (a large pool overflows int32)")
     out = _attend(q, (k_cache, v_cache), (block_tables, context_lens, query_starts), new, max_query_len=1,
                   scale=scale, sliding_window=sliding_window, num_splits=num_splits)  # fmt: skip
     if isinstance(out, torch.Tensor) or defer_merge:
@@ -351,8 +353,8 @@ def _attend(
     block_q = 1 if max_query_len == 1 else max(1, 64 // group)
     m = max(16, triton.next_power_of_2(block_q * group))
     num_q_tiles = triton.cdiv(max_query_len, block_q)
-    out = torch.empty_like(q)
     if num_splits == 1:
+        out = torch.empty_like(q)
         part, lse = out.unsqueeze(2), out.new_empty(0, 1, 1, dtype=torch.float32)
     else:
         part = torch.empty(num_tokens, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
@@ -398,4 +400,4 @@ def _attend(
         ROPE=new is not None, NORM=new is not None and new.qk_norm is not None,
         **launch, **pdl_launch(q),
     )  # fmt: skip
-    return out if num_splits == 1 else PendingMerge(part, lse, q.dtype)
+    return PendingMerge(part, lse, q.dtype) if num_splits > 1 else out

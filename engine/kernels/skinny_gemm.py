@@ -241,7 +241,7 @@ def skinny_gemm_config(
                 num_warps=ONE_ROW_WARPS,
             )
         return SkinnyGemmConfig(
-            block_n=16, block_k=256 if split_k > 1 else 512, split_k=split_k, use_dot=False
+            block_n=block_n or 16, block_k=256 if split_k > 1 else 512, split_k=split_k, use_dot=False
         )
     block_n = 32 if 16384 <= n < 65536 else 64
     block_k = 128 if n >= 16384 or (split_k > 1 and k >= 4096) else 256

@@ -5,6 +5,7 @@ The backend follows the cache's device: Triton kernels on CUDA, plain torch else
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import torch
@@ -89,7 +90,7 @@ class Attention(nn.Module):
         if (
             isinstance(self.backend, TritonPagedAttention)
             and meta.num_seqs <= FUSED_DECODE_MAX_SEQS
-            and meta.host_query_starts[-1] == meta.num_seqs
+            and all(b - a == 1 for a, b in itertools.pairwise(meta.host_query_starts))
             and self.head_dim & (self.head_dim - 1) == 0
         ):
             new = NewTokenRope(k, v, positions, meta.slot_mapping, inv_freq, qk_norm)

@@ -156,6 +156,8 @@ class RowParallelLinear(_ParallelLinear):
         """``forward``, or, for a skinny 2-D x on one rank, possibly the GEMM's split-K partials
         for the next RMSNorm to sum (``RMSNorm.forward_with_residual`` takes either). x may be
         attention's unmerged partials (o_proj at one decode token)."""
+        if not isinstance(x, torch.Tensor) and not (USE_SKINNY_GEMM and x.fuses_into(self.weight)):
+            x = x.materialize()  # merged by its own kernel; the tensor rule below still defers the sum
         if not self._defers(x):
             return self.forward(x)
         from engine.kernels import skinny_gemm_deferred

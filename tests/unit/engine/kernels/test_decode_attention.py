@@ -23,6 +23,7 @@ from engine.kernels import (
     paged_attention,
     rotary_kv_write,
     skinny_gemm,
+    skinny_gemm_config,
     skinny_gemm_deferred,
     split_merge,
 )
@@ -218,10 +219,78 @@ def test_real_shapes_on_gpu(heads: tuple[int, int], monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(split_merge, "MERGE_MAX_K", 4096)  # Llama-3-8B's o_proj would not merge
         one = PendingMerge(*_first_row_partials(s), dtype)
         weight = (torch.randn(1024, heads[0] * 128, device="cuda") / 32).to(dtype)
-        assert torch.equal(skinny_gemm(one, weight), skinny_gemm(one.materialize(), weight))
+        config = skinny_gemm_config(1, 1024, heads[0] * 128, block_n=split_merge.MERGE_BLOCK_N)
+        assert torch.equal(
+            skinny_gemm(one, weight, config=config), skinny_gemm(one.materialize(), weight, config=config)
+        )
 
 
 def _first_row_partials(s: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     pending, _ = _fused(s, 16, True, defer_merge=True)
     assert isinstance(pending, PendingMerge)
     return pending.partials[3:4], pending.lse[3:4]  # the 256-key row
+
+
+@pytest.mark.parametrize("q_lens", [[1, 1, 1], [2, 0, 1]])
+def test_the_layer_fuses_only_one_token_per_sequence(
+    device: str, q_lens: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The attention layer with the Triton backend: equal query counts and sequences do not make a
+    # decode step ([2, 0, 1]); that batch must take the RoPE kernel and store both new keys.
+    from engine.attention import AttentionMetadata, TritonPagedAttention
+    from engine.layers import attention as attention_layer
+    from engine.layers.attention import Attention
+
+    ctx = [6, 9, 13]
+    s = _step(device, torch.float32, seed=17, shape=(HEADS, KV_HEADS, HEAD_DIM, BLOCK, ctx))
+    tables = s["tables"].tolist()
+    starts = [0]
+    for n in q_lens:
+        starts.append(starts[-1] + n)
+    slots, positions = [], []
+    for i, n in enumerate(q_lens):
+        for p in range(ctx[i] - n, ctx[i]):
+            slots.append(tables[i][p // BLOCK] * BLOCK + p % BLOCK)
+            positions.append(p)
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+        block_tables=s["tables"],
+        context_lens=s["ctx"],
+        query_starts=torch.tensor(starts, dtype=torch.int32, device=device),
+        block_size=BLOCK,
+        host_query_starts=tuple(starts),
+        host_context_lens=tuple(ctx),
+    )
+    t = len(slots)
+    q, k, v = s["q"][:t], s["k"][:t], s["v"][:t]
+    pos = torch.tensor(positions, device=device)
+    qk_norm = (s["q_norm"], s["k_norm"], 1e-6)
+
+    def run(max_seqs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        monkeypatch.setattr(attention_layer, "FUSED_DECODE_MAX_SEQS", max_seqs)
+        layer = Attention(HEADS, KV_HEADS, HEAD_DIM, scale=0.25)
+        pool = s["pool"].clone()
+        layer.bind_cache(pool[:, 1, 0], pool[:, 1, 1])
+        layer.backend = TritonPagedAttention()  # on CPU the interpreted kernels
+        out = layer.forward_fused(pos, q, k, v, meta, s["inv_freq"], qk_norm)
+        assert isinstance(out, torch.Tensor)  # several tokens: the merge is never deferred
+        return out, pool
+
+    want, want_pool = run(0)
+    got, got_pool = run(15)
+    assert torch.equal(got, want) and torch.equal(got_pool, want_pool)
+
+
+def test_o_proj_merges_what_it_cannot_fuse_first(device: str) -> None:
+    # Several tokens (or a model wider than MERGE_MAX_K): the merge kernel, then o_proj as usual.
+    from engine.layers.linear import RowParallelLinear
+
+    s = _step(device, torch.bfloat16, seed=19)
+    pending, _ = _fused(s, 4, True, defer_merge=True)
+    assert isinstance(pending, PendingMerge)
+    o_proj = RowParallelLinear(HEADS * HEAD_DIM, 32).to(torch.bfloat16).to(device)
+    o_proj.weight.data.normal_()
+    assert not pending.fuses_into(o_proj.weight)
+    got = o_proj.forward_deferred(pending)
+    assert isinstance(got, torch.Tensor)
+    assert torch.equal(got, o_proj.forward_deferred(pending.materialize()))
