@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
-from engine.kernels.rotary_kv import norm_weights, rotate_halves
+from engine.kernels.rotary_kv import cos_sin, norm_weights, rotate_halves
 from engine.kernels.split_merge import PendingMerge
 
 __all__ = ["NewTokenRope", "decode_attention", "paged_attention"]
@@ -177,10 +177,7 @@ def _attention_kernel(
 def _rope_inputs(pos_ptr, slot_ptr, inv_freq_ptr, q_norm_ptr, k_norm_ptr, token, dt,
                  HALF: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
     # What RoPE needs of the step's inputs and weights, none written by a kernel (read before the wait).
-    j = tl.arange(0, HALF)
-    angle = tl.load(pos_ptr + token).to(tl.float32) * tl.load(inv_freq_ptr + j)
-    cos = tl.cos(angle).to(dt).to(tl.float32)[None, :]
-    sin = tl.sin(angle).to(dt).to(tl.float32)[None, :]
+    cos, sin = cos_sin(pos_ptr + token, inv_freq_ptr, dt, HALF, HALF)
     if NORM:  # without a norm the weight pointers stand in for tensors of another size
         q_w1, q_w2 = norm_weights(q_norm_ptr, HALF, HALF)
         k_w1, k_w2 = norm_weights(k_norm_ptr, HALF, HALF)
@@ -368,15 +365,15 @@ def _attend(
         launch["num_warps"] = num_warps
     if num_stages is not None:
         launch["num_stages"] = num_stages
-    if max_query_len == 1 and num_seqs >= 16:
+    small_decode = max_query_len == 1 and num_seqs < 16
+    if max_query_len == 1 and not small_decode:
         # Decode over a batch: 64-key tiles, two stages reach ~0.95 of the copy ceiling on an H200
         # where 32-key tiles reach ~0.82 (bench.attention_sweep, run 4); tiny batches keep 32.
-        tile_n = tile_n or 64
         launch.setdefault("num_stages", 2)
-    if max_query_len == 1 and num_seqs < 16:
+    elif small_decode:
         tile_n = tile_n or SMALL_BATCH_TILE_N
         launch.setdefault("num_warps", SMALL_BATCH_WARPS)
-    tile_n = tile_n or (32 if max_query_len == 1 else 64)
+    tile_n = tile_n or 64
     if new is None:  # the RoPE arguments stand in for tensors the kernel never reads
         rope: tuple[object, ...] = (q, q, context_lens, context_lens, lse, lse, lse, 0.0, 0, 0, 0, 0)
     else:
@@ -396,7 +393,7 @@ def _attend(
         HAS_WINDOW=sliding_window is not None,
         PRECISION="ieee" if q.dtype == torch.float32 or interpreted else "tf32",
         UPCAST=interpreted,
-        PREFETCH=PREFETCH_SMALL_BATCH and max_query_len == 1 and num_seqs < 16,
+        PREFETCH=PREFETCH_SMALL_BATCH and small_decode,
         ROPE=new is not None, NORM=new is not None and new.qk_norm is not None,
         **launch, **pdl_launch(q),
     )  # fmt: skip

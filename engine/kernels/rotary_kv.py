@@ -27,6 +27,14 @@ __all__ = ["kv_write", "rotary", "rotary_kv_write"]
 
 
 @triton.jit
+def cos_sin(pos_ptr, inv_freq_ptr, dt, HALF: tl.constexpr, D_HALF: tl.constexpr):
+    # [1, D_HALF] cos and sin of position * inv_freq (float32), rounded to the activations' dtype.
+    j = tl.arange(0, D_HALF)
+    angle = tl.load(pos_ptr).to(tl.float32) * tl.load(inv_freq_ptr + j, mask=j < HALF, other=0.0)
+    return tl.cos(angle).to(dt).to(tl.float32)[None, :], tl.sin(angle).to(dt).to(tl.float32)[None, :]
+
+
+@triton.jit
 def norm_weights(norm_ptr, HALF: tl.constexpr, D_HALF: tl.constexpr):
     j = tl.arange(0, D_HALF)
     w1 = tl.load(norm_ptr + j, mask=j < HALF, other=0.0).to(tl.float32)[None, :]
@@ -83,15 +91,10 @@ def _rotary_kv_kernel(
     t = tl.program_id(0).to(tl.int64)
     # Part 0 rotates q; part 1 (the only part without ROTATE) handles k and v.
     q_part = tl.program_id(1) == 0 if ROTATE else tl.program_id(1) < 0
-    j = tl.arange(0, D_HALF)
     # Before pdl_wait only what no kernel of this step writes (pdl.py): the angles from the step's
     # positions, the norm weights, the slot; they load while the kernel ahead finishes.
     if ROTATE:
-        inv_freq = tl.load(inv_freq_ptr + j, mask=j < HALF, other=0.0)
-        angle = tl.load(pos_ptr + t).to(tl.float32) * inv_freq
-        dt = q_ptr.dtype.element_ty
-        cos = tl.cos(angle).to(dt).to(tl.float32)[None, :]
-        sin = tl.sin(angle).to(dt).to(tl.float32)[None, :]
+        cos, sin = cos_sin(pos_ptr + t, inv_freq_ptr, q_ptr.dtype.element_ty, HALF, D_HALF)
     else:
         # Identity rotation: x * 1 + (-(y * 0)) is x exactly, so k is stored unchanged.
         cos = tl.full([1, D_HALF], 1.0, tl.float32)

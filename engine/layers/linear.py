@@ -54,13 +54,18 @@ def is_skinny(x: torch.Tensor) -> bool:
     )
 
 
+def _fuses(x: PendingNorm | PendingMerge, weight: torch.Tensor) -> bool:
+    # Whether the GEMM with weight takes the pending norm or merge into its own loads.
+    return USE_SKINNY_GEMM and x.fuses_into(weight)
+
+
 def _matmul(
     x: torch.Tensor | PendingNorm | PendingMerge, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     # x: [num_tokens, in] -> [num_tokens, out]; or, at one row on CUDA, the norm left to this GEMM
     # (RMSNorm's defer) or attention's split partials left to it (decode_attention's defer_merge)
     if not isinstance(x, torch.Tensor):
-        if USE_SKINNY_GEMM and x.fuses_into(weight):
+        if _fuses(x, weight):
             from engine.kernels import PendingMerge, normed_gemv, skinny_gemm
 
             if isinstance(x, PendingMerge):
@@ -156,7 +161,7 @@ class RowParallelLinear(_ParallelLinear):
         """``forward``, or, for a skinny 2-D x on one rank, possibly the GEMM's split-K partials
         for the next RMSNorm to sum (``RMSNorm.forward_with_residual`` takes either). x may be
         attention's unmerged partials (o_proj at one decode token)."""
-        if not isinstance(x, torch.Tensor) and not (USE_SKINNY_GEMM and x.fuses_into(self.weight)):
+        if not isinstance(x, torch.Tensor) and not _fuses(x, self.weight):
             x = x.materialize()  # merged by its own kernel; the tensor rule below still defers the sum
         if not self._defers(x):
             return self.forward(x)
@@ -178,9 +183,8 @@ class RowParallelLinear(_ParallelLinear):
         return y
 
     def _defers(self, x: torch.Tensor | PendingMerge) -> bool:
-        # All-reduce needs the summed output, so only a single rank defers.
+        # All-reduce needs the summed output, so only a single rank defers. Partials reach here
+        # only when this GEMM merges them (forward_deferred materializes the others).
         if not (DEFER_SPLIT_SUM and self.tp_size == 1):
             return False
-        if isinstance(x, torch.Tensor):
-            return x.dim() == 2 and is_skinny(x)
-        return USE_SKINNY_GEMM and x.fuses_into(self.weight)
+        return not isinstance(x, torch.Tensor) or (x.dim() == 2 and is_skinny(x))
