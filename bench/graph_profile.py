@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ _SPLITS, _MERGE = "engine.attention.triton_paged", "engine.kernels.split_merge"
 VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "default": {},
     "pdl_off": {(_PDL, "ENABLED"): False},
+    "greedy_tail_off": {("engine.cuda_graph_runner", "LOOP_MAX_BUCKET"): 0},
+    "argmax_pass": {("engine.layers.embedding", "FUSE_ARGMAX"): False},
+    "first_layer_kernels": {("engine.layers.embedding", "GATHER_IN_FIRST_GEMV"): False},
     "gemm_tiles": {(_GEMM, "PREFETCH_WHOLE_SLICE"): False},
     "no_kv_prefetch": {(_ATTN, "PREFETCH_SMALL_BATCH"): False},
     "norm_kernel": {("engine.layers.norm", "DEFER_TO_GEMV"): False},
@@ -70,6 +74,8 @@ VARIANTS: dict[str, dict[tuple[str, str], object]] = {
 @click.option("--variant", "variants", type=click.Choice(list(VARIANTS)), multiple=True,
               default=("default", "pdl_off"), show_default=True)  # fmt: skip
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path("/dev/shm/strongroom-bench"))
+@click.option("--step-loop/--no-step-loop", default=False, show_default=True,
+              help="also time the replay with the engine's per-step work outside the graph, op by op")  # fmt: skip
 def main(
     out_dir: Path,
     shape: str,
@@ -78,6 +84,7 @@ def main(
     replays: int,
     variants: tuple[str, ...],
     workdir: Path,
+    step_loop: bool,
 ) -> None:
     from bench.gpu_engine import _hf_model, _save
     from bench.provenance import provenance
@@ -95,9 +102,13 @@ def main(
             engine.add_request(
                 f"b{bucket}-{i}", name, [2 + (i * 7 + j) % 9000 for j in range(context)], params
             )
+        graphs = engine.runners[name].graphs
+        staged: list[tuple[Any, ...]] = []
+        stage = graphs.stage
+        graphs.stage = lambda *a, seen=staged, real=stage: seen.append(a) or real(*a)  # type: ignore[method-assign]
         for _ in range(4):  # prefill, then decode steps: the static inputs hold real sequences
             engine.step()
-        graphs = engine.runners[name].graphs
+        del graphs.stage
         replaced = []  # a graph freed while its pool is captured into trips the caching allocator
         for variant in variants:
             flags = VARIANTS[variant]
@@ -107,7 +118,7 @@ def main(
             try:
                 replaced.append(graphs.graphs.pop(bucket))
                 graphs._capture(bucket)
-                timed = _time(graphs.graphs[bucket], replays)
+                timed = _time(_replayer(graphs, bucket, staged[-1]), replays)
             finally:
                 for (m, a), value in saved.items():
                     setattr(importlib.import_module(m), a, value)
@@ -116,24 +127,107 @@ def main(
             print(json.dumps({k: v for k, v in run.items() if k != "kernels"}), flush=True)
             for k in run["kernels"][:14]:
                 print(f"  {k['us']:8.2f} us x{k['per_replay']:>4}  {k['name']}")
+        if step_loop:  # the graph without the greedy tail, as the engine ran it before
+            runner_module = importlib.import_module("engine.cuda_graph_runner")
+            saved_loop, runner_module.LOOP_MAX_BUCKET = runner_module.LOOP_MAX_BUCKET, 0
+            replaced.append(graphs.graphs.pop(bucket))
+            graphs._capture(bucket)
+            runner_module.LOOP_MAX_BUCKET = saved_loop
+            graphs.stage(*staged[-1])
+            loops = _step_loop(graphs, bucket, staged[-1], replays)
+            report["runs"].append({"bucket": bucket, "context": context, "step_loop": loops})
+            print(json.dumps({"bucket": bucket, "step_loop": loops}), flush=True)
         for i in range(bucket):
             engine.abort(f"b{bucket}-{i}")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "graph_profile.json").write_text(json.dumps(report, indent=2, default=str))
 
 
-def _time(graph: Any, replays: int) -> dict[str, Any]:
+def _step_loop(graphs: Any, bucket: int, args: tuple[Any, ...], steps: int) -> dict[str, float]:
+    """µs per step of the replay with each piece of the engine's per-step work outside the graph
+    added in turn (wall clock, the host waiting for step i-1's token before queueing step i+1,
+    as the engine does)."""
+    import torch
+
+    from engine.device_transfer import scatter_rows
+
+    logits = graphs.graphs[bucket][0].logits[:bucket]
+    rows = list(range(bucket))
+    graph = graphs.graphs[bucket][0].graph
+
+    def one(stage: bool, scatter: bool, argmax: bool, d2h: bool, prev: Any) -> Any:
+        if stage:
+            graphs.stage(*args)
+        if scatter and prev is not None:
+            scatter_rows(graphs.token_ids, rows, prev[0], rows)
+        graph.replay()
+        tokens = logits.argmax(dim=-1) if argmax else graphs.token_ids[:bucket]
+        if not d2h:
+            return (tokens, None)
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return (tokens, ready)
+
+    combos = {
+        "replay": (False, False, False, False),
+        "replay+argmax": (False, False, True, False),
+        "replay+argmax+d2h": (False, False, True, True),
+        "stage+replay+argmax+d2h": (True, False, True, True),
+        "engine_ops": (True, True, True, True),
+    }
+    out = {}
+    for label, flags in combos.items():
+        best = float("inf")
+        for _ in range(3):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            prev = None
+            older = None
+            for _ in range(steps):
+                cur = one(*flags, prev)
+                if older is not None and older[1] is not None:
+                    older[1].synchronize()  # the engine reads step i-1's token after queueing step i
+                older, prev = prev, cur
+            torch.cuda.synchronize()
+            best = min(best, (time.perf_counter() - start) * 1e6 / steps)
+        out[label] = best
+    return out
+
+
+def _replayer(graphs: Any, bucket: int, args: tuple[Any, ...]) -> Callable[[], None]:
+    """One replay of the bucket. A greedy bucket's graphs move their inputs a token on each
+    replay, so its pair alternates as in the engine and the inputs are staged again every 16
+    replays (one input copy per 16 replays is in the time), keeping the context near its start."""
+    captured = graphs.graphs[bucket]
+    if len(captured) == 1:
+        replay: Callable[[], None] = captured[0].graph.replay
+        return replay
+    count = 0
+
+    def alternate() -> None:
+        nonlocal count
+        if count % 16 == 0:
+            graphs.stage(*args)
+        captured[count % 2].graph.replay()
+        count += 1
+
+    return alternate
+
+
+def _time(replay: Callable[[], None], replays: int) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(20):
-        graph.replay()
+        replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(5):
         start.record()
         for _ in range(replays):
-            graph.replay()
+            replay()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / replays)
@@ -141,7 +235,7 @@ def _time(graph: Any, replays: int) -> dict[str, Any]:
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(profiled):
-            graph.replay()
+            replay()
         torch.cuda.synchronize()
     time.sleep(0.1)
     kernels = [

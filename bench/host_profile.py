@@ -124,7 +124,7 @@ def _replace_device_work(engine: Any, name: str) -> None:
     staged, pending tokens scattered) with replays that do nothing, and random sampled ids."""
     import torch
 
-    from engine.cuda_graph_runner import CudaGraphRunner
+    from engine.cuda_graph_runner import Captured, CudaGraphRunner
     from engine.sampling.sampler import SamplerOutput
 
     runner = engine.runners[name]
@@ -136,12 +136,11 @@ def _replace_device_work(engine: Any, name: str) -> None:
         device=torch.device("cpu"),
     )
     for bucket in graphs.buckets:  # "captured" already, so run() stages and replays nothing
-        graphs.graphs[bucket] = _NoReplay()  # type: ignore[assignment]
-        graphs.logits[bucket] = torch.zeros(bucket, 1)
+        graphs.graphs[bucket] = [Captured(_NoReplay(), torch.zeros(bucket, 1))]  # type: ignore[arg-type]
     runner.graphs = graphs
     vocab = runner.hosted.config.vocab_size
 
-    def sample(logits: torch.Tensor, rows: list[Any]) -> SamplerOutput:
+    def sample(logits: torch.Tensor, rows: list[Any], argmax: torch.Tensor | None = None) -> SamplerOutput:
         n = logits.shape[0]
         return SamplerOutput(token_ids=torch.randint(0, min(vocab, 10_000), (n,)), logprobs=[None] * n)
 

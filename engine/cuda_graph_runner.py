@@ -14,12 +14,21 @@ Everything a captured kernel's grid depends on is fixed by the bucket (see
 memory pool. ``capture_all`` records every bucket at start-up, largest first (the smaller ones
 reuse its pool), so no step of a running workload pays for a capture or a Triton compile; a
 bucket that could not be captured then (out of memory) is captured the first time a step needs it.
+
+Greedy buckets (up to ``LOOP_MAX_BUCKET`` rows) end with ``engine.kernels.step_advance``: the
+graph also computes each row's greedy token, writes it into ``token_ids`` and a ring slot, and
+moves positions, slots and context lengths one token on. When the next step is those rows one
+position on, with the greedy tokens as their inputs and no new block needed, nothing is copied
+or scattered before the replay; the host reads the tokens from the ring on a copy stream of their
+own. Each greedy bucket has two graphs, one per ring slot, replayed in turn: a slot is written
+again only after the copy that read it (the replay waits for it, long done by then).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,11 +36,38 @@ import torch
 from torch import nn
 
 from engine.attention.metadata import AttentionMetadata
-from engine.device_transfer import scatter_rows
+from engine.device_transfer import copy_stream, scatter_rows
 
-__all__ = ["CudaGraphRunner"]
+__all__ = ["LOOP_MAX_BUCKET", "CudaGraphRunner"]
 
 log = logging.getLogger(__name__)
+
+LOOP_MAX_BUCKET = 1
+"""Buckets of at most this many rows compute the greedy token and the next inputs in the graph. At
+one sequence that takes the argmax, both copies and the token's scatter off the step's stream;
+bigger batches mostly sample, and their host work hides behind longer steps. Benchmarks flip it
+(0: off); it applies to graphs captured after the change."""
+
+
+@dataclass(slots=True)
+class Captured:
+    graph: torch.cuda.CUDAGraph
+    logits: torch.Tensor
+    """[bucket, vocab] float32: the graph's output."""
+
+
+@dataclass(slots=True)
+class _Advanced:
+    """What the static inputs hold after a greedy graph's replay: its rows, one position on."""
+
+    tables: list[list[int]]
+    """The rows' block id lists (the same objects the scheduler grows)."""
+    lengths: list[int]
+    """How many ids of each list the device's table holds."""
+    positions: list[int]
+    """The positions that replay computed."""
+    parity: int
+    """The ring slot holding its tokens."""
 
 
 def _buckets(max_num_seqs: int) -> list[int]:
@@ -68,9 +104,19 @@ class CudaGraphRunner:
         self.context_lens = self.ints[:n]
         self.block_tables = self.ints[n:].view(n, max_blocks)
         self.query_starts = torch.arange(n + 1, dtype=torch.int32, device=device)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.logits: dict[int, torch.Tensor] = {}
+        self.graphs: dict[int, list[Captured]] = {}
+        """bucket -> its graph, or a greedy bucket's two (one per ring slot)."""
         self.pool: Any = None  # torch's private pool handle type
+        self.device = device
+        self.ring = torch.zeros(2, n, dtype=torch.long, device=device)
+        """Greedy graphs' tokens, one slot per graph of a pair: the host copies from here."""
+        self.greedy: torch.Tensor | None = None
+        """After ``run``: [n] int64, the greedy tokens of the rows it ran, if its graph made them."""
+        self.num_device_steps = 0
+        """Steps whose inputs the previous replay had already written (nothing copied in)."""
+        self._parity = 0
+        self._ring_free: list[torch.cuda.Event | None] = [None, None]
+        self._advanced: _Advanced | None = None
 
     def fits(self, num_seqs: int) -> bool:
         return num_seqs <= self.buckets[-1]
@@ -86,14 +132,66 @@ class CudaGraphRunner:
         """logits: [n, vocab] float32 for n decode rows (a view into the bucket's graph output).
 
         pending = (rows, tokens, sources): token_ids[rows[j]] = tokens[sources[j]] on the device.
+        Sets ``greedy`` (the rows' greedy tokens, from a greedy bucket's graph, else None).
         """
-        bucket = self.stage(token_ids, positions, slots, block_tables)
-        if pending is not None:
-            scatter_rows(self.token_ids, *pending)
+        n = len(token_ids)
+        bucket = next(b for b in self.buckets if b >= n)
         if bucket not in self.graphs:
+            # The warm-up run writes through the inputs: padding rows, so no sequence's cache.
+            self.slot_mapping.fill_(-1)
+            self.context_lens.zero_()
+            self._advanced = None
             self._capture(bucket)
-        self.graphs[bucket].replay()
-        return self.logits[bucket][: len(token_ids)]
+        captured = self.graphs[bucket]
+        if len(captured) == 2 and self._continues(positions, block_tables, pending):
+            self.num_device_steps += 1
+            lengths = self._advanced.lengths if self._advanced is not None else []
+        else:
+            self.stage(token_ids, positions, slots, block_tables)
+            if pending is not None:
+                scatter_rows(self.token_ids, *pending)
+            lengths = [len(t) for t in block_tables]
+        if len(captured) == 1:
+            self._advanced, self.greedy = None, None
+            captured[0].graph.replay()
+            return captured[0].logits[:n]
+        parity = self._parity
+        if self.device.type == "cuda":  # (tests drive the bookkeeping on the CPU)
+            free = self._ring_free[parity]
+            if free is not None:  # the copy that read this slot two replays ago
+                torch.cuda.current_stream(self.device).wait_event(free)
+            self._ring_free[1 - parity] = copy_stream(self.device).record_event()
+        captured[parity].graph.replay()
+        self._parity ^= 1
+        self._advanced = _Advanced(list(block_tables), lengths, list(positions), parity)
+        self.greedy = self.ring[parity, :n]
+        return captured[parity].logits[:n]
+
+    def _continues(
+        self,
+        positions: list[int],
+        block_tables: list[list[int]],
+        pending: tuple[list[int], torch.Tensor, list[int]] | None,
+    ) -> bool:
+        """Whether the static inputs already hold this step: the last greedy replay's rows, one
+        position on, each reading the token that replay wrote, within the blocks it was given."""
+        last = self._advanced
+        if last is None or pending is None or len(positions) != len(last.positions):
+            return False
+        rows, tokens, sources = pending
+        n = len(positions)
+        if rows != sources or rows != list(range(n)):
+            return False
+        ring = self.ring[last.parity]
+        if tokens.data_ptr() != ring.data_ptr() or tokens.shape != (n,):
+            return False
+        bs = self.block_size
+        return all(
+            table is old and len(table) == length and p == old_p + 1 and p // bs < length
+            for table, old, length, p, old_p in zip(
+                block_tables, last.tables, last.lengths, positions, last.positions, strict=True
+            )
+        )
 
     def stage(
         self,
@@ -178,20 +276,35 @@ class CudaGraphRunner:
             host_context_lens=(1,) * bucket,
         )
 
-    def _forward(self, bucket: int) -> torch.Tensor:
+    def _forward(self, bucket: int, parity: int | None) -> torch.Tensor:
         hidden = self.model(self.token_ids[:bucket], self.positions[:bucket], self._meta(bucket))
-        logits: torch.Tensor = self.model.compute_logits(hidden)  # type: ignore[operator]
+        if parity is None:
+            logits: torch.Tensor = self.model.compute_logits(hidden)  # type: ignore[operator]
+            return logits
+        from engine.kernels.step_advance import step_advance
+
+        logits, keys = self.model.compute_logits_argmax(hidden)  # type: ignore[operator]
+        step_advance(
+            keys, self.token_ids[:bucket], self.ring[parity, :bucket], self.positions[:bucket],
+            self.context_lens[:bucket], self.slot_mapping[:bucket], self.block_tables[:bucket],
+            self.block_size,
+        )  # fmt: skip
         return logits
 
     def _capture(self, bucket: int) -> None:
+        greedy = bucket <= LOOP_MAX_BUCKET and hasattr(self.model, "compute_logits_argmax")
+        parities: tuple[int | None, ...] = (0, 1) if greedy else (None,)
         # A first eager run compiles the Triton kernels; capture then records launches only.
         stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self._forward(bucket)
+            self._forward(bucket, parities[0])
         torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            self.logits[bucket] = self._forward(bucket)
-        self.pool = graph.pool()
-        self.graphs[bucket] = graph
+        captured = []
+        for parity in parities:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                logits = self._forward(bucket, parity)
+            self.pool = graph.pool()
+            captured.append(Captured(graph, logits))
+        self.graphs[bucket] = captured

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.device_transfer import to_host
 from engine.sampling import TokenLogprobs
 from engine.scheduler import SchedulerOutput
 from engine.sequence import Sequence
@@ -53,15 +54,8 @@ class InflightStep:
 
     def start_copy(self) -> None:
         """Queue the tokens' copy to the host behind the step that samples them."""
-        if self.tokens is None:
-            return
-        if self.tokens.is_cuda:
-            self._host = torch.empty(self.tokens.shape, dtype=self.tokens.dtype, pin_memory=True)
-            self._host.copy_(self.tokens, non_blocking=True)
-            self._ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            self._ready.record()
-        else:
-            self._host = self.tokens
+        if self.tokens is not None:
+            self._host, self._ready = to_host(self.tokens)
 
     def token_ids(self) -> list[int]:
         """Wait for this step's tokens (only this step's: a later step may still be running)."""

@@ -314,14 +314,14 @@ class LLMEngine:
                 row_of[item.seq.seq_id] if item.seq.token_ids[item.start] == PENDING else -1 for item in items
             ]
         pending = prev.tokens if prev is not None and any(s >= 0 for s in sources) else None
-        logits = self.runners[model].execute(items, pending, sources)  # [num sampling, vocab]
+        out = self.runners[model].execute(items, pending, sources)  # logits: [num sampling, vocab]
         seqs = [item.seq for item in items if item.is_sampling]
         if not seqs:
             return [], None
         # Only penalties read the tokens so far; other rows skip copying them (and never see a
         # placeholder: a row with penalties always has its tokens on the host).
         rows = [self._outputs[s.seq_id].sampling_row() for s in seqs]
-        result = self.sampler(logits, rows)
+        result = self.sampler(out.logits, rows, out.argmax)
         return [SampledRow(s, lp) for s, lp in zip(seqs, result.logprobs, strict=True)], result.token_ids
 
     def _forget_if_done(self, request_id: str) -> None:

@@ -10,6 +10,8 @@ tokens, and the runner scatters those into its inputs on the device.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from engine.attention.metadata import AttentionMetadata
@@ -18,7 +20,14 @@ from engine.device_transfer import scatter_rows, to_device
 from engine.hosted_model import HostedModel
 from engine.scheduler import ScheduledSeq
 
-__all__ = ["ModelRunner"]
+__all__ = ["ModelRunner", "RunnerOutput"]
+
+
+class RunnerOutput(NamedTuple):
+    logits: torch.Tensor
+    """[num sampling items, vocab_size] float32."""
+    argmax: torch.Tensor | None = None
+    """[num sampling items] int64: the logits' greedy argmax, when the decode graph computed it."""
 
 
 class ModelRunner:
@@ -51,8 +60,8 @@ class ModelRunner:
         items: list[ScheduledSeq],
         pending: torch.Tensor | None = None,
         sources: list[int] | None = None,
-    ) -> torch.Tensor:
-        """logits: [num sampling items, vocab_size] float32.
+    ) -> RunnerOutput:
+        """The sampling items' logits (and greedy argmax, from a greedy decode graph).
 
         pending: [rows] int64 on the device, the previous step's sampled tokens; sources[i] >= 0
         says item i's (single) input token is ``pending[sources[i]]``.
@@ -67,10 +76,10 @@ class ModelRunner:
         hidden = self.hosted.model(token_ids, positions, meta)
         last = [meta.host_query_starts[i + 1] - 1 for i, item in enumerate(items) if item.is_sampling]
         if not last:
-            return torch.empty(0, self.hosted.config.vocab_size, device=self.device)
+            return RunnerOutput(torch.empty(0, self.hosted.config.vocab_size, device=self.device))
         if isinstance(hidden, torch.Tensor):
             hidden = hidden[to_device(last, torch.long, self.device)]
-        return self.hosted.model.compute_logits(hidden)  # type: ignore[operator,no-any-return]
+        return RunnerOutput(self.hosted.model.compute_logits(hidden))  # type: ignore[operator]
 
     @staticmethod
     def _is_graph_step(graphs: CudaGraphRunner, items: list[ScheduledSeq]) -> bool:
@@ -84,14 +93,14 @@ class ModelRunner:
         items: list[ScheduledSeq],
         pending: torch.Tensor | None,
         sources: list[int] | None,
-    ) -> torch.Tensor:
+    ) -> RunnerOutput:
         bs = self.block_size
         positions = [item.start for item in items]
         scatter = None
         if pending is not None and sources is not None:
             dst = [i for i, s in enumerate(sources) if s >= 0]
             scatter = (dst, pending, [s for s in sources if s >= 0])
-        return graphs.run(
+        logits = graphs.run(
             token_ids=[max(0, item.seq.token_ids[item.start]) for item in items],
             pending=scatter,
             positions=positions,
@@ -100,6 +109,7 @@ class ModelRunner:
             ],
             block_tables=[item.seq.block_ids for item in items],
         )
+        return RunnerOutput(logits, graphs.greedy)
 
     def _prepare(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         bs = self.block_size

@@ -5,7 +5,7 @@ The tests run every kernel on CPU tensors under ``TRITON_INTERPRET=1``.
 """
 
 from engine.kernels.gumbel_argmax import gumbel_argmax
-from engine.kernels.normed_gemv import PendingNorm, normed_gemv
+from engine.kernels.normed_gemv import PendingNorm, TokenEmbedding, normed_gemv
 from engine.kernels.paged_attention import NewTokenRope, decode_attention, paged_attention
 from engine.kernels.rms_norm import rms_norm, rms_norm_split_k
 from engine.kernels.rotary_kv import kv_write, rotary, rotary_kv_write
@@ -25,6 +25,7 @@ __all__ = [
     "PendingNorm",
     "SkinnyGemmConfig",
     "SplitKPartials",
+    "TokenEmbedding",
     "decode_attention",
     "gumbel_argmax",
     "kv_write",

@@ -9,7 +9,9 @@ the form ``GEMM -> add + RMSNorm -> GEMM``; here the second GEMM computes the no
     after:   o_proj -> [partials] -> gate_up (every program: h = norm(sum(partials) + residual);
                                               program 0 also stores residual' = sum + residual)
 
-Every program recomputes the row's norm (a row of at most 1,024 values, from L2) and multiplies
+The first layer's norm has no residual add: its programs gather the token's embedding row
+themselves (``TokenEmbedding``), so at one token no embedding or norm kernel runs before the qkv
+GEMM. Every program recomputes the row's norm (a row of at most 1,024 values, from L2) and multiplies
 its ``BLOCK_N`` rows of W, which it loaded before ``pdl_wait`` (the whole K in one tile). The
 rounding is rms_norm's then skinny_gemm's (one row), so results are those of the two kernels.
 ``PendingNorm`` is the norm not yet computed; a consumer that cannot fuse it calls
@@ -21,14 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from engine.kernels.argmax import MAX_INDEX, block_key
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.rms_norm import rms_norm, rms_norm_split_k
 from engine.kernels.skinny_gemm import SplitKPartials
 
-__all__ = ["BLOCK_N", "MAX_K", "PendingNorm", "normed_gemv"]
+__all__ = ["BLOCK_N", "MAX_K", "PendingNorm", "TokenEmbedding", "normed_gemv", "normed_gemv_argmax"]
 
 MAX_K = 1024
 """Longest row fused: the row and a program's W tile stay in registers (8 warps)."""
@@ -41,13 +45,28 @@ NUM_WARPS = 8
 
 
 @dataclass(frozen=True)
+class TokenEmbedding:
+    """``weight[token_ids]`` for one token, gathered by the kernel that consumes it: the first
+    layer's norm at one decode row reads its input row straight from the embedding table."""
+
+    weight: torch.Tensor
+    """[vocab, n]."""
+    token_ids: torch.Tensor
+    """[1] int64."""
+
+    def materialize(self) -> torch.Tensor:
+        return F.embedding(self.token_ids, self.weight)
+
+
+@dataclass(frozen=True)
 class PendingNorm:
     """``rms_norm(x + residual) * weight`` for one row, left to the GEMM that consumes it."""
 
-    x: torch.Tensor | SplitKPartials
-    """[1, n]: the previous layer's output, or its GEMM's split-K partials."""
-    residual: torch.Tensor
-    """[1, n]."""
+    x: torch.Tensor | SplitKPartials | TokenEmbedding
+    """[1, n]: the previous layer's output, its GEMM's split-K partials, or (first layer) the
+    token whose embedding row it is."""
+    residual: torch.Tensor | None
+    """[1, n]; None in the first layer, where x itself is the residual stream."""
     weight: torch.Tensor
     eps: float
     residual_out: torch.Tensor
@@ -55,34 +74,44 @@ class PendingNorm:
 
     @property
     def is_cuda(self) -> bool:
-        return self.residual.is_cuda
+        return self.residual_out.is_cuda
 
     def materialize(self) -> torch.Tensor:
         """The norm by its own kernel, for a consumer that cannot fuse it."""
-        if isinstance(self.x, SplitKPartials):
-            return rms_norm_split_k(self.x, self.weight, self.eps, self.residual, self.residual_out)[0]
-        return rms_norm(self.x, self.weight, self.eps, self.residual, self.residual_out)[0]
+        x = self.x.materialize() if isinstance(self.x, TokenEmbedding) else self.x
+        if isinstance(x, SplitKPartials):
+            assert self.residual is not None  # partials are a layer's output, never the first input
+            return rms_norm_split_k(x, self.weight, self.eps, self.residual, self.residual_out)[0]
+        if self.residual is None:
+            self.residual_out.copy_(x)
+            return rms_norm(x, self.weight, self.eps)[0]
+        return rms_norm(x, self.weight, self.eps, self.residual, self.residual_out)[0]
 
     def fuses_into(self, weight: torch.Tensor) -> bool:
         """Whether ``normed_gemv`` takes this norm into a GEMM with ``weight`` [n_out, n]."""
-        n = self.residual.shape[-1]
+        out, x = self.residual_out, self.x
+        n = out.shape[-1]
         return (
-            self.residual.shape[0] == 1
-            and self.residual.is_contiguous()
-            and self.residual_out.is_contiguous()
+            out.shape[0] == 1
+            and out.is_contiguous()
+            and (self.residual is None or self.residual.is_contiguous())
+            and (
+                not isinstance(x, TokenEmbedding) or (x.weight.dtype == out.dtype and x.weight.stride(1) == 1)
+            )
             and weight.shape[1] == n
             and n <= MAX_K
-            and weight.dtype == self.residual.dtype
+            and weight.dtype == out.dtype
             and weight.stride(1) == 1
         )
 
 
 @triton.jit
 def _normed_gemv_kernel(
-    x_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_bias_ptr, w_ptr, b_ptr, y_ptr,
+    x_ptr, tok_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_bias_ptr, w_ptr, b_ptr, y_ptr, keys_ptr,
     n, k, stride_part, num_parts, stride_wn, eps,
-    PARTS: tl.constexpr, X_HAS_BIAS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+    PARTS: tl.constexpr, GATHER: tl.constexpr, HAS_RES: tl.constexpr, X_HAS_BIAS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -93,8 +122,11 @@ def _normed_gemv_kernel(
                 other=0.0, eviction_policy="evict_first")  # fmt: skip
     norm_w = tl.load(norm_w_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
     pdl_wait(PDL)
-    dtype = res_ptr.dtype.element_ty
-    if PARTS > 0:  # summed as rms_norm_split_k sums them
+    dtype = res_out_ptr.dtype.element_ty
+    if GATHER:  # the token's embedding row (stride_part: the table's row stride)
+        tok = tl.load(tok_ptr).to(tl.int64)
+        x = tl.load(x_ptr + tok * stride_part + kk, mask=k_ok, other=0.0)
+    elif PARTS > 0:  # summed as rms_norm_split_k sums them
         s = tl.arange(0, PARTS)
         part = tl.load(x_ptr + s[:, None] * stride_part + kk[None, :],
                        mask=(s[:, None] < num_parts) & k_ok[None, :], other=0.0)  # fmt: skip
@@ -104,8 +136,9 @@ def _normed_gemv_kernel(
         x = acc.to(dtype)
     else:
         x = tl.load(x_ptr + kk, mask=k_ok, other=0.0)
-    r = tl.load(res_ptr + kk, mask=k_ok, other=0.0)
-    x = (x.to(tl.float32) + r.to(tl.float32)).to(dtype)
+    if HAS_RES:
+        r = tl.load(res_ptr + kk, mask=k_ok, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(dtype)
     if pid == 0:
         tl.store(res_out_ptr + kk, x, mask=k_ok)
     h = x.to(tl.float32)
@@ -115,7 +148,10 @@ def _normed_gemv_kernel(
     if HAS_BIAS:
         y += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)
     # Rounded to the activations' dtype even when stored wider (logits: as F.linear then .float()).
-    tl.store(y_ptr + rn, y.to(dtype).to(y_ptr.dtype.element_ty), mask=n_ok)
+    y = y.to(dtype).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + rn, y, mask=n_ok)
+    if ARGMAX:  # this block's best logit, as a key (engine.kernels.argmax)
+        tl.store(keys_ptr + pid, block_key(y, rn, n_ok))
 
 
 def normed_gemv(
@@ -128,24 +164,50 @@ def normed_gemv(
     """``F.linear(pending.materialize(), weight, bias)`` in one kernel; also fills
     ``pending.residual_out``. Needs ``pending.fuses_into(weight)``. Returns [1, n_out], in
     ``out_dtype`` if given (the result rounded to the activations' dtype, then widened)."""
+    return _launch(pending, weight, bias, out_dtype, None)
+
+
+def normed_gemv_argmax(
+    pending: PendingNorm, weight: torch.Tensor, *, out_dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``normed_gemv`` that also reduces each program's outputs to an argmax key: (y [1, n_out],
+    keys [1, programs] int64, see ``engine.kernels.argmax``), for the greedy token of an LM head."""
+    if weight.shape[0] - 1 > MAX_INDEX:
+        raise ValueError(f"{weight.shape[0]} outputs do not fit an argmax key")
+    keys = torch.empty(1, triton.cdiv(weight.shape[0], BLOCK_N), dtype=torch.int64, device=weight.device)
+    return _launch(pending, weight, None, out_dtype, keys), keys
+
+
+def _launch(
+    pending: PendingNorm,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype | None,
+    keys: torch.Tensor | None,
+) -> torch.Tensor:
     if not pending.fuses_into(weight):
         raise ValueError(
-            f"cannot fuse a norm of {tuple(pending.residual.shape)} into weight {tuple(weight.shape)}"
+            f"cannot fuse a norm of {tuple(pending.residual_out.shape)} into weight {tuple(weight.shape)}"
         )
-    residual = pending.residual
+    out = pending.residual_out
     n_out, k = weight.shape
-    y = torch.empty(1, n_out, dtype=out_dtype or residual.dtype, device=residual.device)
-    x = pending.x
+    y = torch.empty(1, n_out, dtype=out_dtype or out.dtype, device=out.device)
+    x, tokens = pending.x, None
     if isinstance(x, SplitKPartials):
         x_ptr, stride_part, num_parts, x_bias = x.partials, x.partials.stride(0), x.partials.shape[0], x.bias
+    elif isinstance(x, TokenEmbedding):
+        x_ptr, stride_part, num_parts, x_bias, tokens = x.weight, x.weight.stride(0), 0, None, x.token_ids
     else:
         x_ptr, stride_part, num_parts, x_bias = x.contiguous(), 0, 0, None
+    residual = pending.residual
     _normed_gemv_kernel[(triton.cdiv(n_out, BLOCK_N),)](
-        x_ptr, residual, pending.weight, pending.residual_out,
+        x_ptr, tokens if tokens is not None else y, residual if residual is not None else out,
+        pending.weight, out,
         x_bias if x_bias is not None else y, weight, bias if bias is not None else y, y,
-        n_out, k, stride_part, num_parts, weight.stride(0), pending.eps,
-        PARTS=triton.next_power_of_2(num_parts) if num_parts else 0, X_HAS_BIAS=x_bias is not None,
-        HAS_BIAS=bias is not None, BLOCK_N=BLOCK_N, BLOCK_K=triton.next_power_of_2(k), num_warps=NUM_WARPS,
-        **pdl_launch(residual),
+        keys if keys is not None else y, n_out, k, stride_part, num_parts, weight.stride(0), pending.eps,
+        PARTS=triton.next_power_of_2(num_parts) if num_parts else 0, GATHER=tokens is not None,
+        HAS_RES=residual is not None, X_HAS_BIAS=x_bias is not None, HAS_BIAS=bias is not None,
+        ARGMAX=keys is not None, BLOCK_N=BLOCK_N, BLOCK_K=triton.next_power_of_2(k), num_warps=NUM_WARPS,
+        **pdl_launch(out),
     )  # fmt: skip
     return y

@@ -14,10 +14,12 @@ whatever needs nothing from it (a GEMM's first weight tile: weights are never wr
 Every kernel launched with PDL calls ``pdl_wait`` before its first read of another kernel's output
 and before its first store, so ordering (read-after-write and write-after-read through reused
 buffers) is what it was; ``pdl_wait`` also lets the kernel after it launch early. Before
-``pdl_wait`` a kernel reads only what no kernel of the step writes: weights, and the step's inputs
-(positions, slots, block tables, context lengths), which are copied in before the step's first
-kernel. That is safe because a kernel starts early only once the kernel ahead has passed its own
-``pdl_wait``, that is once every kernel before that one has finished. Off on CPU (the
+``pdl_wait`` a kernel reads only what no kernel of the step writes before it: weights, and the
+step's inputs (positions, slots, block tables, context lengths), which are copied in before the
+step's first kernel or written by the previous step's last (``engine.kernels.step_advance``,
+which itself writes only after its ``pdl_wait``). That is safe because a kernel starts early only
+once the kernel ahead has passed its own ``pdl_wait``, that is once every kernel before that one
+has finished. Off on CPU (the
 interpreter), before Hopper, and with ``STRONGROOM_PDL=0`` (read at import).
 """
 

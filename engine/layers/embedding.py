@@ -12,13 +12,25 @@ from torch import nn
 from engine.distributed import tp_rank, tp_world_size
 
 if TYPE_CHECKING:
-    from engine.kernels.normed_gemv import PendingNorm
+    from engine.kernels.normed_gemv import PendingNorm, TokenEmbedding
 
-__all__ = ["FUSE_FINAL_NORM", "ParallelLMHead", "VocabParallelEmbedding"]
+__all__ = [
+    "FUSE_ARGMAX",
+    "FUSE_FINAL_NORM",
+    "GATHER_IN_FIRST_GEMV",
+    "ParallelLMHead",
+    "VocabParallelEmbedding",
+]
 
 FUSE_FINAL_NORM = True
 """One row on CUDA on one rank: the model's final RMSNorm is computed inside the LM head's GEMV,
 which writes float32 logits directly (``engine.kernels.normed_gemv``). Benchmarks flip it."""
+FUSE_ARGMAX = True
+"""With the final norm fused, the GEMV also reduces its outputs to greedy argmax keys
+(``forward_argmax``); off, a separate pass over the logits makes them. Benchmarks flip it."""
+GATHER_IN_FIRST_GEMV = True
+"""One token on CUDA on one rank: the first layer's fused norm + GEMV gathers the embedding row
+itself (``forward_deferred``), instead of an embedding kernel and a norm kernel. Benchmarks flip it."""
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -36,6 +48,15 @@ class VocabParallelEmbedding(nn.Module):
         param.data.zero_()
         param.data[: shard.shape[0]].copy_(shard)
 
+    def forward_deferred(self, token_ids: torch.Tensor) -> torch.Tensor | TokenEmbedding:
+        """``forward``, except that one token on CUDA on one rank is left for the first layer's
+        norm to gather (``engine.kernels.normed_gemv``)."""
+        if GATHER_IN_FIRST_GEMV and self.tp_size == 1 and token_ids.is_cuda and token_ids.numel() == 1:
+            from engine.kernels.normed_gemv import TokenEmbedding
+
+            return TokenEmbedding(self.weight, token_ids.view(1))
+        return self.forward(token_ids)
+
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         # token_ids: [num_tokens] -> [num_tokens, hidden]
         if self.tp_size == 1:
@@ -52,12 +73,10 @@ class ParallelLMHead(VocabParallelEmbedding):
         # hidden: [num_seqs, hidden], or one row's final norm left to this GEMM -> logits:
         # [num_seqs, vocab_size] (float32 when the norm is fused, else hidden's dtype)
         if not isinstance(hidden, torch.Tensor):
-            from engine.layers.linear import USE_SKINNY_GEMM
-
-            if FUSE_FINAL_NORM and USE_SKINNY_GEMM and self.tp_size == 1 and hidden.fuses_into(self.weight):
+            if self._fuses(hidden):
                 from engine.kernels import normed_gemv
 
-                return normed_gemv(hidden, self.weight, out_dtype=torch.float32)[:, : self.vocab_size]
+                return normed_gemv(hidden, self.weight, out_dtype=torch.float32)
             hidden = hidden.materialize()
         logits = F.linear(hidden, self.weight)
         if self.tp_size > 1:
@@ -65,3 +84,21 @@ class ParallelLMHead(VocabParallelEmbedding):
             dist.all_gather(parts, logits)
             logits = torch.cat(parts, dim=-1)
         return logits[:, : self.vocab_size]
+
+    def forward_argmax(self, hidden: torch.Tensor | PendingNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, argmax keys [num_seqs, parts] int64; ``engine.kernels.argmax``), on CUDA. With
+        the final norm fused, the GEMV reduces its own outputs to keys as it stores them."""
+        from engine.kernels.argmax import argmax_keys
+
+        if FUSE_ARGMAX and not isinstance(hidden, torch.Tensor) and self._fuses(hidden):
+            from engine.kernels.normed_gemv import normed_gemv_argmax
+
+            return normed_gemv_argmax(hidden, self.weight, out_dtype=torch.float32)
+        logits = self.forward(hidden)
+        return logits, argmax_keys(logits)
+
+    def _fuses(self, hidden: PendingNorm) -> bool:
+        # One rank's whole vocabulary (tp 1: the shard is exactly the vocabulary).
+        from engine.layers.linear import USE_SKINNY_GEMM
+
+        return FUSE_FINAL_NORM and USE_SKINNY_GEMM and self.tp_size == 1 and hidden.fuses_into(self.weight)

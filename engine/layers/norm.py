@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from engine.kernels.normed_gemv import PendingNorm
+    from engine.kernels.normed_gemv import PendingNorm, TokenEmbedding
     from engine.kernels.skinny_gemm import SplitKPartials
 
 __all__ = ["DEFER_TO_GEMV", "RMSNorm"]
@@ -35,6 +35,21 @@ class RMSNorm(nn.Module):
 
             return rms_norm(x, self.weight, self.eps)[0]
         return self.forward_torch(x)
+
+    def forward_first(
+        self, x: torch.Tensor | TokenEmbedding
+    ) -> tuple[torch.Tensor | PendingNorm, torch.Tensor]:
+        """(norm(x), x) for the first layer's input. One token's embedding not gathered yet (one
+        row on CUDA) comes back as a ``PendingNorm`` for the GEMM after it to gather and norm."""
+        if isinstance(x, torch.Tensor):
+            return self(x), x
+        from engine.kernels.normed_gemv import MAX_K, PendingNorm
+
+        out = torch.empty(1, x.weight.shape[1], dtype=x.weight.dtype, device=x.weight.device)
+        pending = PendingNorm(x, None, self.weight, self.eps, out)
+        if DEFER_TO_GEMV and x.weight.shape[1] <= MAX_K:
+            return pending, out
+        return pending.materialize(), out
 
     def forward_with_residual(
         self, x: torch.Tensor | SplitKPartials, residual: torch.Tensor, *, defer: bool = False

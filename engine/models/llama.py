@@ -6,7 +6,7 @@ Differences between the family members are config flags: qkv bias (Qwen2), o_pro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
 from torch import nn
@@ -27,7 +27,7 @@ from engine.layers.linear import is_skinny
 from engine.model_config import ModelConfig
 
 if TYPE_CHECKING:
-    from engine.kernels.normed_gemv import PendingNorm
+    from engine.kernels.normed_gemv import PendingNorm, TokenEmbedding
     from engine.kernels.skinny_gemm import SplitKPartials
 
 __all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP"]
@@ -112,7 +112,7 @@ class LlamaDecoderLayer(nn.Module):
     def forward(
         self,
         positions: torch.Tensor,
-        x: torch.Tensor | SplitKPartials,
+        x: torch.Tensor | SplitKPartials | TokenEmbedding,
         residual: torch.Tensor | None,
         meta: AttentionMetadata,
     ) -> tuple[torch.Tensor | SplitKPartials, torch.Tensor]:
@@ -120,11 +120,10 @@ class LlamaDecoderLayer(nn.Module):
         # Each add is fused into the norm after it, and at one row on CUDA the norm into the GEMM
         # after that (defer); returns (mlp output, residual stream).
         h: torch.Tensor | PendingNorm
-        if residual is None:
-            assert isinstance(x, torch.Tensor)  # the embeddings
-            residual = x
-            h = self.input_layernorm(x)
+        if residual is None:  # the embeddings (one token's left to the first GEMM to gather)
+            h, residual = self.input_layernorm.forward_first(cast("torch.Tensor | TokenEmbedding", x))
         else:
+            x = cast("torch.Tensor | SplitKPartials", x)  # a layer's output
             h, residual = self.input_layernorm.forward_with_residual(x, residual, defer=True)
         attn = self.self_attn(positions, h, meta)
         h, residual = self.post_attention_layernorm.forward_with_residual(attn, residual, defer=True)
@@ -143,14 +142,14 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor | PendingNorm:
         # token_ids, positions: [num_tokens] -> hidden: [num_tokens, hidden]; at one row on CUDA
         # the final norm may be left to the LM head (a PendingNorm, see compute_logits)
-        x: torch.Tensor | SplitKPartials = self.embed_tokens(token_ids)
+        if not self.layers:
+            return self.norm(self.embed_tokens(token_ids))  # type: ignore[no-any-return]
+        x: torch.Tensor | SplitKPartials | TokenEmbedding = self.embed_tokens.forward_deferred(token_ids)
         residual: torch.Tensor | None = None
         for layer in self.layers:
             x, residual = layer(positions, x, residual, meta)
-        if residual is None:  # a model without layers
-            assert isinstance(x, torch.Tensor)
-            return self.norm(x)  # type: ignore[no-any-return]
-        y, _ = self.norm.forward_with_residual(x, residual, defer=True)
+        assert residual is not None
+        y, _ = self.norm.forward_with_residual(cast("torch.Tensor | SplitKPartials", x), residual, defer=True)
         return y
 
 
@@ -183,6 +182,12 @@ class LlamaForCausalLM(nn.Module):
         # hidden: [num_seqs, hidden], or one row's pending final norm -> [num_seqs, vocab_size] float32
         logits: torch.Tensor = self.lm_head(hidden)
         return logits.float()
+
+    def compute_logits_argmax(self, hidden: torch.Tensor | PendingNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """(compute_logits(hidden), their greedy argmax as keys [num_seqs, parts]), on CUDA: the
+        decode graph's last kernel turns the keys into tokens (``engine.kernels.step_advance``)."""
+        logits, keys = self.lm_head.forward_argmax(hidden)
+        return logits.float(), keys
 
     def kv_layers(self) -> list[Attention]:
         return [layer.self_attn.attn for layer in self.model.layers]  # type: ignore[union-attr,misc]

@@ -105,22 +105,28 @@ class Sampler:
         self._generator = generator
         self._keys: torch.Generator | None = None
 
-    def __call__(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> SamplerOutput:
-        # logits: [num_seqs, vocab] float32
+    def __call__(
+        self, logits: torch.Tensor, rows: Sequence[SamplingRow], argmax: torch.Tensor | None = None
+    ) -> SamplerOutput:
+        """logits: [num_seqs, vocab] float32. argmax: [num_seqs] int64, the logits' argmax when the
+        caller already has it (a decode graph computes it on the device); it is the output when
+        every row is greedy and no penalty changes the logits."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(f"logits {tuple(logits.shape)} do not match {len(rows)} rows")
+        if argmax is not None and argmax.shape != (len(rows),):
+            raise ValueError(f"argmax {tuple(argmax.shape)} does not match {len(rows)} rows")
         num_logprobs = [row.params.logprobs for row in rows]
         raw_logprobs = None
         if any(n is not None for n in num_logprobs):
             raw_logprobs = torch.log_softmax(logits.float(), dim=-1)
-        logits = apply_penalties(logits, rows)
+        penalized = apply_penalties(logits, rows)
         is_greedy = [row.params.is_greedy for row in rows]
         if all(is_greedy):
-            token_ids = logits.argmax(dim=-1)
-        elif logits.is_cuda and all(_single_pass(row) for row in rows):
-            token_ids = self._gumbel(logits, rows, is_greedy)
+            token_ids = argmax if argmax is not None and penalized is logits else penalized.argmax(dim=-1)
+        elif penalized.is_cuda and all(_single_pass(row) for row in rows):
+            token_ids = self._gumbel(penalized, rows, is_greedy)
         else:
-            token_ids = self._sample(logits, rows, is_greedy)
+            token_ids = self._sample(penalized, rows, is_greedy)
         if raw_logprobs is None:
             logprobs: list[TokenLogprobs | None] = [None] * len(rows)
         else:

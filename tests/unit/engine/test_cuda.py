@@ -41,8 +41,9 @@ def test_batch_one_fusions_change_no_token(
     model_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One sequence in bf16 takes the norm-in-GEMV path, the K/V prefetch, RoPE and the KV write
-    # inside attention and the split merge inside o_proj; the same greedy tokens as the separate
-    # kernels and no prefetch (the same rounding, by construction).
+    # inside attention, the split merge inside o_proj, the final norm in the LM head and the
+    # embedding gathered by the first GEMV; the same greedy tokens as the separate kernels and no
+    # prefetch (the same rounding, by construction).
     from engine.kernels import split_merge
     from engine.layers import attention as attention_layer
     from engine.layers import embedding, norm
@@ -66,3 +67,40 @@ def test_batch_one_fusions_change_no_token(
     assert tokens() == fused
     monkeypatch.setattr(embedding, "FUSE_FINAL_NORM", False)
     assert tokens() == fused
+    monkeypatch.setattr(embedding, "GATHER_IN_FIRST_GEMV", False)
+    assert tokens() == fused
+
+
+def test_greedy_steps_on_the_device_change_no_token(
+    model_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One sequence greedy: its steps run on the device's inputs (engine.kernels.step_advance),
+    # staged again where a block is added; two sequences, the shorter ending, leave one that the
+    # device carries on; a sampled sequence takes the sampler's token. All as without the tail.
+    from engine import cuda_graph_runner
+    from engine.layers import embedding
+
+    prompts = [[0, *range(10, 40)], [0, 5, 6, 7]]
+    greedy = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    short = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    sampled = SamplingParams(temperature=0.8, max_tokens=20, seed=5, ignore_eos=True)
+
+    def run() -> tuple[list[list[int]], int]:
+        llm = LLM(str(model_dirs["qwen3"]), device="cuda", dtype="bfloat16", kv_cache_bytes=1 << 22)
+        graphs = llm.engine.runners[llm.model_names[0]].graphs
+        assert graphs is not None
+        tokens = [llm.generate([prompts[0]], greedy)[0].token_ids]
+        tokens += [o.token_ids for o in llm.generate(prompts, [greedy, short])]
+        device_steps = graphs.num_device_steps
+        tokens.append(llm.generate([prompts[0]], sampled)[0].token_ids)
+        assert graphs.num_device_steps == device_steps  # sampled tokens are not the graph's argmax
+        return tokens, device_steps
+
+    on, device_steps = run()
+    assert device_steps > 40  # most of 39 + 33 single-sequence steps (16-token blocks)
+    monkeypatch.setattr(embedding, "FUSE_ARGMAX", False)  # keys from a pass over the logits
+    assert run() == (on, device_steps)
+    monkeypatch.setattr(cuda_graph_runner, "LOOP_MAX_BUCKET", 0)
+    off, none = run()
+    assert none == 0
+    assert on == off

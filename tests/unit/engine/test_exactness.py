@@ -11,6 +11,7 @@ import torch
 
 from engine.config import EngineConfig, ModelSpec
 from engine.llm_engine import LLMEngine
+from engine.model_runner import RunnerOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledSeq
 
@@ -58,11 +59,11 @@ def run(
     runner = engine.runners["m"]
     execute = runner.execute
 
-    def capture(items: list[ScheduledSeq], *pending: Any) -> torch.Tensor:
-        logits = execute(items, *pending)
-        for row, item in zip(logits, [i for i in items if i.is_sampling], strict=True):
+    def capture(items: list[ScheduledSeq], *pending: Any) -> RunnerOutput:
+        out = execute(items, *pending)
+        for row, item in zip(out.logits, [i for i in items if i.is_sampling], strict=True):
             captured[item.seq.request_id].append(row.clone())
-        return logits
+        return out
 
     runner.execute = capture  # type: ignore[method-assign]
     tokens: dict[str, list[int]] = {n: [] for n in names}

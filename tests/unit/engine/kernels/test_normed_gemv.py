@@ -11,6 +11,7 @@ from engine.kernels import (
     PendingNorm,
     SkinnyGemmConfig,
     SplitKPartials,
+    TokenEmbedding,
     normed_gemv,
     rms_norm,
     skinny_gemm,
@@ -80,6 +81,41 @@ def test_float32_logits_are_the_rounded_result_widened(device: str) -> None:
     wide = normed_gemv(pending, w, out_dtype=torch.float32)
     assert wide.dtype == torch.float32
     assert torch.equal(wide, narrow.float())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_first_layer_gathers_its_embedding_row(device: str, dtype: torch.dtype) -> None:
+    n, vocab = 96, 50
+    table = torch.randn(vocab, n).to(dtype).to(device)
+    token = torch.tensor([37], device=device)
+    norm_w = torch.randn(n).to(dtype).to(device)
+    w = (torch.randn(40, n) / n**0.5).to(dtype).to(device)
+
+    def pending() -> PendingNorm:
+        return PendingNorm(
+            TokenEmbedding(table, token), None, norm_w, 1e-6, torch.empty(1, n, dtype=dtype).to(device)
+        )
+
+    fused = pending()
+    assert fused.fuses_into(w)
+    got = normed_gemv(fused, w)
+    # The residual stream is the embedding row itself; the GEMM sees its norm (no add).
+    assert torch.equal(fused.residual_out, table[37:38])
+    unfused = pending()
+    h = unfused.materialize()  # gather, copy, norm: what a consumer that cannot fuse gets
+    assert torch.equal(unfused.residual_out, table[37:38])
+    assert torch.equal(h, rms_norm(table[37:38], norm_w, 1e-6)[0])
+    config = SkinnyGemmConfig(block_n=16, block_k=128, use_dot=False, num_warps=8)
+    want = skinny_gemm(h, w, None, config)
+    if device == "cpu":
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+    # Another dtype's table does not fuse.
+    other = PendingNorm(
+        TokenEmbedding(table.float(), token), None, norm_w, 1e-6, torch.empty(1, n, dtype=dtype).to(device)
+    )
+    assert not other.fuses_into(w)
 
 
 @pytest.mark.parametrize("split_k", [3, 4])

@@ -41,6 +41,24 @@ def test_greedy_rows_stay_greedy_in_a_mixed_batch() -> None:
     assert torch.equal(out.token_ids[::2], logits.argmax(dim=-1)[::2])
 
 
+def test_a_given_argmax_is_the_output_only_where_greedy_is_the_raw_argmax() -> None:
+    logits = torch.tensor([[1.0, 0.9, 0.0], [0.0, 0.5, 2.0]])
+    given = torch.tensor([0, 2])  # what the decode graph computed
+    out = Sampler()(logits, [_row(temperature=0), _row(temperature=0)], given)
+    assert out.token_ids is given  # not recomputed: the graph's tensor goes on to the next step
+    # A penalty changes the logits: the given argmax no longer applies.
+    penalised = [_row(temperature=0, output=[0], presence_penalty=0.2), _row(temperature=0)]
+    assert Sampler()(logits, penalised, given).token_ids.tolist() == [1, 2]
+
+    # A sampled row: drawn as ever (seeded, so compare with a run without the argmax).
+    def mixed() -> list[SamplingRow]:
+        return [_row(temperature=0), _row(seed=3, temperature=1.0)]
+
+    assert torch.equal(Sampler()(logits, mixed(), given).token_ids, Sampler()(logits, mixed()).token_ids)
+    with pytest.raises(ValueError, match="argmax"):
+        Sampler()(logits, [_row(temperature=0), _row(temperature=0)], given[:1])
+
+
 @pytest.mark.parametrize("params", [{"top_k": 1}, {"top_p": 1e-6}, {"min_p": 1.0}])
 def test_degenerate_truncation_equals_greedy(params: dict[str, Any]) -> None:
     logits = _logits(16, seed=1)
