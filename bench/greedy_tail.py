@@ -1,16 +1,17 @@
-"""The greedy decode tail's kernels alone at Qwen3-0.6B's LM head: what the argmax costs.
+"""The LM head's fused norm + GEMV alone at Qwen3-0.6B's shape, over program widths and warps.
 
-Times, on CUDA events over back-to-back launches, the LM head's fused norm + GEMV with and without
-its argmax keys, a separate pass making the keys from the logits, ``step_advance`` reducing the
-keys to a token, and torch.argmax (what the sampler ran outside the graph)::
+At one sequence the LM head (151,936 x 1,024 bf16, 311 MB) is the largest kernel of a decode step
+and the only one with thousands of programs; its width and warps are tuned on their own
+(``engine.layers.embedding.LM_HEAD_BLOCK_N`` / ``LM_HEAD_WARPS``). Times on CUDA events over
+back-to-back launches (GPU-bound at ~70 us a launch), with the HBM floor beside them::
 
     python -m bench.greedy_tail --out $OUT
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -20,40 +21,31 @@ import click
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @click.option("--vocab", default=151936, show_default=True)
 @click.option("--hidden", default=1024, show_default=True)
-@click.option("--reps", default=200, show_default=True)
+@click.option("--reps", default=50, show_default=True)
 def main(out_dir: Path, vocab: int, hidden: int, reps: int) -> None:
     import torch
 
     from bench.provenance import provenance
-    from engine.kernels.argmax import argmax_keys, keys_to_tokens
-    from engine.kernels.normed_gemv import PendingNorm, normed_gemv, normed_gemv_argmax
-    from engine.kernels.step_advance import step_advance
+    from engine.kernels.normed_gemv import PendingNorm, normed_gemv
 
     dtype, dev = torch.bfloat16, "cuda"
     weight = torch.randn(vocab, hidden, dtype=dtype, device=dev)
     res = torch.randn(1, hidden, dtype=dtype, device=dev)
     pending = PendingNorm(torch.randn(1, hidden, dtype=dtype, device=dev), res,
                           torch.ones(hidden, dtype=dtype, device=dev), 1e-6, torch.empty_like(res))  # fmt: skip
-    logits, keys = normed_gemv_argmax(pending, weight, out_dtype=torch.float32)
-    assert keys_to_tokens(keys).item() == logits.argmax().item()
-    inputs = {
-        "token": torch.zeros(1, dtype=torch.long, device=dev),
-        "out": torch.zeros(1, dtype=torch.long, device=dev),
-        "pos": torch.zeros(1, dtype=torch.long, device=dev),
-        "ctx": torch.zeros(1, dtype=torch.int32, device=dev),  # padding row: only the token
-        "slot": torch.full((1,), -1, dtype=torch.long, device=dev),
-        "table": torch.zeros(1, 64, dtype=torch.int32, device=dev),
+    floor_us = weight.numel() * weight.element_size() / 4.8e12 * 1e6
+    report: dict[str, object] = {
+        "provenance": provenance(["bench.greedy_tail"], "cuda"),
+        "hbm_floor_us_at_4.8TBps": floor_us,
+        "us": {},
     }
-    cases: dict[str, Callable[[], object]] = {
-        "lm_head": lambda: normed_gemv(pending, weight, out_dtype=torch.float32),
-        "lm_head_with_keys": lambda: normed_gemv_argmax(pending, weight, out_dtype=torch.float32),
-        "keys_pass_over_logits": lambda: argmax_keys(logits),
-        "step_advance_from_head_keys": lambda: step_advance(keys, *inputs.values(), 16),
-        "torch_argmax": lambda: logits.argmax(dim=-1),
-    }
-    report: dict[str, object] = {"provenance": provenance(["bench.greedy_tail"], "cuda"), "us": {}}
-    for name, fn in cases.items():
-        for _ in range(10):
+    print(f"HBM floor (4.8 TB/s): {floor_us:.2f} us", flush=True)
+    for block_n, warps in itertools.product((16, 32, 64, 128), (4, 8, 16)):
+
+        def fn(block_n: int = block_n, warps: int = warps) -> object:
+            return normed_gemv(pending, weight, out_dtype=torch.float32, block_n=block_n, num_warps=warps)
+
+        for _ in range(5):
             fn()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         best = float("inf")
@@ -64,8 +56,8 @@ def main(out_dir: Path, vocab: int, hidden: int, reps: int) -> None:
             end.record()
             end.synchronize()
             best = min(best, start.elapsed_time(end) * 1e3 / reps)
-        report["us"][name] = best  # type: ignore[index]
-        print(f"{name:32s} {best:8.2f} us", flush=True)
+        report["us"][f"block_n={block_n},warps={warps}"] = best  # type: ignore[index]
+        print(f"block_n={block_n:4d} warps={warps:3d} {best:8.2f} us", flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "greedy_tail.json").write_text(json.dumps(report, indent=2, default=str))
 

@@ -110,6 +110,8 @@ class CudaGraphRunner:
         self.device = device
         self.ring = torch.zeros(2, n, dtype=torch.long, device=device)
         """Greedy graphs' tokens, one slot per graph of a pair: the host copies from here."""
+        self.counts = torch.zeros(n, dtype=torch.int32, device=device)
+        """step_advance's per-row counters (zero between replays)."""
         self.greedy: torch.Tensor | None = None
         """After ``run``: [n] int64, the greedy tokens of the rows it ran, if its graph made them."""
         self.num_device_steps = 0
@@ -278,22 +280,19 @@ class CudaGraphRunner:
 
     def _forward(self, bucket: int, parity: int | None) -> torch.Tensor:
         hidden = self.model(self.token_ids[:bucket], self.positions[:bucket], self._meta(bucket))
-        if parity is None:
-            logits: torch.Tensor = self.model.compute_logits(hidden)  # type: ignore[operator]
-            return logits
-        from engine.kernels.step_advance import step_advance
+        logits: torch.Tensor = self.model.compute_logits(hidden)  # type: ignore[operator]
+        if parity is not None:
+            from engine.kernels.step_advance import step_advance
 
-        logits, keys = self.model.compute_logits_argmax(hidden)  # type: ignore[operator]
-        step_advance(
-            keys, self.token_ids[:bucket], self.ring[parity, :bucket], self.positions[:bucket],
-            self.context_lens[:bucket], self.slot_mapping[:bucket], self.block_tables[:bucket],
-            self.block_size,
-        )  # fmt: skip
+            step_advance(
+                logits, self.counts[:bucket], self.token_ids[:bucket], self.ring[parity, :bucket],
+                self.positions[:bucket], self.context_lens[:bucket], self.slot_mapping[:bucket],
+                self.block_tables[:bucket], self.block_size,
+            )  # fmt: skip
         return logits
 
     def _capture(self, bucket: int) -> None:
-        greedy = bucket <= LOOP_MAX_BUCKET and hasattr(self.model, "compute_logits_argmax")
-        parities: tuple[int | None, ...] = (0, 1) if greedy else (None,)
+        parities: tuple[int | None, ...] = (0, 1) if bucket <= LOOP_MAX_BUCKET else (None,)
         # A first eager run compiles the Triton kernels; capture then records launches only.
         stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream())

@@ -1,5 +1,5 @@
 # mypy: disable-error-code="untyped-decorator, no-untyped-def"
-"""Greedy argmax as one integer maximum, so any kernel can reduce its share and a later one the rest.
+"""Greedy argmax as one integer maximum, so blocks of a row reduce separately and in any order.
 
 Each candidate becomes an int64 key whose order is ``torch.argmax``'s choice::
 
@@ -8,24 +8,19 @@ Each candidate becomes an int64 key whose order is ``torch.argmax``'s choice::
                  (-0.0 counted as +0.0: they tie, as in torch)
     bits 0-29    MAX_INDEX - index: between equal values the lower index wins
 
-so ``max`` over keys, in any grouping, picks the lowest index of the largest value. A kernel that
-computes logits can reduce its own block to one key as it stores them (``normed_gemv``); the
-decode step's last kernel reduces the blocks' keys to the token (``engine.kernels.step_advance``).
-``argmax_keys`` makes the keys of logits already in memory, for heads that cannot.
+so ``max`` over keys, in any grouping, picks the lowest index of the largest value
+(``engine.kernels.step_advance`` reduces a row's blocks this way).
 """
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-__all__ = ["MAX_INDEX", "argmax_key", "argmax_keys", "block_key", "key_index", "keys_to_tokens"]
+__all__ = ["MAX_INDEX", "argmax_key", "block_key", "key_index"]
 
 MAX_INDEX = (1 << 30) - 1
 """Largest index a key holds (vocabularies are far smaller)."""
-_BLOCK = 1024
-"""Logits per program of ``argmax_keys``: 149 programs for a 152k vocabulary, one wave."""
 
 
 @triton.jit
@@ -57,32 +52,3 @@ def block_key(x, index, mask):
 def key_index(key):
     """The index a key (or the maximum of several) stands for."""
     return 0x3FFFFFFF - (key & 0x3FFFFFFF)
-
-
-@triton.jit
-def _keys_kernel(logits_ptr, keys_ptr, vocab, stride_row, num_blocks, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    block = tl.program_id(1)
-    cols = block * BLOCK + tl.arange(0, BLOCK)
-    ok = cols < vocab
-    x = tl.load(logits_ptr + row * stride_row + cols, mask=ok, other=0.0)
-    tl.store(keys_ptr + row * num_blocks + block, block_key(x, cols, ok))
-
-
-def argmax_keys(logits: torch.Tensor) -> torch.Tensor:
-    """[rows, blocks] int64: each block of 1,024 logits of a row reduced to its best key."""
-    rows, vocab = logits.shape
-    if vocab - 1 > MAX_INDEX:
-        raise ValueError(f"a vocabulary of {vocab} does not fit an argmax key")
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
-    num_blocks = triton.cdiv(vocab, _BLOCK)
-    keys = torch.empty(rows, num_blocks, dtype=torch.int64, device=logits.device)
-    if rows:
-        _keys_kernel[(rows, num_blocks)](logits, keys, vocab, logits.stride(0), num_blocks, BLOCK=_BLOCK)
-    return keys
-
-
-def keys_to_tokens(keys: torch.Tensor) -> torch.Tensor:
-    """[rows] int64 token ids from [rows, parts] keys, in torch (tests, and no kernel needed)."""
-    return MAX_INDEX - (keys.max(dim=1).values & MAX_INDEX)

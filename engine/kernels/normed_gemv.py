@@ -27,12 +27,11 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from engine.kernels.argmax import MAX_INDEX, block_key
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.rms_norm import rms_norm, rms_norm_split_k
 from engine.kernels.skinny_gemm import SplitKPartials
 
-__all__ = ["BLOCK_N", "MAX_K", "PendingNorm", "TokenEmbedding", "normed_gemv", "normed_gemv_argmax"]
+__all__ = ["BLOCK_N", "MAX_K", "PendingNorm", "TokenEmbedding", "normed_gemv"]
 
 MAX_K = 1024
 """Longest row fused: the row and a program's W tile stay in registers (8 warps)."""
@@ -107,10 +106,10 @@ class PendingNorm:
 
 @triton.jit
 def _normed_gemv_kernel(
-    x_ptr, tok_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_bias_ptr, w_ptr, b_ptr, y_ptr, keys_ptr,
+    x_ptr, tok_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_bias_ptr, w_ptr, b_ptr, y_ptr,
     n, k, stride_part, num_parts, stride_wn, eps,
     PARTS: tl.constexpr, GATHER: tl.constexpr, HAS_RES: tl.constexpr, X_HAS_BIAS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -148,10 +147,7 @@ def _normed_gemv_kernel(
     if HAS_BIAS:
         y += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)
     # Rounded to the activations' dtype even when stored wider (logits: as F.linear then .float()).
-    y = y.to(dtype).to(y_ptr.dtype.element_ty)
-    tl.store(y_ptr + rn, y, mask=n_ok)
-    if ARGMAX:  # this block's best logit, as a key (engine.kernels.argmax)
-        tl.store(keys_ptr + pid, block_key(y, rn, n_ok))
+    tl.store(y_ptr + rn, y.to(dtype).to(y_ptr.dtype.element_ty), mask=n_ok)
 
 
 def normed_gemv(
@@ -160,31 +156,13 @@ def normed_gemv(
     bias: torch.Tensor | None = None,
     *,
     out_dtype: torch.dtype | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
 ) -> torch.Tensor:
     """``F.linear(pending.materialize(), weight, bias)`` in one kernel; also fills
     ``pending.residual_out``. Needs ``pending.fuses_into(weight)``. Returns [1, n_out], in
-    ``out_dtype`` if given (the result rounded to the activations' dtype, then widened)."""
-    return _launch(pending, weight, bias, out_dtype, None)
-
-
-def normed_gemv_argmax(
-    pending: PendingNorm, weight: torch.Tensor, *, out_dtype: torch.dtype | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``normed_gemv`` that also reduces each program's outputs to an argmax key: (y [1, n_out],
-    keys [1, programs] int64, see ``engine.kernels.argmax``), for the greedy token of an LM head."""
-    if weight.shape[0] - 1 > MAX_INDEX:
-        raise ValueError(f"{weight.shape[0]} outputs do not fit an argmax key")
-    keys = torch.empty(1, triton.cdiv(weight.shape[0], BLOCK_N), dtype=torch.int64, device=weight.device)
-    return _launch(pending, weight, None, out_dtype, keys), keys
-
-
-def _launch(
-    pending: PendingNorm,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    out_dtype: torch.dtype | None,
-    keys: torch.Tensor | None,
-) -> torch.Tensor:
+    ``out_dtype`` if given (the result rounded to the activations' dtype, then widened).
+    ``block_n`` and ``num_warps`` override ``BLOCK_N`` and ``NUM_WARPS`` (the LM head's own)."""
     if not pending.fuses_into(weight):
         raise ValueError(
             f"cannot fuse a norm of {tuple(pending.residual_out.shape)} into weight {tuple(weight.shape)}"
@@ -200,14 +178,15 @@ def _launch(
     else:
         x_ptr, stride_part, num_parts, x_bias = x.contiguous(), 0, 0, None
     residual = pending.residual
-    _normed_gemv_kernel[(triton.cdiv(n_out, BLOCK_N),)](
+    block_n = block_n or BLOCK_N
+    _normed_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         x_ptr, tokens if tokens is not None else y, residual if residual is not None else out,
         pending.weight, out,
         x_bias if x_bias is not None else y, weight, bias if bias is not None else y, y,
-        keys if keys is not None else y, n_out, k, stride_part, num_parts, weight.stride(0), pending.eps,
+        n_out, k, stride_part, num_parts, weight.stride(0), pending.eps,
         PARTS=triton.next_power_of_2(num_parts) if num_parts else 0, GATHER=tokens is not None,
         HAS_RES=residual is not None, X_HAS_BIAS=x_bias is not None, HAS_BIAS=bias is not None,
-        ARGMAX=keys is not None, BLOCK_N=BLOCK_N, BLOCK_K=triton.next_power_of_2(k), num_warps=NUM_WARPS,
+        BLOCK_N=block_n, BLOCK_K=triton.next_power_of_2(k), num_warps=num_warps or NUM_WARPS,
         **pdl_launch(out),
     )  # fmt: skip
     return y

@@ -7,15 +7,18 @@ each a separate operation on the stream between two graph replays. With this ker
 the graph, each row of the static inputs (``engine.cuda_graph_runner``) leaves the replay ready for
 the next one::
 
-    token      = argmax over the row's keys (engine.kernels.argmax)
+    grid (rows, blocks): each program turns 1,024 logits into one argmax key
+                         (engine.kernels.argmax); the last of a row's programs to finish
+                         (a counter per row, reset by that program) reduces the row's keys:
+    token      = the row's argmax
     token_ids  = token            the next step's input, in place
     out        = token            a ring slot the host copies from, off the step's stream
     positions += 1, context_lens += 1
     slots      = block_tables[row, position // block_size] * block_size + position % block_size
 
-Padding rows (context length 0) keep their inputs: no KV write, no keys. When the next step is
-the same rows one position on and no row needs a block its table does not hold yet, the host
-copies nothing; otherwise it stages the inputs as usual, overwriting all of this.
+Padding rows (context length 0) get a token and keep their inputs: no KV write. When the next
+step is the same rows one position on and no row needs a block its table does not hold yet, the
+host copies nothing; otherwise it stages the inputs as usual, overwriting all of this.
 """
 
 from __future__ import annotations
@@ -24,44 +27,51 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.argmax import key_index
+from engine.kernels.argmax import MAX_INDEX, block_key, key_index
 from engine.kernels.pdl import pdl_launch, pdl_wait
 
 __all__ = ["step_advance"]
 
-_MAX_BLOCK = 8192
+_BLOCK = 1024
+"""Logits per program: 149 programs for a 152k vocabulary, one wave."""
 
 
 @triton.jit
 def _step_advance_kernel(
-    keys_ptr, token_ptr, out_ptr, pos_ptr, ctx_ptr, slot_ptr, table_ptr,
-    num_keys, stride_keys, stride_table, width, block_size,
-    BLOCK: tl.constexpr, PDL: tl.constexpr,
+    logits_ptr, keys_ptr, count_ptr, token_ptr, out_ptr, pos_ptr, ctx_ptr, slot_ptr, table_ptr,
+    vocab, stride_logits, num_blocks, stride_table, width, block_size,
+    BLOCK: tl.constexpr, KEYS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
-    c = tl.arange(0, BLOCK)
-    # Everything here is written by this step (keys) or read by its earlier kernels (inputs).
+    block = tl.program_id(1)
+    cols = block * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < vocab
+    # Everything here is written by this step (logits) or read by its earlier kernels (inputs).
     pdl_wait(PDL)
-    # One load in flight for all of a row's keys (8,192 at most): each round trip is a microsecond.
-    best = tl.load(keys_ptr + row * stride_keys + c, mask=c < num_keys, other=-1)
-    for start in range(BLOCK, num_keys, BLOCK):
-        keys = tl.load(keys_ptr + row * stride_keys + start + c, mask=start + c < num_keys, other=-1)
-        best = tl.maximum(best, keys)
-    token = key_index(tl.max(best, 0))
-    tl.store(token_ptr + row, token)
-    tl.store(out_ptr + row, token)
-    ctx = tl.load(ctx_ptr + row)
-    if ctx > 0:
-        pos = tl.load(pos_ptr + row) + 1
-        tl.store(pos_ptr + row, pos)
-        tl.store(ctx_ptr + row, ctx + 1)
-        # Past the table's width the host stages anyway (the sequence is at its length limit).
-        block = tl.load(table_ptr + row * stride_table + tl.minimum(pos // block_size, width - 1))
-        tl.store(slot_ptr + row, block.to(tl.int64) * block_size + pos % block_size)
+    x = tl.load(logits_ptr + row.to(tl.int64) * stride_logits + cols, mask=ok, other=0.0)
+    tl.store(keys_ptr + row * num_blocks + block, block_key(x, cols, ok))
+    # acq_rel: the program that counts last sees every other program's key.
+    if tl.atomic_add(count_ptr + row, 1, sem="acq_rel") == num_blocks - 1:
+        k = tl.arange(0, KEYS)
+        keys = tl.load(keys_ptr + row * num_blocks + k, mask=k < num_blocks, other=-1)
+        token = key_index(tl.max(keys, 0))
+        tl.store(count_ptr + row, 0)  # ready for the next step
+        tl.store(token_ptr + row, token)
+        tl.store(out_ptr + row, token)
+        ctx = tl.load(ctx_ptr + row)
+        if ctx > 0:
+            pos = tl.load(pos_ptr + row) + 1
+            tl.store(pos_ptr + row, pos)
+            tl.store(ctx_ptr + row, ctx + 1)
+            # Past the table's width the host stages anyway (the sequence is at its length limit).
+            index = tl.minimum(pos // block_size, width - 1)
+            slot_block = tl.load(table_ptr + row * stride_table + index)
+            tl.store(slot_ptr + row, slot_block.to(tl.int64) * block_size + pos % block_size)
 
 
 def step_advance(
-    keys: torch.Tensor,
+    logits: torch.Tensor,
+    counts: torch.Tensor,
     token_ids: torch.Tensor,
     out: torch.Tensor,
     positions: torch.Tensor,
@@ -70,19 +80,28 @@ def step_advance(
     block_tables: torch.Tensor,
     block_size: int,
 ) -> None:
-    """Greedy tokens from ``keys`` [rows, parts] into ``token_ids`` and ``out`` [rows] int64, and
-    ``positions``, ``context_lens``, ``slot_mapping`` [rows] moved one token on (see module doc)."""
-    rows = token_ids.shape[0]
+    """Greedy tokens of ``logits`` [rows, vocab] into ``token_ids`` and ``out`` [rows] int64, and
+    ``positions``, ``context_lens``, ``slot_mapping`` [rows] moved one token on (see module doc).
+
+    counts: [rows] int32, zero before the first call; each call leaves it zero again."""
+    rows, vocab = logits.shape
     for name, t in (("out", out), ("positions", positions), ("slot_mapping", slot_mapping)):
         if t.shape != (rows,) or t.dtype != torch.int64:
             raise ValueError(f"{name} must be [{rows}] int64, got {tuple(t.shape)} {t.dtype}")
-    if context_lens.shape != (rows,) or block_tables.shape[0] != rows or keys.shape[0] != rows:
-        raise ValueError("keys, context_lens and block_tables must have one row per token")
+    if counts.shape != (rows,) or counts.dtype != torch.int32:
+        raise ValueError(f"counts must be [{rows}] int32, got {tuple(counts.shape)} {counts.dtype}")
+    if context_lens.shape != (rows,) or block_tables.shape[0] != rows or token_ids.shape != (rows,):
+        raise ValueError("token_ids, context_lens and block_tables must have one row per logits row")
+    if vocab - 1 > MAX_INDEX:
+        raise ValueError(f"a vocabulary of {vocab} does not fit an argmax key")
+    if logits.stride(1) != 1:
+        raise ValueError("logits must be contiguous along the vocabulary")
     if rows == 0:
         return
-    block = min(_MAX_BLOCK, triton.next_power_of_2(keys.shape[1]))
-    _step_advance_kernel[(rows,)](
-        keys, token_ids, out, positions, context_lens, slot_mapping, block_tables,
-        keys.shape[1], keys.stride(0), block_tables.stride(0), block_tables.shape[1], block_size,
-        BLOCK=block, num_warps=max(1, min(16, block // 512)), **pdl_launch(keys),
+    num_blocks = triton.cdiv(vocab, _BLOCK)
+    keys = torch.empty(rows, num_blocks, dtype=torch.int64, device=logits.device)
+    _step_advance_kernel[(rows, num_blocks)](
+        logits, keys, counts, token_ids, out, positions, context_lens, slot_mapping, block_tables,
+        vocab, logits.stride(0), num_blocks, block_tables.stride(0), block_tables.shape[1], block_size,
+        BLOCK=_BLOCK, KEYS=triton.next_power_of_2(num_blocks), num_warps=4, **pdl_launch(logits),
     )  # fmt: skip

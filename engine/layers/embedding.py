@@ -15,9 +15,10 @@ if TYPE_CHECKING:
     from engine.kernels.normed_gemv import PendingNorm, TokenEmbedding
 
 __all__ = [
-    "FUSE_ARGMAX",
     "FUSE_FINAL_NORM",
     "GATHER_IN_FIRST_GEMV",
+    "LM_HEAD_BLOCK_N",
+    "LM_HEAD_WARPS",
     "ParallelLMHead",
     "VocabParallelEmbedding",
 ]
@@ -25,9 +26,11 @@ __all__ = [
 FUSE_FINAL_NORM = True
 """One row on CUDA on one rank: the model's final RMSNorm is computed inside the LM head's GEMV,
 which writes float32 logits directly (``engine.kernels.normed_gemv``). Benchmarks flip it."""
-FUSE_ARGMAX = True
-"""With the final norm fused, the GEMV also reduces its outputs to greedy argmax keys
-(``forward_argmax``); off, a separate pass over the logits makes them. Benchmarks flip it."""
+LM_HEAD_BLOCK_N: int | None = None
+"""Vocabulary rows per program of the fused LM head (None: ``normed_gemv.BLOCK_N``): it is the one
+large GEMV of a decode step (4,748 programs at Qwen3's 152k rows). Benchmarks sweep it."""
+LM_HEAD_WARPS: int | None = None
+"""Warps per program of the fused LM head (None: ``normed_gemv.NUM_WARPS``)."""
 GATHER_IN_FIRST_GEMV = True
 """One token on CUDA on one rank: the first layer's fused norm + GEMV gathers the embedding row
 itself (``forward_deferred``), instead of an embedding kernel and a norm kernel. Benchmarks flip it."""
@@ -52,7 +55,10 @@ class VocabParallelEmbedding(nn.Module):
         """``forward``, except that one token on CUDA on one rank is left for the first layer's
         norm to gather (``engine.kernels.normed_gemv``)."""
         if GATHER_IN_FIRST_GEMV and self.tp_size == 1 and token_ids.is_cuda and token_ids.numel() == 1:
-            from engine.kernels.normed_gemv import TokenEmbedding
+            from engine.kernels.normed_gemv import MAX_K, TokenEmbedding
+
+            if self.weight.shape[1] > MAX_K:  # too wide for the fused norm (Llama-3-8B)
+                return self.forward(token_ids)
 
             return TokenEmbedding(self.weight, token_ids.view(1))
         return self.forward(token_ids)
@@ -76,7 +82,13 @@ class ParallelLMHead(VocabParallelEmbedding):
             if self._fuses(hidden):
                 from engine.kernels import normed_gemv
 
-                return normed_gemv(hidden, self.weight, out_dtype=torch.float32)
+                return normed_gemv(
+                    hidden,
+                    self.weight,
+                    out_dtype=torch.float32,
+                    block_n=LM_HEAD_BLOCK_N,
+                    num_warps=LM_HEAD_WARPS,
+                )
             hidden = hidden.materialize()
         logits = F.linear(hidden, self.weight)
         if self.tp_size > 1:
@@ -84,18 +96,6 @@ class ParallelLMHead(VocabParallelEmbedding):
             dist.all_gather(parts, logits)
             logits = torch.cat(parts, dim=-1)
         return logits[:, : self.vocab_size]
-
-    def forward_argmax(self, hidden: torch.Tensor | PendingNorm) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits, argmax keys [num_seqs, parts] int64; ``engine.kernels.argmax``), on CUDA. With
-        the final norm fused, the GEMV reduces its own outputs to keys as it stores them."""
-        from engine.kernels.argmax import argmax_keys
-
-        if FUSE_ARGMAX and not isinstance(hidden, torch.Tensor) and self._fuses(hidden):
-            from engine.kernels.normed_gemv import normed_gemv_argmax
-
-            return normed_gemv_argmax(hidden, self.weight, out_dtype=torch.float32)
-        logits = self.forward(hidden)
-        return logits, argmax_keys(logits)
 
     def _fuses(self, hidden: PendingNorm) -> bool:
         # One rank's whole vocabulary (tp 1: the shard is exactly the vocabulary).

@@ -45,11 +45,11 @@ class RMSNorm(nn.Module):
             return self(x), x
         from engine.kernels.normed_gemv import MAX_K, PendingNorm
 
-        out = torch.empty(1, x.weight.shape[1], dtype=x.weight.dtype, device=x.weight.device)
-        pending = PendingNorm(x, None, self.weight, self.eps, out)
         if DEFER_TO_GEMV and x.weight.shape[1] <= MAX_K:
-            return pending, out
-        return pending.materialize(), out
+            out = torch.empty(1, x.weight.shape[1], dtype=x.weight.dtype, device=x.weight.device)
+            return PendingNorm(x, None, self.weight, self.eps, out), out
+        row = x.materialize()
+        return self(row), row
 
     def forward_with_residual(
         self, x: torch.Tensor | SplitKPartials, residual: torch.Tensor, *, defer: bool = False

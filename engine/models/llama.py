@@ -183,11 +183,5 @@ class LlamaForCausalLM(nn.Module):
         logits: torch.Tensor = self.lm_head(hidden)
         return logits.float()
 
-    def compute_logits_argmax(self, hidden: torch.Tensor | PendingNorm) -> tuple[torch.Tensor, torch.Tensor]:
-        """(compute_logits(hidden), their greedy argmax as keys [num_seqs, parts]), on CUDA: the
-        decode graph's last kernel turns the keys into tokens (``engine.kernels.step_advance``)."""
-        logits, keys = self.lm_head.forward_argmax(hidden)
-        return logits.float(), keys
-
     def kv_layers(self) -> list[Attention]:
         return [layer.self_attn.attn for layer in self.model.layers]  # type: ignore[union-attr,misc]

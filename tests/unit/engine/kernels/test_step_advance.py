@@ -1,11 +1,10 @@
-"""The greedy decode graph's last kernel against what the host would stage for the next step."""
+"""The greedy decode graph's last kernel: torch.argmax's tokens, and what the host would stage next."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.kernels.argmax import argmax_keys
 from engine.kernels.step_advance import step_advance
 
 BS = 4  # block size
@@ -24,43 +23,86 @@ def _inputs(device: str) -> dict[str, torch.Tensor]:
     }
 
 
+def _greedy(logits: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
+    """step_advance's tokens for logits whose rows are all padding (only the tokens change)."""
+    rows, device = logits.shape[0], logits.device
+    counts = torch.zeros(rows, dtype=torch.int32, device=device) if counts is None else counts
+    tokens, out = torch.full((rows,), -5, device=device), torch.full((rows,), -5, device=device)
+    table = torch.zeros(rows, 2, dtype=torch.int32, device=device)
+    ctx = torch.zeros(rows, dtype=torch.int32, device=device)
+    slots, positions = (
+        torch.full((rows,), -1, device=device),
+        torch.zeros(rows, dtype=torch.long, device=device),
+    )
+    step_advance(logits, counts, tokens, out, positions, ctx, slots, table, BS)
+    assert torch.equal(tokens, out)
+    assert slots.tolist() == [-1] * rows and positions.tolist() == [0] * rows and ctx.tolist() == [0] * rows
+    return tokens
+
+
 def test_tokens_and_next_inputs(device: str) -> None:
     inputs = _inputs(device)
-    logits = torch.randn(4, 3000, device=device)
+    logits = torch.randn(4, 3000, device=device)  # three blocks of 1,024, the last one partial
+    logits[1, 2400] = 50.0  # in the partial block
     token_ids = torch.full((4,), 77, device=device)
     out = torch.zeros(4, dtype=torch.long, device=device)
-    step_advance(argmax_keys(logits), token_ids, out, *inputs.values(), BS)
+    counts = torch.zeros(4, dtype=torch.int32, device=device)
+    step_advance(logits, counts, token_ids, out, *inputs.values(), BS)
     want = logits.argmax(dim=-1)
     assert torch.equal(token_ids, want) and torch.equal(out, want)
+    assert counts.tolist() == [0, 0, 0, 0]  # left ready for the next step
     assert inputs["positions"].tolist() == [6, 8, 0, 12]
     assert inputs["context_lens"].tolist() == [7, 9, 0, 13]
     # slot = table[pos // BS] * BS + pos % BS; the padding row keeps -1 (no KV write)
     assert inputs["slot_mapping"].tolist()[:3] == [3 * BS + 2, 5 * BS + 0, -1]
     # Position 12 needs a fourth block the 3-wide table lacks: clamped, the host stages anyway.
     assert inputs["slot_mapping"][3].item() == 4 * BS + 0
+    # A second step from where the first left off: the counters were reset.
+    step_advance(logits.flip(1), counts, token_ids, out, *inputs.values(), BS)
+    assert torch.equal(token_ids, logits.flip(1).argmax(dim=-1))
+    assert inputs["positions"].tolist() == [7, 9, 0, 13]
 
 
-def test_many_keys_reduce_in_blocks(device: str) -> None:
-    # More keys than one load takes (the fused LM head makes 4,748 at a 152k vocabulary).
+def test_ties_nan_signed_zero_and_infinity_follow_torch(device: str) -> None:
+    rows = torch.full((6, 3000), -1.0)
+    rows[0, [7, 1500, 2999]] = 4.0  # a tie across blocks: the lowest index
+    rows[1, [2100, 40]] = float("inf")  # infinities tie too
+    rows[2, [900, 2000]] = float("nan")  # the first NaN beats everything, even +inf
+    rows[2, 10] = float("inf")
+    rows[3] = float("-inf")  # nothing finite: index 0
+    rows[4, 30], rows[4, 20] = 0.0, -0.0  # -0.0 == +0.0: the lower index
+    rows[4] = torch.where(rows[4] == -1.0, -2.0, rows[4])
+    rows[5, 1234] = -0.5  # the only value above the rest
+    want = rows.argmax(dim=-1).tolist()
+    assert want == [7, 40, 900, 0, 20, 1234]
+    assert _greedy(rows.to(device)).tolist() == want
+
+
+def test_strided_rows_and_bf16_logits(device: str) -> None:
+    wide = torch.randn(2, 4096).to(device)
+    view = wide[:, :2048]  # row stride 4,096
+    assert _greedy(view).tolist() == view.argmax(dim=-1).tolist()
+    narrow = torch.randn(3, 1500).to(torch.bfloat16).to(device)
+    assert _greedy(narrow).tolist() == narrow.argmax(dim=-1).tolist()
+
+
+def test_bad_inputs_are_refused(device: str) -> None:
     inputs = _inputs(device)
-    logits = torch.randn(4, 1500 * 1024, device=device) if device == "cuda" else torch.randn(4, 2100)
-    keys = argmax_keys(logits)
-    keys = keys.repeat_interleave(9000 // keys.shape[1] + 1, dim=1)  # over one load's 8,192 a row
-    token_ids, out = (
-        torch.zeros(4, dtype=torch.long, device=device),
-        torch.zeros(4, dtype=torch.long, device=device),
-    )
-    step_advance(keys, token_ids, out, *inputs.values(), BS)
-    assert token_ids.tolist() == logits.argmax(dim=-1).tolist()
-
-
-def test_bad_shapes_are_refused(device: str) -> None:
-    inputs = _inputs(device)
-    keys = torch.zeros(4, 2, dtype=torch.long, device=device)
+    logits = torch.randn(4, 100, device=device)
+    counts = torch.zeros(4, dtype=torch.int32, device=device)
     ok = torch.zeros(4, dtype=torch.long, device=device)
     with pytest.raises(ValueError, match="out must be"):
-        step_advance(keys, ok, torch.zeros(3, dtype=torch.long, device=device), *inputs.values(), BS)
+        step_advance(
+            logits, counts, ok, torch.zeros(3, dtype=torch.long, device=device), *inputs.values(), BS
+        )
     with pytest.raises(ValueError, match="positions must be"):
-        step_advance(keys, ok, ok.clone(), inputs["positions"].int(), *list(inputs.values())[1:], BS)
-    with pytest.raises(ValueError, match="one row per token"):
-        step_advance(keys[:2], ok, ok.clone(), *inputs.values(), BS)
+        step_advance(
+            logits, counts, ok, ok.clone(), inputs["positions"].int(), *list(inputs.values())[1:], BS
+        )
+    with pytest.raises(ValueError, match="counts must be"):
+        step_advance(logits, counts.long(), ok, ok.clone(), *inputs.values(), BS)
+    with pytest.raises(ValueError, match="one row per logits row"):
+        step_advance(logits, counts, ok, ok.clone(), inputs["positions"], inputs["context_lens"][:2],
+                     inputs["slot_mapping"], inputs["block_tables"], BS)  # fmt: skip
+    with pytest.raises(ValueError, match="contiguous"):
+        step_advance(logits.t().contiguous().t(), counts, ok, ok.clone(), *inputs.values(), BS)
