@@ -213,7 +213,7 @@ def _profile_big_batch(engine: Any, model: str, num_seqs: int = 256, context: in
     return result
 
 
-def run_decode(shape: str, workdir: Path, variants: bool = True) -> dict[str, Any]:
+def run_decode(shape: str, workdir: Path, variants: bool = True, peer: bool = True) -> dict[str, Any]:
     import torch
 
     random.seed(0)
@@ -226,7 +226,8 @@ def run_decode(shape: str, workdir: Path, variants: bool = True) -> dict[str, An
     _save(hf, path)
     floor = _floor(hf, PROMPT_LEN + NEW_TOKENS // 2)
     result: dict[str, Any] = {"shape": shape, "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS, **floor}
-    result["hf_generate"] = run_hf(hf, prompt)
+    if peer:
+        result["hf_generate"] = run_hf(hf, prompt)
     del hf
     _free_gpu()
     result["build_s"] = time.perf_counter() - t0
@@ -443,6 +444,9 @@ def _run_tests(out: Path, paths: tuple[str, ...]) -> dict[str, Any]:
 @click.option(
     "--no-variants", is_flag=True, help="the default configuration only (batch-1 decode, throughput)"
 )
+@click.option(
+    "--no-peer", is_flag=True, help="batch-1 decode without HF generate beside it (a re-measure of ours)"
+)
 @click.option("--workdir", type=click.Path(path_type=Path), default=None, help="checkpoints; default RAM")
 def main(
     out_dir: Path,
@@ -450,6 +454,7 @@ def main(
     test_paths: tuple[str, ...],
     throughput_scale: float,
     no_variants: bool,
+    no_peer: bool,
     workdir: Path | None,
 ) -> None:
     if workdir is None:
@@ -472,12 +477,12 @@ def main(
 
     stage("tests", lambda: _run_tests(out_dir, test_paths))
     stage("attention", _attention_sweep)
-    stage("qwen3-0.6b", lambda: run_decode("qwen3-0.6b", workdir, variants=not no_variants))
+    stage("qwen3-0.6b", lambda: run_decode("qwen3-0.6b", workdir, variants=not no_variants, peer=not no_peer))
     if "throughput" not in skip and not (workdir / "qwen3-0.6b").exists():
         _save(_hf_model("qwen3-0.6b"), workdir / "qwen3-0.6b")
     stage("throughput", lambda: run_throughput(workdir, throughput_scale, variants=not no_variants))
     stage("multimodel", lambda: _multimodel(workdir))
-    stage("llama3-8b", lambda: run_decode("llama3-8b", workdir, variants=False))
+    stage("llama3-8b", lambda: run_decode("llama3-8b", workdir, variants=False, peer=not no_peer))
     _print_table(report)
 
 

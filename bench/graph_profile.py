@@ -33,6 +33,14 @@ VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "lm_head_b64": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 64},
     "lm_head_b16": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 16},
     "lm_head_w4": {("engine.layers.embedding", "LM_HEAD_WARPS"): 4},
+    "gemv_block16_head32": {
+        ("engine.kernels.normed_gemv", "BLOCK_N"): 16,
+        ("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32,
+    },
+    "gemv_block64_head32": {
+        ("engine.kernels.normed_gemv", "BLOCK_N"): 64,
+        ("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32,
+    },
     "first_layer_kernels": {("engine.layers.embedding", "GATHER_IN_FIRST_GEMV"): False},
     "gemm_tiles": {(_GEMM, "PREFETCH_WHOLE_SLICE"): False},
     "no_kv_prefetch": {(_ATTN, "PREFETCH_SMALL_BATCH"): False},

@@ -46,7 +46,12 @@ def _step_advance_kernel(
     block = tl.program_id(1)
     cols = block * BLOCK + tl.arange(0, BLOCK)
     ok = cols < vocab
-    # Everything here is written by this step (logits) or read by its earlier kernels (inputs).
+    # The row's inputs and next slot, read while the LM head still runs: no kernel before this one
+    # writes them (engine.kernels.pdl), so only the token's reduction waits for the logits.
+    ctx = tl.load(ctx_ptr + row)
+    pos = tl.load(pos_ptr + row) + 1
+    # Past the table's width the host stages anyway (the sequence is at its length limit).
+    slot_block = tl.load(table_ptr + row * stride_table + tl.minimum(pos // block_size, width - 1))
     pdl_wait(PDL)
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_logits + cols, mask=ok, other=0.0)
     tl.store(keys_ptr + row * num_blocks + block, block_key(x, cols, ok))
@@ -58,14 +63,9 @@ def _step_advance_kernel(
         tl.store(count_ptr + row, 0)  # ready for the next step
         tl.store(token_ptr + row, token)
         tl.store(out_ptr + row, token)
-        ctx = tl.load(ctx_ptr + row)
         if ctx > 0:
-            pos = tl.load(pos_ptr + row) + 1
             tl.store(pos_ptr + row, pos)
             tl.store(ctx_ptr + row, ctx + 1)
-            # Past the table's width the host stages anyway (the sequence is at its length limit).
-            index = tl.minimum(pos // block_size, width - 1)
-            slot_block = tl.load(table_ptr + row * stride_table + index)
             tl.store(slot_ptr + row, slot_block.to(tl.int64) * block_size + pos % block_size)
 
 

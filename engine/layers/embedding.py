@@ -29,8 +29,10 @@ which writes float32 logits directly (``engine.kernels.normed_gemv``). Benchmark
 LM_HEAD_BLOCK_N: int | None = None
 """Vocabulary rows per program of the fused LM head (None: ``normed_gemv.BLOCK_N``): it is the one
 large GEMV of a decode step (4,748 programs at Qwen3's 152k rows). Benchmarks sweep it."""
-LM_HEAD_WARPS: int | None = None
-"""Warps per program of the fused LM head (None: ``normed_gemv.NUM_WARPS``)."""
+LM_HEAD_WARPS: int | None = 4
+"""Warps per program of the fused LM head (None: ``normed_gemv.NUM_WARPS``). On an H200 the
+bucket-1 graph of Qwen3-0.6B took 666.9 µs with 4 against 676.3 with 8 (the head alone: 72.65
+against 72.75 µs; with fewer warps more of its programs fit beside the kernel ahead of it)."""
 GATHER_IN_FIRST_GEMV = True
 """One token on CUDA on one rank: the first layer's fused norm + GEMV gathers the embedding row
 itself (``forward_deferred``), instead of an embedding kernel and a norm kernel. Benchmarks flip it."""
