@@ -32,7 +32,7 @@ VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "greedy_tail_off": {("engine.cuda_graph_runner", "LOOP_MAX_BUCKET"): 0},
     "lm_head_b64": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 64},
     "lm_head_b16": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 16},
-    "lm_head_w4": {("engine.layers.embedding", "LM_HEAD_WARPS"): 4},
+    "lm_head_w8": {("engine.layers.embedding", "LM_HEAD_WARPS"): 8},
     "gemv_block16_head32": {
         ("engine.kernels.normed_gemv", "BLOCK_N"): 16,
         ("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32,

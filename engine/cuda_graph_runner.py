@@ -278,14 +278,17 @@ class CudaGraphRunner:
             host_context_lens=(1,) * bucket,
         )
 
-    def _forward(self, bucket: int, parity: int | None) -> torch.Tensor:
+    def _forward(self, bucket: int, parity: int | None, *, warm_up: bool = False) -> torch.Tensor:
         hidden = self.model(self.token_ids[:bucket], self.positions[:bucket], self._meta(bucket))
         logits: torch.Tensor = self.model.compute_logits(hidden)  # type: ignore[operator]
         if parity is not None:
             from engine.kernels.step_advance import step_advance
 
+            # The warm-up runs eagerly, maybe while a ring slot holds tokens still to be read
+            # (pending, or being copied back): its own tokens go elsewhere.
+            out = torch.empty_like(self.ring[0, :bucket]) if warm_up else self.ring[parity, :bucket]
             step_advance(
-                logits, self.counts[:bucket], self.token_ids[:bucket], self.ring[parity, :bucket],
+                logits, self.counts[:bucket], self.token_ids[:bucket], out,
                 self.positions[:bucket], self.context_lens[:bucket], self.slot_mapping[:bucket],
                 self.block_tables[:bucket], self.block_size,
             )  # fmt: skip
@@ -297,7 +300,7 @@ class CudaGraphRunner:
         stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self._forward(bucket, parities[0])
+            self._forward(bucket, parities[0], warm_up=True)
         torch.cuda.current_stream().wait_stream(stream)
         captured = []
         for parity in parities:

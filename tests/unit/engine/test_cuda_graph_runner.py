@@ -168,9 +168,19 @@ def test_anything_else_is_staged(monkeypatch: pytest.MonkeyPatch) -> None:
     assert runner.num_device_steps == 2
     want.append(host.step(runner.greedy, rows=[1]))  # then on the device again
     assert runner.num_device_steps == 3
-    # A bucket without the greedy tail in between: its replay moved nothing on, so staged.
+    # A bucket without the greedy tail in between: its replay moved nothing on (and its staging
+    # overwrote the inputs), so the next step is staged, even reading the same ring slot.
+    last_ring = runner.greedy
     _Host(runner, [1, 2, 3]).step(None)
     del seen[-1]
-    want.append(host.step(made_by(host.positions[1] - 1), rows=[1]))
+    want.append(host.step(last_ring, rows=[1]))
     assert runner.num_device_steps == 3
+    # Rows in another order: staged, each row reading its own token from the ring.
+    both = _Host(runner, [8, 12])
+    want.append(both.step(None))
+    want.append(both.step(runner.greedy))
+    assert runner.num_device_steps == 4
+    assert runner.greedy is not None
+    want.append(both.step(runner.greedy, rows=[1, 0], sources=[1, 0]))
+    assert runner.num_device_steps == 4
     assert seen == want
