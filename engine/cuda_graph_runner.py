@@ -137,7 +137,7 @@ class CudaGraphRunner:
         Sets ``greedy`` (the rows' greedy tokens, from a greedy bucket's graph, else None).
         """
         n = len(token_ids)
-        bucket = next(b for b in self.buckets if b >= n)
+        bucket = self._bucket(n)
         if bucket not in self.graphs:
             # The warm-up run writes through the inputs: padding rows, so no sequence's cache.
             self.slot_mapping.fill_(-1)
@@ -145,9 +145,14 @@ class CudaGraphRunner:
             self._advanced = None
             self._capture(bucket)
         captured = self.graphs[bucket]
-        if len(captured) == 2 and self._continues(positions, block_tables, pending):
+        last = self._advanced
+        if (
+            len(captured) == 2
+            and last is not None
+            and self._continues(last, positions, block_tables, pending)
+        ):
             self.num_device_steps += 1
-            lengths = self._advanced.lengths if self._advanced is not None else []
+            lengths = last.lengths
         else:
             self.stage(token_ids, positions, slots, block_tables)
             if pending is not None:
@@ -171,14 +176,14 @@ class CudaGraphRunner:
 
     def _continues(
         self,
+        last: _Advanced,
         positions: list[int],
         block_tables: list[list[int]],
         pending: tuple[list[int], torch.Tensor, list[int]] | None,
     ) -> bool:
         """Whether the static inputs already hold this step: the last greedy replay's rows, one
         position on, each reading the token that replay wrote, within the blocks it was given."""
-        last = self._advanced
-        if last is None or pending is None or len(positions) != len(last.positions):
+        if pending is None or len(positions) != len(last.positions):
             return False
         rows, tokens, sources = pending
         n = len(positions)
@@ -204,7 +209,7 @@ class CudaGraphRunner:
     ) -> int:
         """Copy one step's inputs into the static buffers; returns the bucket to replay."""
         n = len(token_ids)
-        bucket = next(b for b in self.buckets if b >= n)
+        bucket = self._bucket(n)
         size, width = self.buckets[-1], self.max_blocks
         host = self.host_sets[self.num_staged % 2]
         self.num_staged += 1
@@ -222,6 +227,9 @@ class CudaGraphRunner:
         used = self.longs_bytes + (size + n * width) * 4
         self.staged[:used].copy_(host[:used], non_blocking=True)
         return bucket
+
+    def _bucket(self, n: int) -> int:
+        return next(b for b in self.buckets if b >= n)
 
     def _parts(self, buffer: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         # The staging layout's typed views: (longs [3, n], ints).

@@ -55,12 +55,10 @@ class VocabParallelEmbedding(nn.Module):
 
     def forward_deferred(self, token_ids: torch.Tensor) -> torch.Tensor | TokenEmbedding:
         """``forward``, except that one token on CUDA on one rank is left for the first layer's
-        norm to gather (``engine.kernels.normed_gemv``)."""
+        norm to gather (``engine.kernels.normed_gemv``; a norm too wide to fuse gathers it at once,
+        ``RMSNorm.forward_first``)."""
         if GATHER_IN_FIRST_GEMV and self.tp_size == 1 and token_ids.is_cuda and token_ids.numel() == 1:
-            from engine.kernels.normed_gemv import MAX_K, TokenEmbedding
-
-            if self.weight.shape[1] > MAX_K:  # too wide for the fused norm (Llama-3-8B)
-                return self.forward(token_ids)
+            from engine.kernels.normed_gemv import TokenEmbedding
 
             return TokenEmbedding(self.weight, token_ids.view(1))
         return self.forward(token_ids)

@@ -48,7 +48,7 @@ class RMSNorm(nn.Module):
         if DEFER_TO_GEMV and x.weight.shape[1] <= MAX_K:
             out = torch.empty(1, x.weight.shape[1], dtype=x.weight.dtype, device=x.weight.device)
             return PendingNorm(x, None, self.weight, self.eps, out), out
-        row = x.materialize()
+        row = x.materialize()  # too wide to fuse (Llama-3-8B's 4,096): the embedding kernel
         return self(row), row
 
     def forward_with_residual(
