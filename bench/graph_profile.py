@@ -230,17 +230,9 @@ def _time(replay: Callable[[], None], replays: int) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    for _ in range(20):
-        replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(5):
-        start.record()
-        for _ in range(replays):
-            replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / replays)
+    from bench.cuda_timing import event_times_us
+
+    times = event_times_us(replay, replays)
     profiled = 20
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

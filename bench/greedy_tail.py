@@ -25,6 +25,7 @@ import click
 def main(out_dir: Path, vocab: int, hidden: int, reps: int) -> None:
     import torch
 
+    from bench.cuda_timing import event_times_us
     from bench.provenance import provenance
     from engine.kernels.normed_gemv import PendingNorm, normed_gemv
 
@@ -45,17 +46,7 @@ def main(out_dir: Path, vocab: int, hidden: int, reps: int) -> None:
         def fn(block_n: int = block_n, warps: int = warps) -> object:
             return normed_gemv(pending, weight, out_dtype=torch.float32, block_n=block_n, num_warps=warps)
 
-        for _ in range(5):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        best = float("inf")
-        for _ in range(5):
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end) * 1e3 / reps)
+        best = min(event_times_us(fn, reps, warm_up=5))
         report["us"][f"block_n={block_n},warps={warps}"] = best  # type: ignore[index]
         print(f"block_n={block_n:4d} warps={warps:3d} {best:8.2f} us", flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
