@@ -13,7 +13,8 @@ import itertools
 import json
 from typing import Any
 
-COPY_BANDWIDTH = 4.27e12
+from bench.bandwidth import COPY_BANDWIDTH
+
 SHAPES = ((256, 1024), (96, 1024), (48, 1536), (8, 1024))
 """(sequences, context tokens each)."""
 CONFIGS = [

@@ -31,10 +31,9 @@ from typing import Any
 
 import click
 
+from bench.bandwidth import COPY_BANDWIDTH
 from bench.provenance import provenance
 
-COPY_BANDWIDTH = 4.27e12
-"""Measured H200 device-to-device copy bandwidth, bytes read + written per second (ANCHORS.md)."""
 PROMPT_LEN, NEW_TOKENS = 128, 256
 
 LLAMA3_8B: dict[str, Any] = {

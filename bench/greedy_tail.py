@@ -3,7 +3,7 @@
 At one sequence the LM head (151,936 x 1,024 bf16, 311 MB) is the largest kernel of a decode step
 and the only one with thousands of programs; its width and warps are tuned on their own
 (``engine.layers.embedding.LM_HEAD_BLOCK_N`` / ``LM_HEAD_WARPS``). Times on CUDA events over
-back-to-back launches (GPU-bound at ~70 us a launch), with the HBM floor beside them::
+back-to-back launches (GPU-bound at ~70 us a launch), with the bandwidth floor beside them::
 
     python -m bench.greedy_tail --out $OUT
 """
@@ -25,6 +25,7 @@ import click
 def main(out_dir: Path, vocab: int, hidden: int, reps: int) -> None:
     import torch
 
+    from bench.bandwidth import COPY_BANDWIDTH
     from bench.cuda_timing import event_times_us
     from bench.provenance import provenance
     from engine.kernels.normed_gemv import PendingNorm, normed_gemv
@@ -34,13 +35,13 @@ def main(out_dir: Path, vocab: int, hidden: int, reps: int) -> None:
     res = torch.randn(1, hidden, dtype=dtype, device=dev)
     pending = PendingNorm(torch.randn(1, hidden, dtype=dtype, device=dev), res,
                           torch.ones(hidden, dtype=dtype, device=dev), 1e-6, torch.empty_like(res))  # fmt: skip
-    floor_us = weight.numel() * weight.element_size() / 4.8e12 * 1e6
+    floor_us = weight.numel() * weight.element_size() / COPY_BANDWIDTH * 1e6
     report: dict[str, object] = {
         "provenance": provenance(["bench.greedy_tail"], "cuda"),
-        "hbm_floor_us_at_4.8TBps": floor_us,
+        "floor_us": floor_us,
         "us": {},
     }
-    print(f"HBM floor (4.8 TB/s): {floor_us:.2f} us", flush=True)
+    print(f"floor (copy ceiling, {COPY_BANDWIDTH / 1e12:.2f} TB/s): {floor_us:.2f} us", flush=True)
     for block_n, warps in itertools.product((16, 32, 64, 128), (4, 8, 16)):
 
         def fn(block_n: int = block_n, warps: int = warps) -> object:
