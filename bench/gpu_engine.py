@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from bench.bandwidth import COPY_BANDWIDTH
+from bench.graph_profile import VARIANTS, set_flags
 from bench.provenance import provenance
 
 PROMPT_LEN, NEW_TOKENS = 128, 256
@@ -447,6 +448,14 @@ def _run_tests(out: Path, paths: tuple[str, ...]) -> dict[str, Any]:
     "--no-peer", is_flag=True, help="batch-1 decode without HF generate beside it (a re-measure of ours)"
 )
 @click.option("--workdir", type=click.Path(path_type=Path), default=None, help="checkpoints; default RAM")
+@click.option(
+    "--flags",
+    "flag_variant",
+    type=click.Choice(list(VARIANTS)),
+    default="default",
+    show_default=True,
+    help="a bench.graph_profile variant whose engine flags hold for the whole run (a candidate default)",
+)
 def main(
     out_dir: Path,
     skip: tuple[str, ...],
@@ -455,7 +464,9 @@ def main(
     no_variants: bool,
     no_peer: bool,
     workdir: Path | None,
+    flag_variant: str,
 ) -> None:
+    set_flags(flag_variant)
     if workdir is None:
         in_ram = shutil.disk_usage("/dev/shm").free > 40 << 30 if Path("/dev/shm").is_dir() else False
         workdir = Path("/dev/shm" if in_ram else tempfile.gettempdir()) / "strongroom-bench"

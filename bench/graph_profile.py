@@ -26,6 +26,7 @@ import click
 
 _PDL, _GEMM, _ATTN = "engine.kernels.pdl", "engine.kernels.skinny_gemm", "engine.kernels.paged_attention"
 _SPLITS, _MERGE = "engine.attention.triton_paged", "engine.kernels.split_merge"
+_STEP = "engine.kernels.step_advance"
 VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "default": {},
     "pdl_off": {(_PDL, "ENABLED"): False},
@@ -33,6 +34,11 @@ VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "lm_head_b64": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 64},
     "lm_head_b16": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 16},
     "lm_head_w8": {("engine.layers.embedding", "LM_HEAD_WARPS"): 8},
+    "lm_head_w2": {("engine.layers.embedding", "LM_HEAD_WARPS"): 2},
+    "step_block_512": {(_STEP, "BLOCK"): 512},
+    "step_block_2048": {(_STEP, "BLOCK"): 2048},
+    "step_block_4096": {(_STEP, "BLOCK"): 4096},
+    "step_warps8": {(_STEP, "NUM_WARPS"): 8},
     "gemv_block16_head32": {
         ("engine.kernels.normed_gemv", "BLOCK_N"): 16,
         ("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32,
@@ -73,6 +79,20 @@ VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     },
 }
 """Module flags flipped for one capture each (the kernels they select are compiled then)."""
+
+
+def set_flags(variant: str) -> dict[tuple[str, str], object]:
+    """Set ``VARIANTS[variant]``'s module flags; returns the values they replaced."""
+    flags = VARIANTS[variant]
+    saved = {(m, a): getattr(importlib.import_module(m), a) for m, a in flags}
+    for (m, a), value in flags.items():
+        setattr(importlib.import_module(m), a, value)
+    return saved
+
+
+def restore_flags(saved: dict[tuple[str, str], object]) -> None:
+    for (m, a), value in saved.items():
+        setattr(importlib.import_module(m), a, value)
 
 
 @click.command()
@@ -121,17 +141,13 @@ def main(
         del graphs.stage
         replaced = []  # a graph freed while its pool is captured into trips the caching allocator
         for variant in variants:
-            flags = VARIANTS[variant]
-            saved = {(m, a): getattr(importlib.import_module(m), a) for m, a in flags}
-            for (m, a), value in flags.items():
-                setattr(importlib.import_module(m), a, value)
+            saved = set_flags(variant)
             try:
                 replaced.append(graphs.graphs.pop(bucket))
                 graphs._capture(bucket)
                 timed = _time(_replayer(graphs, bucket, staged[-1]), replays)
             finally:
-                for (m, a), value in saved.items():
-                    setattr(importlib.import_module(m), a, value)
+                restore_flags(saved)
             run = {"bucket": bucket, "context": context, "variant": variant, **timed}
             report["runs"].append(run)
             print(json.dumps({k: v for k, v in run.items() if k != "kernels"}), flush=True)

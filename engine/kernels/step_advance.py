@@ -32,8 +32,10 @@ from engine.kernels.pdl import pdl_launch, pdl_wait
 
 __all__ = ["step_advance"]
 
-_BLOCK = 1024
-"""Logits per program: 149 programs for a 152k vocabulary, one wave."""
+BLOCK = 1024
+"""Logits per program: 149 programs for a 152k vocabulary, one wave (``bench.graph_profile``
+variants step_block_*)."""
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -98,10 +100,10 @@ def step_advance(
         raise ValueError("logits must be contiguous along the vocabulary")
     if rows == 0:
         return
-    num_blocks = triton.cdiv(vocab, _BLOCK)
+    num_blocks = triton.cdiv(vocab, BLOCK)
     keys = torch.empty(rows, num_blocks, dtype=torch.int64, device=logits.device)
     _step_advance_kernel[(rows, num_blocks)](
         logits, keys, counts, token_ids, out, positions, context_lens, slot_mapping, block_tables,
         vocab, logits.stride(0), num_blocks, block_tables.stride(0), block_tables.shape[1], block_size,
-        BLOCK=_BLOCK, KEYS=triton.next_power_of_2(num_blocks), num_warps=4, **pdl_launch(logits),
+        BLOCK=BLOCK, KEYS=triton.next_power_of_2(num_blocks), num_warps=NUM_WARPS, **pdl_launch(logits),
     )  # fmt: skip

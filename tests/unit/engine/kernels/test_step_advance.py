@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -84,6 +86,21 @@ def test_strided_rows_and_bf16_logits(device: str) -> None:
     assert _greedy(view).tolist() == view.argmax(dim=-1).tolist()
     narrow = torch.randn(3, 1500).to(torch.bfloat16).to(device)
     assert _greedy(narrow).tolist() == narrow.argmax(dim=-1).tolist()
+
+
+@pytest.mark.parametrize("block", [256, 4096])
+def test_program_width_changes_no_token(device: str, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The width is a tuning knob (bench.graph_profile step_block_*): more or fewer keys per row,
+    # the same reduction. 3,000 logits: twelve programs of 256, or one program wider than the row.
+    monkeypatch.setattr(importlib.import_module("engine.kernels.step_advance"), "BLOCK", block)
+    rows = torch.randn(3, 3000)
+    rows[0, [5, 2999]] = 9.0  # a tie across programs: the lower index
+    rows[1, 2048] = float("nan")
+    assert (
+        _greedy(rows.to(device)).tolist()
+        == rows.argmax(dim=-1).tolist()
+        == [5, 2048, rows[2].argmax().item()]
+    )
 
 
 def test_bad_inputs_are_refused(device: str) -> None:
