@@ -32,7 +32,7 @@ VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "pdl_off": {(_PDL, "ENABLED"): False},
     "greedy_tail_off": {("engine.cuda_graph_runner", "LOOP_MAX_BUCKET"): 0},
     "lm_head_b64": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 64},
-    "lm_head_b16": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 16},
+    "lm_head_b32": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32},
     "lm_head_w8": {("engine.layers.embedding", "LM_HEAD_WARPS"): 8},
     "lm_head_w2": {("engine.layers.embedding", "LM_HEAD_WARPS"): 2},
     "step_block_512": {(_STEP, "BLOCK"): 512},

@@ -26,9 +26,11 @@ __all__ = [
 FUSE_FINAL_NORM = True
 """One row on CUDA on one rank: the model's final RMSNorm is computed inside the LM head's GEMV,
 which writes float32 logits directly (``engine.kernels.normed_gemv``). Benchmarks flip it."""
-LM_HEAD_BLOCK_N: int | None = None
+LM_HEAD_BLOCK_N: int | None = 16
 """Vocabulary rows per program of the fused LM head (None: ``normed_gemv.BLOCK_N``): it is the one
-large GEMV of a decode step (4,748 programs at Qwen3's 152k rows). Benchmarks sweep it."""
+large GEMV of a decode step (9,496 programs at Qwen3's 152k rows). On an H200 the bucket-1 graph
+of Qwen3-0.6B took 663.6–665.6 µs with 16 against 666.9–667.5 with 32, interleaved in one call
+(engine 1,512 against 1,507 tok/s); 64 was slower still."""
 LM_HEAD_WARPS: int | None = 4
 """Warps per program of the fused LM head (None: ``normed_gemv.NUM_WARPS``). On an H200 the
 bucket-1 graph of Qwen3-0.6B took 666.9 µs with 4 against 676.3 with 8 (the head alone: 72.65
