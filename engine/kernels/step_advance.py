@@ -33,9 +33,10 @@ from engine.kernels.pdl import pdl_launch, pdl_wait
 __all__ = ["step_advance"]
 
 BLOCK = 1024
-"""Logits per program: 149 programs for a 152k vocabulary, one wave (``bench.graph_profile``
-variants step_block_*)."""
+"""Logits per program: 149 programs for a 152k vocabulary, one wave. On an H200 512, 2,048 and
+4,096 were no faster (``bench.graph_profile`` variants step_block_*, BENCHMARKS.md run 10)."""
 NUM_WARPS = 4
+"""Warps per program (8: no faster, variant step_warps8)."""
 
 
 @triton.jit
