@@ -32,7 +32,7 @@ from typing import Any
 import click
 
 from bench.bandwidth import COPY_BANDWIDTH
-from bench.graph_profile import VARIANTS, set_flags
+from bench.graph_profile import VARIANTS, restore_flags, set_flags
 from bench.provenance import provenance
 
 PROMPT_LEN, NEW_TOKENS = 128, 256
@@ -236,9 +236,9 @@ def run_decode(shape: str, workdir: Path, variants: bool = True, peer: bool = Tr
     _free_gpu()
     if variants:
         # Each variant builds its own engine, so its graphs are captured with its kernels.
-        result["ours_graphs_no_pdl"] = _safe(lambda: _with_flag("pdl", path, prompt, warm))
+        result["ours_graphs_no_pdl"] = _safe(lambda: _with_flag("pdl_off", path, prompt, warm))
         _free_gpu()
-        result["ours_graphs_cublas"] = _safe(lambda: _with_flag("cublas", path, prompt, warm))
+        result["ours_graphs_cublas"] = _safe(lambda: _with_flag("cublas_gemms", path, prompt, warm))
         _free_gpu()
     for key in ("ours_graphs", "ours_graphs_sync", "ours_graphs_no_pdl", "ours_graphs_cublas", "ours_eager",
                 "hf_generate"):  # fmt: skip
@@ -275,23 +275,17 @@ def _decode_variant(
     return out  # the engine goes with this frame; callers free the GPU cache after
 
 
-def _with_flag(flag: str, path: Path, prompt: list[int], warm: list[int]) -> dict[str, Any]:
-    """The default decode with one feature off: ``pdl`` (plain launches) or ``cublas`` (F.linear)."""
-    from engine.kernels import pdl
-    from engine.layers import linear
-
+def _with_flag(variant: str, path: Path, prompt: list[int], warm: list[int]) -> dict[str, Any]:
+    """The default decode under one ``bench.graph_profile`` variant's flags: ``pdl_off`` (plain
+    launches) or ``cublas_gemms`` (F.linear)."""
+    saved = set_flags(variant)
     try:
-        if flag == "pdl":
-            pdl.ENABLED = False
-        else:
-            linear.USE_SKINNY_GEMM = False
         out = _decode_variant(path, prompt, warm[1:] + warm[:1], profile=True)
         timed: dict[str, Any] = out["ours_graphs"]
         timed["profile"] = out.get("ours_graphs_profile")
         return timed
     finally:
-        pdl.ENABLED = True
-        linear.USE_SKINNY_GEMM = True
+        restore_flags(saved)
 
 
 def run_throughput(workdir: Path, scale: float, variants: bool = True) -> dict[str, Any]:

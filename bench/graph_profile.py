@@ -30,6 +30,7 @@ _STEP = "engine.kernels.step_advance"
 VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "default": {},
     "pdl_off": {(_PDL, "ENABLED"): False},
+    "cublas_gemms": {("engine.layers.linear", "USE_SKINNY_GEMM"): False},
     "greedy_tail_off": {("engine.cuda_graph_runner", "LOOP_MAX_BUCKET"): 0},
     "lm_head_b64": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 64},
     "lm_head_b32": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32},
@@ -154,11 +155,12 @@ def main(
             for k in run["kernels"][:14]:
                 print(f"  {k['us']:8.2f} us x{k['per_replay']:>4}  {k['name']}")
         if step_loop:  # the graph without the greedy tail, as the engine ran it before
-            runner_module = importlib.import_module("engine.cuda_graph_runner")
-            saved_loop, runner_module.LOOP_MAX_BUCKET = runner_module.LOOP_MAX_BUCKET, 0
-            replaced.append(graphs.graphs.pop(bucket))
-            graphs._capture(bucket)
-            runner_module.LOOP_MAX_BUCKET = saved_loop
+            saved = set_flags("greedy_tail_off")
+            try:
+                replaced.append(graphs.graphs.pop(bucket))
+                graphs._capture(bucket)
+            finally:
+                restore_flags(saved)
             graphs.stage(*staged[-1])
             loops = _step_loop(graphs, bucket, staged[-1], replays)
             report["runs"].append({"bucket": bucket, "context": context, "step_loop": loops})
