@@ -62,6 +62,8 @@ class AuditConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Minimum total retention (PCI DSS 10.5.1: 12 months); archives are never deleted before this."""
     second_sink_path: str | None = None
     """Optional JSONL file that receives outage notices while the primary store is down."""
+    operator_socket: str = "audit/operator.sock"
+    """Unix socket (0600) where a running gateway records the CLI's security operations for it."""
 
     def __post_init__(self) -> None:
         if self.backend == "postgres" and not self.postgres_dsn:

@@ -26,6 +26,9 @@ class EventType(enum.StrEnum):
     SERVICE_STOP = "service_stop"
     AUDIT_OUTAGE = "audit_outage"
     """Written by the log itself once the store is back after refusing appends."""
+    REQUEST = "request"
+    """A request no component recorded itself (a framework refusal, a metadata read): who asked
+    what, and the status answered. Keeps "one record per request" whatever answered it."""
 
 
 class Decision(enum.StrEnum):
@@ -71,3 +74,5 @@ class AuditEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Admin changes: the state after, as canonical JSON."""
     detail: str = ""
     """Free-form, content-free detail (e.g. key id for key operations)."""
+    end_user: str = ""
+    """The OpenAI ``user`` field: the calling application's own id for its end user."""

@@ -36,6 +36,7 @@ from audit.errors import (
     AuditUnavailableError,
 )
 from audit.event import AuditEvent, Decision, EventType
+from audit.event_bounds import bounded_event
 from audit.group_commit import BatchTiming, GroupCommit
 from audit.query import MAX_LIMIT, AuditPage, AuditQuery, decode_cursor, encode_cursor
 from audit.record import AuditContent, AuditRecord, encode_event, record_from_row
@@ -162,7 +163,7 @@ class AuditLog:
         if self._is_closing:
             raise AuditUnavailableError("audit log is closed")
         try:
-            encoded = encode_event(event, int(self._clock() * 1_000_000))
+            encoded = encode_event(bounded_event(event), int(self._clock() * 1_000_000))
         except (TypeError, ValueError) as exc:  # e.g. a NaN: refuse this append, not its whole batch
             _log.error("audit event cannot be encoded: %s", type(exc).__name__)
             raise AuditUnavailableError("audit event cannot be encoded") from exc

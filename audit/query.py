@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from audit.errors import AuditQueryError
-from audit.record import AuditRecord, iso_to_us
+from audit.record import AuditRecord, iso_to_us, tag_value
 
 MAX_LIMIT = 1000
 
@@ -32,9 +32,6 @@ class AuditQuery(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_LIMIT:
             raise AuditQueryError(f"limit must be within 1..{MAX_LIMIT}")
-        for value in (self.role, self.finding):
-            if value is not None and "|" in value:
-                raise AuditQueryError("role and finding filters cannot contain '|'")
 
 
 class AuditPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,7 +83,7 @@ def where_clause(query: AuditQuery, after_seq: int, mark: str) -> tuple[str, lis
     for column, value in (("roles", query.role), ("findings", query.finding)):
         if value is not None:
             # LIKE wildcards in the value are escaped so 'a_b' cannot match 'axb'.
-            escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            escaped = tag_value(value).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             parts.append(f"{column} LIKE {mark} ESCAPE '\\'")
             params.append(f"%|{escaped}|%")
     return " AND ".join(parts), params

@@ -204,8 +204,16 @@ def iso_to_us(text: str) -> int:
 
 
 def _tags(values: list[str]) -> str:
-    """``|a|b|``: lets both backends filter a multi-valued column with one LIKE."""
-    return "|" + "|".join(values) + "|" if values else ""
+    """``|a|b|``: lets both backends filter a multi-valued column with one LIKE.
+
+    Each value is escaped (``tag_value``) so a role holding ``|`` cannot pose as two roles.
+    """
+    return "|" + "|".join(tag_value(v) for v in values) + "|" if values else ""
+
+
+def tag_value(value: str) -> str:
+    """One value as the tag columns store it: ``%`` and ``|`` percent-escaped."""
+    return value.replace("%", "%25").replace("|", "%7C")
 
 
 def row_from_record(record: AuditRecord) -> RecordRow:

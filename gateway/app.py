@@ -13,8 +13,17 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException
 
 from audit.event import Decision, EventType
+from gateway.auditor import Auditor, RequestSink
 from gateway.auth.principal import Principal
-from gateway.errors import GatewayError, PermissionDeniedError, response_parts
+from gateway.errors import (
+    AuditUnavailable,
+    GatewayError,
+    PermissionDeniedError,
+    http_error_of,
+    recorded_reason,
+    response_parts,
+)
+from gateway.request_context import request_context
 from gateway.request_middleware import RequestMiddleware
 from gateway.routes.openai import OPENAI_ROUTES, context_of
 from gateway.services import Services
@@ -35,7 +44,11 @@ def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response
             exc.status_code, "invalid_request" if exc.status_code < 500 else "internal_error"
         )
         exc = err
-    status, body, headers = response_parts(exc)
+    err = http_error_of(exc)
+    ctx = request_context(request.scope)  # type: ignore[arg-type]
+    ctx.error_reason = recorded_reason(err)
+    ctx.is_audit_down = ctx.is_audit_down or err.code == AuditUnavailable.code
+    status, body, headers = response_parts(err)
     if status == 429 and not getattr(exc, "retryable", True):
         # OpenAI SDKs retry 429s; a budget that retrying cannot fix says so.
         headers = {**headers, "x-should-retry": "false"}
@@ -106,8 +119,8 @@ def _audit_log(services: Services) -> Any:
     return services.audit_log
 
 
-def _audit_sink(services: Services) -> Any:
-    return services.audit_log
+def _audit_sink(request: Request[Any, Any, Any], services: Services) -> Any:
+    return RequestSink(services.audit_log, context_of(request, request.url.path))
 
 
 def _redis(services: Services) -> Any:
@@ -156,4 +169,9 @@ def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_
         logging_config=None,
         openapi_config=None,
     )
-    return RequestMiddleware(app, telemetry)
+
+    def auditor() -> Auditor | None:
+        services = getattr(app.state, "services", None)
+        return None if services is None else services.inference.auditor
+
+    return RequestMiddleware(app, telemetry, auditor)

@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Protocol
+
+import msgspec
 
 from audit.errors import AuditUnavailableError
 from audit.event import AuditEvent, Decision, EventType, Finding
-from audit.sink import AuditSink
+from audit.record import AuditContent
 from gateway.errors import AuditUnavailable
 from gateway.request_context import RequestContext
 
 log = logging.getLogger("strongroom.gateway")
 
-__all__ = ["Auditor"]
+__all__ = ["Auditor", "RequestSink"]
+
+
+class ContentSink(Protocol):
+    """``AuditLog.append``: an event, and the content its policy may keep."""
+
+    async def append(self, event: AuditEvent, content: AuditContent | None = None) -> int: ...
 
 
 class Auditor:
     """One call per decision; returns only once the record is durable."""
 
-    def __init__(self, sink: AuditSink) -> None:
+    def __init__(self, sink: ContentSink) -> None:
         self._sink = sink
 
     async def record(
@@ -34,6 +43,7 @@ class Auditor:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
         model_manifest: str = "",
+        content: AuditContent | None = None,
     ) -> int:
         p = ctx.principal
         event = AuditEvent(
@@ -56,9 +66,59 @@ class Auditor:
             completion_tokens=completion_tokens,
             latency_ms=round(ctx.elapsed_ms(), 3),
             engine_instance=ctx.engine_instance,
+            end_user=ctx.end_user,
         )
         try:
-            return await self._sink.append(event)
+            seq = await self._sink.append(event, content)
         except AuditUnavailableError as exc:
+            ctx.is_audit_down = True
             log.error("audit log unavailable, refusing request %s: %s", ctx.request_id, type(exc).__name__)
             raise AuditUnavailable("the audit log is unavailable; the request was not served") from exc
+        ctx.num_records += 1
+        return seq
+
+    async def record_answer(self, ctx: RequestContext, status: int) -> int:
+        """The record of a request nothing else recorded: what was answered, and why if an error."""
+        if status < 400:
+            event_type, decision = EventType.REQUEST, Decision.ALLOW
+        else:
+            event_type = _TYPE_BY_STATUS.get(status, EventType.REQUEST_REJECTED)
+            decision = Decision.DENY if status < 500 else Decision.ERROR
+        return await self.record(ctx, event_type, decision, status=status, reason=ctx.error_reason)
+
+
+_TYPE_BY_STATUS = {
+    401: EventType.AUTHENTICATION_FAILURE,
+    403: EventType.AUTHORIZATION_DENIAL,
+    429: EventType.RATE_LIMIT,
+}
+
+
+class RequestSink:
+    """The audit sink a handler is given: the log, with the server's ids stamped on every event.
+
+    Handlers that build their own events (``/admin``, ``/audit``, policy changes) go through it,
+    so their records carry the id the response carries, never a client header, and count
+    towards the request's one record.
+    """
+
+    def __init__(self, sink: ContentSink, ctx: RequestContext) -> None:
+        self._sink = sink
+        self._ctx = ctx
+
+    async def append(self, event: AuditEvent) -> int:
+        ctx = self._ctx
+        event = msgspec.structs.replace(
+            event,
+            request_id=ctx.request_id,
+            trace_id=event.trace_id or ctx.trace_id,
+            client_ip=event.client_ip or ctx.client_ip,
+            endpoint=event.endpoint or ctx.endpoint,
+        )
+        try:
+            seq = await self._sink.append(event)
+        except AuditUnavailableError:
+            ctx.is_audit_down = True
+            raise
+        ctx.num_records += 1
+        return seq

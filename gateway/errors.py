@@ -8,6 +8,7 @@ sees a fixed message, the audit record gets the precise reason.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import msgspec
@@ -36,6 +37,7 @@ __all__ = [
     "UnauthenticatedError",
     "error_body",
     "http_error_of",
+    "recorded_reason",
 ]
 
 
@@ -177,6 +179,21 @@ _TYPE_BY_STATUS: dict[int, str] = {
     422: "invalid_request_error",
     429: "rate_limit_error",
 }
+
+
+_QUOTED = re.compile(r"'.*'|\".*\"|`.*`", re.DOTALL)
+
+
+def recorded_reason(err: GatewayError) -> str:
+    """What the audit record keeps of an error: its code and message without the client's values.
+
+    Messages quote what the client sent (a role, a model name, an unknown field, an enum value)
+    so the caller can fix it; the record must not keep it (a role string can hold a card
+    number). Everything from a message's first quote to its last of the same kind is cut;
+    a JSON path at the end (msgspec's `` - at `$.messages[0].role` ``) names the schema and stays.
+    """
+    message, sep, path = err.message.partition(" - at `$")
+    return f"{err.code}: {_QUOTED.sub('…', message)}{sep}{path if sep else ''}"
 
 
 def response_parts(exc: BaseException) -> tuple[int, bytes, dict[str, Any]]:

@@ -21,6 +21,7 @@ import anyio
 import msgspec
 
 from audit.event import Decision, EventType, Finding
+from audit.record import AuditContent
 from engine.client import EngineClient
 from engine.errors import EngineError, EngineUnavailableError
 from engine.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
@@ -39,6 +40,7 @@ from gateway.errors import (
     PermissionDeniedError,
     UnauthenticatedError,
     http_error_of,
+    recorded_reason,
 )
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest
 from gateway.quota import QuotaLease, Quotas
@@ -113,9 +115,7 @@ class InferenceService:
             429: EventType.RATE_LIMIT,
         }.get(err.status_code, EventType.REQUEST_REJECTED)
         decision = Decision.ERROR if err.status_code >= 500 else Decision.DENY
-        await self.auditor.record(
-            ctx, kind, decision, status=err.status_code, reason=f"{err.code}: {err.message}"
-        )
+        await self.auditor.record(ctx, kind, decision, status=err.status_code, reason=recorded_reason(err))
         return err
 
     def _card(self, model: str) -> tuple[ModelCard, EngineClient, str]:
@@ -135,6 +135,7 @@ class InferenceService:
         """Everything between a parsed body and the engine call. Raises GatewayError (audited)."""
         assert ctx.principal is not None
         ctx.model = body.model
+        ctx.end_user = body.user or ""
         try:
             card, client, instance = self._card(body.model)
             ctx.engine_instance = instance
@@ -275,7 +276,9 @@ class InferenceService:
                 builder.replace(index, "" if result.blocked else result.texts[0], blocked=result.blocked)
             usage = builder.usage()
             used = usage.total_tokens
-            await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, builder.any_blocked)
+            await self._audit_done(
+                prep, usage.prompt_tokens, usage.completion_tokens, builder.any_blocked, builder.texts()
+            )
             return builder.encode()
         except asyncio.CancelledError:
             # The client left (see routes.openai): leaving the engine call aborted it there.
@@ -291,6 +294,7 @@ class InferenceService:
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
                     model_manifest=prep.card.manifest_sha256,
+                    content=_content(prep, {}),
                 )
             )
             raise
@@ -298,7 +302,7 @@ class InferenceService:
             await _close_lease(prep.lease, used)
 
     async def _audit_done(
-        self, prep: Prepared, prompt_tokens: int, completion_tokens: int, blocked: bool
+        self, prep: Prepared, prompt_tokens: int, completion_tokens: int, blocked: bool, texts: dict[int, str]
     ) -> None:
         self.telemetry.tokens.add(prompt_tokens, {"kind": "prompt", "model": prep.body.model})
         self.telemetry.tokens.add(completion_tokens, {"kind": "completion", "model": prep.body.model})
@@ -312,6 +316,7 @@ class InferenceService:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             model_manifest=prep.card.manifest_sha256,
+            content=_content(prep, texts),
         )
 
     async def open_stream(self, prep: Prepared) -> AsyncIterator[bytes]:
@@ -393,7 +398,9 @@ class InferenceService:
         prep.findings.extend(writer.findings)
         await _close_lease(prep.lease, usage.total_tokens)
         if not outcome:
-            await self._audit_done(prep, usage.prompt_tokens, usage.completion_tokens, writer.blocked)
+            await self._audit_done(
+                prep, usage.prompt_tokens, usage.completion_tokens, writer.blocked, writer.texts()
+            )
             return
         await self.auditor.record(
             prep.ctx,
@@ -405,6 +412,7 @@ class InferenceService:
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             model_manifest=prep.card.manifest_sha256,
+            content=_content(prep, writer.texts()),
         )
 
 
@@ -430,6 +438,27 @@ async def _close_lease(lease: QuotaLease, used_tokens: int) -> None:
             await lease.settle(used_tokens)
         finally:
             await lease.release()
+
+
+def _content(prep: Prepared, texts: dict[int, str]) -> AuditContent:
+    """What content capture is offered (``audit.content_rules`` decide what is kept of it).
+
+    The prompt as the client sent it: a chat's messages as JSON ``[{"role", "content"}]`` in
+    order, a completion's prompt text (token ids as a JSON list). The completion as the client
+    received it, after the response filters: one choice's text, or a JSON list of the choices'
+    texts when ``n`` > 1.
+    """
+    body = prep.body
+    prompt: str
+    if isinstance(body, ChatCompletionRequest):
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        prompt = msgspec.json.encode(messages).decode()
+    else:
+        single = _single_prompt(body.prompt)
+        prompt = single if isinstance(single, str) else msgspec.json.encode(single).decode()
+    choices = [text for _, text in sorted(texts.items())]
+    completion = choices[0] if len(choices) == 1 else msgspec.json.encode(choices).decode() if choices else ""
+    return AuditContent(prompt=prompt, completion=completion)
 
 
 def _filter_context(prep: Prepared) -> FilterContext:

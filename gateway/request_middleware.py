@@ -1,18 +1,27 @@
-"""Outermost ASGI layer: request id, trace span and duration for every HTTP request.
+"""Outermost ASGI layer: request id, trace span, duration and the audit record of every request.
 
 It stamps ``x-request-id`` on every response, errors included, with the same id the audit
 record carries, and ends the span only when the last body byte (of a stream too) is sent.
+
+Exactly one record per request: the handlers record their decisions through the request's
+``RequestContext``; when the answer starts and none did (the framework refused the request, a
+metadata read, an error before any decision), this layer writes it, before the first byte
+leaves. If that record cannot be written the answer becomes the audit-unavailable 503. Only the
+probes' own answers (GET /healthz, /readyz, /metrics: 200 or 503) go unrecorded.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from gateway.request_context import new_request_id
+from gateway.auditor import Auditor
+from gateway.errors import AuditUnavailable, GatewayError, response_parts
+from gateway.request_context import RequestContext, new_request_id
 from gateway.telemetry import Telemetry
 
 __all__ = ["RequestMiddleware"]
@@ -21,9 +30,12 @@ ASGIApp = Any
 
 
 class RequestMiddleware:
-    def __init__(self, app: ASGIApp, telemetry: Telemetry) -> None:
+    def __init__(
+        self, app: ASGIApp, telemetry: Telemetry, auditor: Callable[[], Auditor | None] = lambda: None
+    ) -> None:
         self.app = app
         self.telemetry = telemetry
+        self._auditor = auditor
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -44,13 +56,32 @@ class RequestMiddleware:
             },
         )
         ctx = trace.set_span_in_context(span)
-        scope["state"]["trace_id"] = format(span.get_span_context().trace_id, "032x")
+        trace_id = format(span.get_span_context().trace_id, "032x")
+        scope["state"]["trace_id"] = trace_id
         scope["state"]["otel_context"] = ctx
+        client = scope.get("client")
+        request_ctx = scope["state"]["ctx"] = RequestContext(
+            request_id=request_id,
+            trace_id=trace_id,
+            endpoint=f"{scope.get('method', '')} {path}",
+            client_ip=client[0] if client else "",
+        )
+        is_replaced = False
 
         async def send_with_id(message: dict[str, Any]) -> None:
-            nonlocal status
+            nonlocal status, is_replaced
+            if is_replaced:
+                return
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if not await self._is_recorded(request_ctx, scope.get("method", ""), path, status):
+                    is_replaced, status = True, AuditUnavailable.status_code
+                    message, body = _audit_unavailable()
+                    await send(
+                        {**message, "headers": [*message["headers"], (b"x-request-id", request_id.encode())]}
+                    )
+                    await send(body)
+                    return
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
                 message = {**message, "headers": headers}
@@ -68,6 +99,39 @@ class RequestMiddleware:
                 time.perf_counter() - started, {"route": route, "status": status}
             )
             self.telemetry.requests.add(1, {"route": route, "status": status})
+
+    async def _is_recorded(self, ctx: RequestContext, method: str, path: str, status: int) -> bool:
+        """True once the request has its record (writing it if needed); False if it cannot."""
+        if ctx.num_records or ctx.is_audit_down or _is_probe(method, path, status):
+            return True
+        auditor = self._auditor()
+        if auditor is None:  # no services (an app under test without them)
+            return True
+        try:
+            await auditor.record_answer(ctx, status)
+        except GatewayError:
+            return False
+        return True
+
+
+def _is_probe(method: str, path: str, status: int) -> bool:
+    # Load balancers and scrapers ask every few seconds; a record each would bury the real ones.
+    return method in ("GET", "HEAD") and path in _PROBES and status in (200, 503)
+
+
+_PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def _audit_unavailable() -> tuple[dict[str, Any], dict[str, Any]]:
+    status, body, _ = response_parts(
+        AuditUnavailable("the audit log is unavailable; the request was not served")
+    )
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    }
+    return start, {"type": "http.response.body", "body": body, "more_body": False}
 
 
 def _route_label(path: str) -> str:

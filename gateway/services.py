@@ -10,6 +10,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from audit.log import AuditLog
+from audit.operator_channel import OperatorChannel
 from engine.client import EngineClient
 from filters import FilterPipeline
 from gateway.auditor import Auditor
@@ -54,6 +55,7 @@ class Services:
         filters: FilterPipeline,
         engines: EnginePool,
         inference: InferenceService,
+        operator_channel: OperatorChannel | None = None,
     ) -> None:
         self.settings = settings
         self.telemetry = telemetry
@@ -65,6 +67,8 @@ class Services:
         self.filters = filters
         self.engines = engines
         self.inference = inference
+        self.operator_channel = operator_channel
+        """Where the CLI's security operations reach the log this gateway owns."""
 
     @classmethod
     async def create(cls, settings: Settings, engine_urls: tuple[str, ...] | None = None) -> Services:
@@ -79,6 +83,9 @@ class Services:
         if not token:
             raise ConfigError(f"${settings.server.engine_token_env} must hold the engine token")
         audit_log = await AuditLog.open(settings.audit, data_dir)
+        operator_channel = await OperatorChannel.start(
+            audit_log, settings.audit.resolve(data_dir, settings.audit.operator_socket)
+        )
         verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
         authorizer = Authorizer.open(settings.access, data_dir, redis=redis)
         await authorizer.start()
@@ -116,9 +123,12 @@ class Services:
             filters=filters,
             engines=engines,
             inference=inference,
+            operator_channel=operator_channel,
         )
 
     async def aclose(self) -> None:
+        if self.operator_channel is not None:
+            await self.operator_channel.stop()
         await self.engines.aclose()
         await self.authorizer.stop()
         await self.verifier.aclose()

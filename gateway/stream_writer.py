@@ -198,6 +198,10 @@ class StreamWriter:
                 out.append(self._chunk(index, tail.release, None, logprobs))
         return out
 
+    def texts(self) -> dict[int, str]:
+        """What each choice has delivered to the client (after the response filters)."""
+        return {i: "".join(c.released) for i, c in sorted(self._choices.items())}
+
     @property
     def findings(self) -> list[Finding]:
         return [f for c in self._choices.values() for f in c.filter.findings]

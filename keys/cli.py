@@ -2,21 +2,26 @@
 
 Commands print key ids, versions and public keys, never key material. Passphrases come from
 ``keys.passphrase_env`` or a hidden prompt; HSM PINs only from ``keys.pkcs11_pin_env``.
+Every key operation is recorded with the operator's OS user and host (``OperatorSink``: through
+the running gateway, or into the log when none runs); export refuses to start unrecorded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
 import click
 
+from audit.operator_channel import OperatorSink
 from keys.config import KeysConfig
 from keys.errors import KeysError
 from keys.factory import build_provider, key_file_path
+from keys.key_audit import key_event, record_all
 from keys.key_file_provider import KeyFileProvider
 from keys.pkcs11_provider import Pkcs11Provider
-from keys.provider import KeyProvider
+from keys.provider import KeyProvider, KeyRef
 from keys.rotation import rotate as rotate_models
 from keys.sealed_model import is_sealed, unseal_model, verify_model
 from keys.sealer import seal_model
@@ -45,6 +50,21 @@ def _provider(config_path: str | None) -> KeyProvider:
     return build_provider(config, data_dir, passphrase=passphrase)
 
 
+def _operator_sink(config_path: str | None) -> OperatorSink:
+    from strongroom.config import load_settings
+
+    settings = load_settings(config_path)
+    return OperatorSink(settings.audit, settings.data_path)
+
+
+def _record(config_path: str | None, operation: str, ref: KeyRef, provider: str, model: str = "*") -> None:
+    """Record an operation already done (init, seal); raises AuditRequiredError if it cannot be."""
+    event = key_event(
+        operation, ref, model=model, process=f"cli-{operation}:{os.getpid()}", provider=provider
+    )
+    asyncio.run(record_all(_operator_sink(config_path), [event]))
+
+
 def _fail(exc: KeysError) -> click.ClickException:
     return click.ClickException(exc.message)
 
@@ -67,6 +87,7 @@ def init(config_path: str | None, passphrase: bool) -> None:
             assert isinstance(provider, Pkcs11Provider)
             ref = provider.initialize()
             click.echo(f"created {ref} on token {config.pkcs11_token_label!r}")
+            _record(config_path, "init", ref, provider.kind)
             return
         secret = None
         if config.passphrase_env:
@@ -75,6 +96,7 @@ def init(config_path: str | None, passphrase: bool) -> None:
             secret = Secret(click.prompt("New passphrase", hide_input=True, confirmation_prompt=True))
         created = KeyFileProvider.create(key_file_path(config, data_dir), passphrase=secret)
         click.echo(f"created {created.current()} in {created.path} (mode 0600)")
+        _record(config_path, "init", created.current(), created.kind)
     except KeysError as exc:
         raise _fail(exc) from None
 
@@ -101,7 +123,12 @@ def rotate(config_path: str | None, model_dirs: tuple[str, ...]) -> None:
         root = data_dir / "models"
         dirs = sorted(str(p) for p in root.iterdir() if is_sealed(p)) if root.is_dir() else []
     try:
-        report = rotate_models(_provider(config_path), dirs, process=f"cli-rotate:{os.getpid()}")
+        report = rotate_models(
+            _provider(config_path),
+            dirs,
+            audit=_operator_sink(config_path),
+            process=f"cli-rotate:{os.getpid()}",
+        )
     except KeysError as exc:
         raise _fail(exc) from None
     click.echo(f"now {report.new_key}; rewrapped {len(report.rewrapped)} model(s)")
@@ -117,7 +144,9 @@ def rotate(config_path: str | None, model_dirs: tuple[str, ...]) -> None:
 def seal(config_path: str | None, src: str, dst: str, model_id: str | None) -> None:
     """Seal the model directory SRC into DST."""
     try:
-        manifest = seal_model(src, dst, model_id or Path(dst).name, _provider(config_path))
+        provider = _provider(config_path)
+        manifest = seal_model(src, dst, model_id or Path(dst).name, provider)
+        _record(config_path, "seal", provider.current(), provider.kind, model=manifest.model_id)
     except KeysError as exc:
         raise _fail(exc) from None
     click.echo(f"sealed {len(manifest.files)} file(s) as {manifest.model_id!r} into {dst}")
@@ -129,7 +158,12 @@ def seal(config_path: str | None, src: str, dst: str, model_id: str | None) -> N
 def verify(config_path: str | None, model_dir: str) -> None:
     """Check the signature, every chunk and every file's SHA-256."""
     try:
-        report = verify_model(model_dir, _provider(config_path), process=f"cli-verify:{os.getpid()}")
+        report = verify_model(
+            model_dir,
+            _provider(config_path),
+            audit=_operator_sink(config_path),
+            process=f"cli-verify:{os.getpid()}",
+        )
     except KeysError as exc:
         raise _fail(exc) from None
     click.echo(
@@ -148,7 +182,12 @@ def unseal(config_path: str | None, model_dir: str, dst: str, export: bool) -> N
     """Export MODEL_DIR as plaintext into DST (needs --export)."""
     try:
         unseal_model(
-            model_dir, dst, _provider(config_path), export=export, process=f"cli-unseal:{os.getpid()}"
+            model_dir,
+            dst,
+            _provider(config_path),
+            export=export,
+            audit=_operator_sink(config_path),
+            process=f"cli-unseal:{os.getpid()}",
         )
     except KeysError as exc:
         raise _fail(exc) from None

@@ -15,7 +15,7 @@ class KeyOperation(msgspec.Struct, frozen=True, kw_only=True):
     """One audited key operation, as it lands in ``AuditEvent.detail`` (canonical JSON)."""
 
     operation: str
-    """"unwrap", "rewrap", "rotate", "retire", "export"."""
+    """"init", "seal", "unwrap", "rewrap", "rotate", "retire", "export"."""
     key_id: str
     key_version: int
     model: str

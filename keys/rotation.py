@@ -75,7 +75,7 @@ def rotate(
     new = provider.rotate()
     done: list[str] = []
     failures: list[str] = []
-    events: list[AuditEvent] = []
+    events = [key_event("rotate", new, model="*", process=process, provider=provider.kind)]
     for model_dir in model_dirs:
         path = Path(model_dir)
         try:

@@ -1,7 +1,8 @@
 """``strongroom admin``: change and inspect the access policy from a shell.
 
 Operates on the same policy store as the gateway (``<data_dir>/<access.policy_db>``); every change
-is audited through the audit log with ``--actor`` as the actor and fails if that record cannot be
+is audited with ``--actor`` as the actor and the OS user and host that ran the command (through
+the running gateway, which owns the log, when there is one) and fails if that record cannot be
 made durable. Running gateways pick the change up within ``access.poll_interval_s``, sooner when
 Redis is configured (the new version is announced on ``access.channel``).
 """
@@ -9,13 +10,13 @@ Redis is configured (the new version is announced on ``access.channel``).
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
+from audit.errors import AuditError
 from gateway.auth.principal import Principal
 from policies.authorizer import Authorizer
 from policies.errors import PolicyError
@@ -28,7 +29,9 @@ config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False), default=None, envvar="STRONGROOM_CONFIG"
 )
 domain_option = click.option("--domain", default=ALL_DOMAINS, show_default=True, help="Tenant, or * for all.")
-actor_option = click.option("--actor", default=None, help="Who makes the change (default: the OS user).")
+actor_option = click.option(
+    "--actor", default=None, help="Who makes the change (default: OS user@host, always recorded as well)."
+)
 
 
 def _open(config_path: str | None) -> tuple[Any, Authorizer]:
@@ -39,17 +42,14 @@ def _open(config_path: str | None) -> tuple[Any, Authorizer]:
 
 
 def _change(config_path: str | None, changes: Sequence[PolicyChange], actor: str | None) -> None:
-    from audit.log import AuditLog
+    from audit.operator_channel import OperatorSink, local_identity
 
     settings, authorizer = _open(config_path)
-    who = actor or f"cli:{getpass.getuser()}"
+    who = actor or local_identity()
 
     async def run() -> int:
-        log = await AuditLog.open(settings.audit, settings.data_path, heartbeat=False, record_lifecycle=False)
-        try:
-            policy = await authorizer.change(changes, who, log)
-        finally:
-            await log.close()
+        # Through the running gateway (the log's only writer) when there is one.
+        policy = await authorizer.change(changes, who, OperatorSink(settings.audit, settings.data_path))
         if settings.redis_url:
             import redis.asyncio as aredis
 
@@ -66,6 +66,8 @@ def _change(config_path: str | None, changes: Sequence[PolicyChange], actor: str
         version = asyncio.run(run())
     except PolicyError as exc:
         raise click.ClickException(exc.message) from None
+    except AuditError as exc:
+        raise click.ClickException(f"not changed, the change could not be audited: {exc}") from None
     for change in changes:
         click.echo(change.describe())
     click.echo(f"policy version {version}")

@@ -2,7 +2,8 @@
 
 Both read the settings through ``strongroom.config.load_settings`` and work on the same stores
 as the server: the dev key under ``<data_dir>/keys`` and the revocation list in Redis (when
-``redis_url`` is set) or in ``<data_dir>/auth/revocations.db``.
+``redis_url`` is set) or in ``<data_dir>/auth/revocations.db``. A revocation is audited with the
+operator's OS user and host once it is in force.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from datetime import datetime
 import click
 import redis.asyncio
 
+from audit.errors import AuditError
+from audit.event import AuditEvent, Decision, EventType
+from audit.operator_channel import record_operations
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.errors import RevocationUnavailableError
 from gateway.auth.revocation import RevocationList
@@ -101,10 +105,20 @@ def revoke(
         asyncio.run(_revoke(settings, jti=jti, exp=exp, sub=sub, before=before))
     except RevocationUnavailableError as exc:
         raise click.ClickException(str(exc)) from None
-    if jti is not None:
-        click.echo(f"revoked jti {jti} until {exp}")
-    else:
-        click.echo(f"revoked tokens of {sub} issued at or before {before}")
+    done = (
+        f"revoked jti {jti} until {exp}"
+        if jti is not None
+        else f"revoked tokens of {sub} issued at or before {before}"
+    )
+    click.echo(done)
+    # Recorded after the fact: a revocation protects, so an audit outage must not hold it back.
+    event = AuditEvent(
+        event_type=EventType.ADMIN_CHANGE, decision=Decision.ALLOW, endpoint="revocation", detail=done
+    )
+    try:
+        asyncio.run(record_operations(settings.audit, settings.data_path, [event]))
+    except AuditError as exc:
+        raise click.ClickException(f"the revocation is in force but could not be audited: {exc}") from None
 
 
 async def _revoke(

@@ -20,7 +20,9 @@ from audit.errors import AuditForbiddenError, AuditQueryError
 from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.query import AuditQuery
+from gateway.auditor import RequestSink
 from gateway.auth.principal import Principal
+from gateway.request_context import request_context
 from policies.authorizer import Authorizer
 
 __all__ = ["build_audit_router"]
@@ -51,11 +53,12 @@ async def _authorize(
     """Check every action, then record the access (or the refusal) before anything is answered."""
     missing = [a for a in actions if not authorizer.allowed(principal, a, CONTROL_PLANE)]
     allowed = not missing
-    await audit_log.append(
+    # Through the request's sink: the record carries the server's request id, not a client header.
+    sink = RequestSink(audit_log, request_context(request.scope))  # type: ignore[arg-type]
+    await sink.append(
         AuditEvent(
             event_type=EventType.AUDIT_ACCESS if allowed else EventType.AUTHORIZATION_DENIAL,
             decision=Decision.ALLOW if allowed else Decision.DENY,
-            request_id=request.headers.get("x-request-id", ""),
             subject=principal.subject,
             roles=principal.roles,
             tenant=principal.tenant or "",

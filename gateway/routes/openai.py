@@ -15,7 +15,7 @@ from litestar.response import Stream
 
 from gateway.errors import BadRequestError, ClientDisconnectedError, ModelNotFoundError, PayloadTooLargeError
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ModelList, ModelObject
-from gateway.request_context import RequestContext
+from gateway.request_context import RequestContext, request_context
 from gateway.services import Services
 
 __all__ = ["OPENAI_ROUTES", "context_of"]
@@ -25,13 +25,7 @@ _STARTED = int(time.time())
 
 
 def context_of(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:
-    state = request.scope.get("state", {})
-    return RequestContext(
-        request_id=state.get("request_id", ""),
-        trace_id=state.get("trace_id", ""),
-        endpoint=endpoint,
-        client_ip=request.client.host if request.client else "",
-    )
+    return request_context(request.scope, endpoint)  # type: ignore[arg-type]
 
 
 async def _read_body(request: Request[Any, Any, Any]) -> bytes:

@@ -39,7 +39,7 @@ def test_rotation_rewraps_without_reencrypting(
     with pytest.raises(SealedModelError, match="retired"):
         open_model(stale_copy, reloaded, audit=None, process="t")
     operations = [json.loads(e.detail)["operation"] for e in sink.events]
-    assert operations == ["rewrap", "retire"]
+    assert operations == ["rotate", "rewrap", "retire"]
 
 
 def test_failed_model_blocks_retirement(tmp_path: Path, sealed_dir: Path, provider: KeyFileProvider) -> None:
