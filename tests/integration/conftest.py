@@ -123,7 +123,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]
         yield served
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def serve() -> Any:
     """``with serve(tmp_path, extra_env=..., args=...) as gw:`` — a gateway of the test's own."""
     return served_gateway

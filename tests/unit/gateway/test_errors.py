@@ -10,7 +10,13 @@ from engine.errors import (
     PromptTooLongError,
     UnknownModelError,
 )
-from gateway.errors import UnauthenticatedError, http_error_of, response_parts
+from gateway.errors import (
+    BadRequestError,
+    UnauthenticatedError,
+    http_error_of,
+    recorded_reason,
+    response_parts,
+)
 from policies.errors import InvalidPolicyError
 
 
@@ -52,3 +58,17 @@ def test_authentication_failures_never_show_their_reason() -> None:
     assert status == 401
     assert json.loads(body)["error"]["message"] == "Invalid token"
     assert b"kid" not in body
+
+
+def test_recorded_reasons_keep_no_client_values() -> None:
+    """The client reads its own values back in the message; the audit record never keeps them."""
+    cases = {
+        "Invalid enum value 'user 4111 1111 1111 1111' - at `$.messages[0].role`": (
+            "invalid_request: Invalid enum value … - at `$.messages[0].role`"
+        ),
+        "Object contains unknown field `AKIAIOSFODNN7EXAMPLE`": "invalid_request: Object contains unknown field …",
+        "The model 'it's a \"secret\"' does not exist": "invalid_request: The model … does not exist",
+        'invalid role "a\'b" (x)': "invalid_request: invalid role … (x)",
+    }
+    for message, reason in cases.items():
+        assert recorded_reason(BadRequestError(message)) == reason

@@ -1,12 +1,18 @@
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import pwd
+import socket
 import stat
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from audit.config import AuditConfig
+from audit.log import AuditLog
 from keys.cli import keys, models
 
 
@@ -46,6 +52,42 @@ def test_init_seal_verify_rotate_unseal(tmp_path: Path, config: str, monkeypatch
     assert result.exit_code != 0 and "export" in result.output and not out.exists()
     result = runner.invoke(models, ["unseal", str(dst), str(out), "--export", "--config", config])
     assert result.exit_code == 0 and (out / "config.json").read_text() == '{"a": 1}'
+
+    # Every one of those key operations is in the log, with the OS user and host that ran it.
+    identity = f"{pwd.getpwuid(os.getuid()).pw_name}@{socket.gethostname()}"
+    events = [r.event for r in _records(tmp_path / "data")]
+    assert {e.client_app for e in events} == {f"cli:{identity}"} and {e.subject for e in events} == {identity}
+    operations = [json.loads(e.detail)["operation"] for e in events]
+    assert operations[:2] == ["init", "seal"]
+    assert {"rotate", "rewrap", "retire"} <= set(operations)
+    assert operations[-1] == "export" and operations.count("export") == 1
+
+
+def _records(data_dir: Path) -> list:  # type: ignore[type-arg]
+    async def read() -> list:  # type: ignore[type-arg]
+        log = await AuditLog.open(AuditConfig(), data_dir, heartbeat=False, record_lifecycle=False)
+        try:
+            return await log.tail(1000)
+        finally:
+            await log.close()
+
+    return asyncio.run(read())
+
+
+def test_export_refuses_to_start_unrecorded(
+    tmp_path: Path, config: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KEYS_CLI_TEST_PASS", "cli passphrase")
+    runner = CliRunner()
+    assert runner.invoke(keys, ["init", "--config", config]).exit_code == 0
+    src, dst, out = tmp_path / "hf", tmp_path / "data" / "models" / "tiny", tmp_path / "export"
+    src.mkdir()
+    (src / "config.json").write_text('{"a": 1}')
+    assert runner.invoke(models, ["seal", str(src), str(dst), "--config", config]).exit_code == 0
+    monkeypatch.setenv("STRONGROOM_AUDIT__SQLITE_PATH", "/dev/null/audit.db")  # no log can be opened
+    result = runner.invoke(models, ["unseal", str(dst), str(out), "--export", "--config", config])
+    assert result.exit_code == 1 and "audited" in result.output
+    assert not (out / "config.json").exists()
 
 
 def test_errors_are_clean_messages(tmp_path: Path, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
