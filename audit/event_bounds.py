@@ -43,6 +43,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 def bounded_text(text: str, cap: int) -> str:
     """``text`` with control characters escaped, cut to ``cap`` characters (plus the note)."""
+    if len(text) <= cap and text.isascii() and text.isprintable():
+        return text  # the common case, without the regex
     if _CONTROL.search(text):
         text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
     if len(text) <= cap:

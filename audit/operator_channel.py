@@ -111,6 +111,10 @@ class OperatorChannel:
         try:
             with _reachable(path) as name:
                 server = await asyncio.start_unix_server(handle, path=name, limit=_MAX_LINE)
+        except OSError as exc:
+            # The gateway serves without it; CLI security operations then fail closed meanwhile.
+            _log.error("cannot serve the operator socket %s: %s", path, exc)
+            return None
         finally:
             os.umask(old_umask)
         channel = cls(sink, path, server)
