@@ -32,7 +32,7 @@ def _app(sink: LogSink) -> RequestMiddleware:
     async def recorded(request: Request[Any, Any, Any]) -> str:
         await auditor.record(
             request_context(request.scope, "/recorded"), EventType.INFERENCE, Decision.ALLOW, status=200
-        )  # type: ignore[arg-type]
+        )
         return "ok"
 
     @get("/healthz")
