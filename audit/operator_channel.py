@@ -191,17 +191,22 @@ async def record_operations(cfg: AuditConfig, data_dir: Path, events: Sequence[A
     Through the running gateway when one serves this data directory, else straight into the log.
     Raises ``AuditUnavailableError`` when they cannot be recorded either way.
     """
+    identity = local_identity()
+    return await _deliver(cfg, data_dir, [operator_event(e, identity) for e in events])
+
+
+async def _deliver(cfg: AuditConfig, data_dir: Path, events: list[AuditEvent]) -> list[int]:
+    """The transport alone: the gateway's socket, or the log itself when no gateway listens."""
     path = cfg.resolve(data_dir, cfg.operator_socket)
     try:
         with _reachable(path) as name:
             reader, writer = await asyncio.open_unix_connection(name, limit=_MAX_LINE)
     except (FileNotFoundError, ConnectionRefusedError):
-        identity = local_identity()
-        return await _append_directly(cfg, data_dir, [operator_event(e, identity) for e in events])
+        return await _append_directly(cfg, data_dir, events)
     except OSError as exc:
         raise AuditUnavailableError(f"cannot reach the gateway's operator socket {path}: {exc}") from exc
     try:
-        writer.write(msgspec.json.encode(_Request(events=list(events))) + b"\n")
+        writer.write(msgspec.json.encode(_Request(events=events)) + b"\n")
         await writer.drain()
         reply = msgspec.json.decode(await asyncio.wait_for(reader.readline(), _TIMEOUT_S), type=_Reply)
     except (OSError, TimeoutError, msgspec.DecodeError) as exc:

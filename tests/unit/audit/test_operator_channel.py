@@ -9,6 +9,7 @@ import pwd
 import socket
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from audit.config import AuditConfig
@@ -35,8 +36,12 @@ def test_operations_reach_the_running_gateway_as_the_kernel_reports_the_operator
         channel = await OperatorChannel.start(sink, cfg.resolve(data_dir, cfg.operator_socket))
         assert channel is not None
         try:
-            claimed = _op(client_app="cli:someone-else@elsewhere", detail="rotate")
-            seqs = await record_operations(cfg, data_dir, [claimed, _op(subject="bob", detail="seal")])
+            seqs = await record_operations(
+                cfg, data_dir, [_op(detail="rotate"), _op(subject="bob", detail="seal")]
+            )
+            # A client claiming another operator: the gateway writes the one the kernel names.
+            claimed = _op(subject="mallory@elsewhere", client_app="cli:mallory@elsewhere", detail="forged")
+            assert await _send_raw(channel.path, [claimed]) == b'{"seqs":[3]}\n'
             with pytest.raises(AuditUnavailableError, match="only key operations and admin changes"):
                 forged = AuditEvent(event_type=EventType.INFERENCE, decision=Decision.ALLOW, subject="x")
                 await record_operations(cfg, data_dir, [forged])
@@ -50,8 +55,21 @@ def test_operations_reach_the_running_gateway_as_the_kernel_reports_the_operator
     assert [(e.subject, e.client_app, e.detail) for e in events] == [
         (IDENTITY, f"cli:{IDENTITY}", "rotate"),
         ("bob", f"cli:{IDENTITY}", "seal"),  # an explicit actor stays; the OS identity is added
+        ("mallory@elsewhere", f"cli:{IDENTITY}", "forged"),
     ]
     assert not (data_dir / cfg.operator_socket).exists()
+
+
+async def _send_raw(path: Path, events: list[AuditEvent]) -> bytes:
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        reader, writer = await asyncio.open_unix_connection(f"/proc/self/fd/{fd}/{path.name}")
+    finally:
+        os.close(fd)
+    writer.write(msgspec.json.encode({"events": events}) + b"\n")
+    reply = await reader.readline()
+    writer.close()
+    return reply
 
 
 def test_without_a_gateway_operations_are_written_to_the_log_directly(tmp_path: Path) -> None:
