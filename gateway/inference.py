@@ -172,6 +172,7 @@ class InferenceService:
                     status=400,
                     reason="request blocked by content policy",
                     findings=findings,
+                    content=_content(body, {}),
                 )
                 raise ContentPolicyError("The request was blocked by the content policy")
             generate = self._generate_request(ctx, body, params, list(result.texts))
@@ -294,7 +295,7 @@ class InferenceService:
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
                     model_manifest=prep.card.manifest_sha256,
-                    content=_content(prep, {}),
+                    content=_content(prep.body, {}),
                 )
             )
             raise
@@ -316,7 +317,7 @@ class InferenceService:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             model_manifest=prep.card.manifest_sha256,
-            content=_content(prep, texts),
+            content=_content(prep.body, texts),
         )
 
     async def open_stream(self, prep: Prepared) -> AsyncIterator[bytes]:
@@ -412,7 +413,7 @@ class InferenceService:
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             model_manifest=prep.card.manifest_sha256,
-            content=_content(prep, writer.texts()),
+            content=_content(prep.body, writer.texts()),
         )
 
 
@@ -440,7 +441,7 @@ async def _close_lease(lease: QuotaLease, used_tokens: int) -> None:
             await lease.release()
 
 
-def _content(prep: Prepared, texts: dict[int, str]) -> AuditContent:
+def _content(body: ChatCompletionRequest | CompletionRequest, texts: dict[int, str]) -> AuditContent:
     """What content capture is offered (``audit.content_rules`` decide what is kept of it).
 
     The prompt as the client sent it: a chat's messages as JSON ``[{"role", "content"}]`` in
@@ -448,7 +449,6 @@ def _content(prep: Prepared, texts: dict[int, str]) -> AuditContent:
     received it, after the response filters: one choice's text, or a JSON list of the choices'
     texts when ``n`` > 1.
     """
-    body = prep.body
     prompt: str
     if isinstance(body, ChatCompletionRequest):
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]

@@ -113,6 +113,20 @@ def test_hmac_content_is_checkable_and_none_keeps_nothing(gw: Any) -> None:
     assert httpx.get(f"{gw.base_url}/audit/records/{seq}/content", headers=gw.admin).status_code == 404
 
 
+def test_a_blocked_prompt_is_kept_for_the_investigation_it_starts(gw: Any) -> None:
+    headers = {"authorization": f"Bearer {gw.token('alice', 'analyst')}"}
+    secret = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7v9z\n-----END RSA PRIVATE KEY-----"
+    messages = [{"role": "user", "content": f"store {secret}"}]
+    blocked = httpx.post(
+        f"{gw.v1}/chat/completions", json={"model": "demo-chat", "messages": messages}, headers=headers
+    )
+    assert blocked.status_code == 400
+    record = one_record(gw, blocked)
+    assert record["event"]["event_type"] == "filter_action" and "PRIVATE KEY" not in json.dumps(record)
+    view = httpx.get(f"{gw.base_url}/audit/records/{record['seq']}/content", headers=gw.admin).json()
+    assert json.loads(view["prompt"]) == messages and view["completion"] == ""
+
+
 def test_the_openai_user_field_is_recorded_capped(gw: Any) -> None:
     request_id, _ = chat(gw, "analyst", user="branch-42/teller-7")
     assert [r["event"]["end_user"] for r in records_of(gw, request_id)] == ["branch-42/teller-7"]
