@@ -238,8 +238,16 @@ class EngineClient:
     """Talks to one engine instance. Safe to share between concurrent requests."""
 
     def __init__(
-        self, base_url: str, token: str, *, connect_timeout_s: float = 2.0, read_timeout_s: float = 600.0
+        self,
+        base_url: str,
+        token: str,
+        *,
+        connect_timeout_s: float = 2.0,
+        read_timeout_s: float = 600.0,
+        ssl_context: ssl.SSLContext | None = None,
     ):
+        """``ssl_context`` for an https URL: the CAs that sign the engine's certificate and our client
+        certificate (mutual TLS); None verifies against the system's CAs and presents none."""
         self.base_url = base_url.rstrip("/")
         url = urlsplit(self.base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
@@ -248,7 +256,10 @@ class EngineClient:
             raise ValueError("the engine token must not contain line breaks")
         self._host = url.hostname
         self._port = url.port or (443 if url.scheme == "https" else 80)
-        self._ssl = ssl.create_default_context() if url.scheme == "https" else None
+        if url.scheme == "https":
+            self._ssl: ssl.SSLContext | None = ssl_context or ssl.create_default_context()
+        else:
+            self._ssl = None
         self._path_prefix = url.path
         self._common_headers = f"host: {url.netloc}\r\nauthorization: Bearer {token}\r\n".encode("latin-1")
         self._connect_timeout_s = connect_timeout_s

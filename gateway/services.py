@@ -17,8 +17,10 @@ from gateway.auth import TokenVerifier
 from gateway.engine_pool import EnginePool
 from gateway.errors import ConfigError
 from gateway.inference import InferenceService
+from gateway.metrics_access import MetricsAccess
 from gateway.quota import Quotas
 from gateway.telemetry import Telemetry
+from gateway.tls_context import engine_client_context
 from policies import Authorizer
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ class Services:
         filters: FilterPipeline,
         engines: EnginePool,
         inference: InferenceService,
+        metrics_access: MetricsAccess,
     ) -> None:
         self.settings = settings
         self.telemetry = telemetry
@@ -65,6 +68,7 @@ class Services:
         self.filters = filters
         self.engines = engines
         self.inference = inference
+        self.metrics_access = metrics_access
 
     @classmethod
     async def create(cls, settings: Settings, engine_urls: tuple[str, ...] | None = None) -> Services:
@@ -78,18 +82,22 @@ class Services:
             raise ConfigError("no engine: set server.engine_urls or run `strongroom serve`, which starts one")
         if not token:
             raise ConfigError(f"${settings.server.engine_token_env} must hold the engine token")
+        metrics_access = MetricsAccess(settings.telemetry, settings.server, os.environ)
         audit_log = await AuditLog.open(settings.audit, data_dir)
         verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
         authorizer = Authorizer.open(settings.access, data_dir, redis=redis)
         await authorizer.start()
         quotas = Quotas(settings.quota, redis=redis)
         filters = FilterPipeline.from_config(settings.filters, data_dir)
+        is_tls = any(url.startswith("https://") for url in urls)
+        engine_tls = engine_client_context(settings.server.engine_tls, settings.resolve) if is_tls else None
         clients = [
             EngineClient(
                 url,
                 token,
                 connect_timeout_s=settings.server.engine_connect_timeout_s,
                 read_timeout_s=settings.server.request_timeout_s,
+                ssl_context=engine_tls,
             )
             for url in urls
         ]
@@ -116,6 +124,7 @@ class Services:
             filters=filters,
             engines=engines,
             inference=inference,
+            metrics_access=metrics_access,
         )
 
     async def aclose(self) -> None:

@@ -143,17 +143,24 @@ def _end_with_parent() -> None:
 
 
 def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub: bool = False) -> None:
+    """Serve until stopped. With ``fd`` (started by ``serve``) on the supervisor's loopback socket in
+    plain HTTP; otherwise on host:port, refusing an address off loopback without mutual TLS."""
     from engine.server import EngineServer
+    from gateway.listener_config import TlsConfig
+    from strongroom.listener import Listener, check_engine_exposure
 
+    cfg = settings.engine_listener
     token = os.environ.get(settings.server.engine_token_env, "")
     if not token:
         raise SystemExit(f"${settings.server.engine_token_env} must hold the engine token")
+    if fd is None:
+        check_engine_exposure(host, cfg.tls)
+    tls = cfg.tls if fd is None else TlsConfig()
+    listener = Listener(tls, cfg.limits, resolve=settings.resolve, where="engine_listener")
     if fd is not None:
         _end_with_parent()
     backend, failed, audit_events = build_backend(settings, stub=stub)
     server = EngineServer(backend, token, failed_models=failed, audit_events=audit_events)
-    config = uvicorn.Config(server.app(), log_level="warning", access_log=False, lifespan="on")
+    config = listener.uvicorn_config(server.app(), host=host, port=port)
     sock = socket.socket(fileno=fd) if fd is not None else None
-    if sock is None:
-        config.host, config.port = host, port
     uvicorn.Server(config).run(sockets=[sock] if sock else None)

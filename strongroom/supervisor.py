@@ -119,11 +119,11 @@ class EngineSupervisor:
         self._sock.close()
 
 
-def banner(settings: Settings, host: str, port: int) -> str:
-    base = f"http://{host}:{port}/v1"
+def banner(settings: Settings, host: str, port: int, *, scheme: str = "http") -> str:
+    base = f"{scheme}://{host}:{port}/v1"
     data = Path(settings.data_dir)
     return f"""
-Strongroom gateway listening on http://{host}:{port}   (data in {data}/)
+Strongroom gateway listening on {scheme}://{host}:{port}   (data in {data}/)
 
   export TOKEN=$(strongroom token --sub alice --role analyst)
 
