@@ -37,7 +37,6 @@ def main() -> None:
 def serve(config_path: str | None, host: str | None, port: int | None, stub_engine: bool) -> None:
     """Start the gateway and, unless server.engine_urls is set, one local engine instance."""
     import msgspec
-    import uvicorn
 
     from gateway.app import build_app
     from gateway.services import Services
@@ -72,7 +71,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
             lambda: Services.create(settings, urls), telemetry, max_body_bytes=settings.server.max_body_bytes
         )
         click.echo(banner(settings, server.host, server.port, scheme=listener.scheme))
-        uvicorn.Server(listener.uvicorn_config(app, host=server.host, port=server.port)).run()
+        listener.serve(app, host=server.host, port=server.port)
     finally:
         if supervisor is not None:
             supervisor.stop()

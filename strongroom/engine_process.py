@@ -13,8 +13,6 @@ import os
 import socket
 from typing import Any
 
-import uvicorn
-
 from engine.model_source import ModelSource
 from strongroom.config import Settings
 
@@ -161,6 +159,5 @@ def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub
         _end_with_parent()
     backend, failed, audit_events = build_backend(settings, stub=stub)
     server = EngineServer(backend, token, failed_models=failed, audit_events=audit_events)
-    config = listener.uvicorn_config(server.app(), host=host, port=port)
     sock = socket.socket(fileno=fd) if fd is not None else None
-    uvicorn.Server(config).run(sockets=[sock] if sock else None)
+    listener.serve(server.app(), host=host, port=port, sock=sock)

@@ -9,6 +9,7 @@ the start-up checks that refuse an exposed listener with an unsafe setting.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,14 @@ class Listener:
             access_log=False,
             lifespan="on",
         )
+
+    def serve(self, app: Any, *, host: str, port: int, sock: socket.socket | None = None) -> None:
+        """Serve until stopped; a server that never started (port taken, start-up failed) exits
+        non-zero, as ``uvicorn.run`` does."""
+        server = uvicorn.Server(self.uvicorn_config(app, host=host, port=port))
+        server.run(sockets=[sock] if sock is not None else None)
+        if not server.started:
+            raise SystemExit(3)
 
 
 def check_gateway_exposure(settings: Settings) -> None:
