@@ -16,7 +16,8 @@ connection::
       ▼  the app answers; idle kept-alive connections close after keep_alive_timeout_s (uvicorn)
 
 Long answers (a ten-minute stream) run under no deadline of ours: the deadlines cover only what
-the client sends.
+the client sends. Not covered here: a TLS handshake, which uvicorn leaves to the event loop; it is
+bounded by the loop's own handshake timeout (60 s) and counted against the caps once complete.
 """
 
 from __future__ import annotations
