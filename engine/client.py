@@ -142,6 +142,12 @@ class _Connection(asyncio.Protocol):
         if self._closed is not None:
             await asyncio.shield(self._closed)
 
+    def abort(self, reason: str) -> None:
+        """End the connection now: a reader waiting on it fails at once instead of at its timeout."""
+        self._end(EOFError(reason))
+        if self.transport is not None:
+            self.transport.abort()
+
     def _end(self, exc: BaseException) -> None:
         if self.error is None:
             self.error = exc
@@ -265,6 +271,8 @@ class EngineClient:
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()
+        """Connections carrying a request now (so ``reset`` can end them)."""
         self._slots = asyncio.Semaphore(_MAX_CONNECTIONS)
         self._is_closed = False
 
@@ -276,6 +284,15 @@ class EngineClient:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.aclose()
+
+    def reset(self, reason: str) -> None:
+        """Abort every connection, idle or carrying a request: the engine was found dead or hung.
+
+        Requests in flight fail with EngineUnavailableError now (a 503, or an error event ending
+        the stream) rather than when their read timeout runs out; the next call connects anew."""
+        idle, self._idle = self._idle, []
+        for conn in [*idle, *self._busy]:
+            conn.abort(reason)
 
     async def info(self) -> EngineInfo:
         try:
@@ -289,9 +306,9 @@ class EngineClient:
         except msgspec.MsgspecError as exc:
             raise EngineUnavailableError(f"engine {self.base_url} sent an unreadable info: {exc}") from None
 
-    async def is_ready(self) -> bool:
+    async def is_ready(self, timeout_s: float = _HEALTH_TIMEOUT_S) -> bool:
         try:
-            status, _ = await self._get("/engine/v1/health", _HEALTH_TIMEOUT_S)
+            status, _ = await self._get("/engine/v1/health", timeout_s)
         except _TRANSPORT_ERRORS:
             return False
         return status == 200
@@ -324,7 +341,8 @@ class EngineClient:
                     raise _error_of(event)
                 yield event
         except _TRANSPORT_ERRORS as exc:  # msgspec.DecodeError is a ValueError
-            raise EngineUnavailableError(f"engine {self.base_url} failed: {type(exc).__name__}") from exc
+            why = f"{type(exc).__name__}: {exc}" if isinstance(exc, EOFError) else type(exc).__name__
+            raise EngineUnavailableError(f"engine {self.base_url} failed: {why}") from exc
 
     async def _get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
         async with self._slots, asyncio.timeout(timeout_s):
@@ -364,6 +382,7 @@ class EngineClient:
         return conn
 
     async def _exchange(self, conn: _Connection, data: bytes) -> _Response:
+        self._busy.add(conn)
         try:
             conn.send(data)
             while (end := conn.buffer.find(b"\r\n\r\n")) < 0:
@@ -372,11 +391,13 @@ class EngineClient:
                 await conn.receive(self._read_timeout_s)
             return _Response(conn, conn.consume(end, then_skip=4), self._read_timeout_s)
         except BaseException:
+            self._busy.discard(conn)
             await conn.aclose()
             raise
 
     async def _finish(self, resp: _Response) -> None:
         """Pool the connection if its answer was read to the end, else close it (aborts a stream)."""
+        self._busy.discard(resp.conn)
         reusable = resp.is_complete and resp.is_reusable and resp.conn.is_reusable
         if reusable and not self._is_closed and len(self._idle) < _MAX_IDLE:
             self._idle.append(resp.conn)

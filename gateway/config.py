@@ -54,7 +54,18 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     engine_start_timeout_s: float = 300.0
     """How long ``serve`` waits for the local engine to load its models."""
     engine_refresh_s: float = 5.0
-    """How often the gateway re-reads each engine's model list and health."""
+    """How often the gateway re-reads each engine's model list, stats and key-operation events."""
+    engine_heartbeat_s: float = 0.25
+    """Pause between two health probes of one engine; an engine that answers again is back in
+    service within about this long."""
+    engine_heartbeat_timeout_s: float = 0.75
+    """A health probe with no answer within this long is a miss."""
+    engine_heartbeat_misses: int = 2
+    """Misses in a row that take an engine out of service and abort its requests in flight (a hung
+    engine is noticed within about misses x (heartbeat + timeout) seconds)."""
+    drain_s: float = 30.0
+    """On SIGTERM the gateway stops accepting connections and lets requests in flight finish for
+    at most this long before it closes them."""
     request_timeout_s: float = 600.0
     """Longest a single generation may take end to end."""
     allow_token_id_prompts: bool = False
@@ -67,6 +78,12 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"server.port must be in 1..65535, not {self.port}")
         if self.max_body_bytes < 1024:
             raise ConfigError("server.max_body_bytes must be at least 1024")
+        if self.engine_heartbeat_s <= 0 or self.engine_heartbeat_timeout_s <= 0:
+            raise ConfigError("server.engine_heartbeat_s and engine_heartbeat_timeout_s must be positive")
+        if self.engine_heartbeat_misses < 1:
+            raise ConfigError("server.engine_heartbeat_misses must be at least 1")
+        if self.drain_s < 0:
+            raise ConfigError("server.drain_s must not be negative")
         for url in self.engine_urls:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"server.engine_urls: {url!r} is not an http(s) URL")

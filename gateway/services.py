@@ -14,7 +14,7 @@ from engine.client import EngineClient
 from filters import FilterPipeline
 from gateway.auditor import Auditor
 from gateway.auth import TokenVerifier
-from gateway.engine_pool import EnginePool
+from gateway.engine_pool import EnginePool, Heartbeat, ProcessProbe
 from gateway.errors import ConfigError
 from gateway.inference import InferenceService
 from gateway.metrics_access import MetricsAccess
@@ -71,8 +71,15 @@ class Services:
         self.metrics_access = metrics_access
 
     @classmethod
-    async def create(cls, settings: Settings, engine_urls: tuple[str, ...] | None = None) -> Services:
-        """Open every component; ``engine_urls`` overrides the configured pool (local engine)."""
+    async def create(
+        cls,
+        settings: Settings,
+        engine_urls: tuple[str, ...] | None = None,
+        *,
+        is_process_alive: ProcessProbe | None = None,
+    ) -> Services:
+        """Open every component; ``engine_urls`` overrides the configured pool (local engine), whose
+        supervisor answers ``is_process_alive``."""
         data_dir = settings.data_path
         telemetry = Telemetry.install(settings.telemetry)
         redis = _redis_client(settings.redis_url) if settings.redis_url else None
@@ -101,7 +108,18 @@ class Services:
             )
             for url in urls
         ]
-        engines = EnginePool(clients, refresh_s=settings.server.engine_refresh_s, audit=audit_log)
+        server = settings.server
+        engines = EnginePool(
+            clients,
+            refresh_s=server.engine_refresh_s,
+            heartbeat=Heartbeat(
+                interval_s=server.engine_heartbeat_s,
+                timeout_s=server.engine_heartbeat_timeout_s,
+                misses=server.engine_heartbeat_misses,
+            ),
+            is_process_alive=is_process_alive,
+            audit=audit_log,
+        )
         await engines.start()
         inference = InferenceService(
             verifier=verifier,

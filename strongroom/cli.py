@@ -67,11 +67,14 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
         urls = (supervisor.url,)
     try:
         telemetry = Telemetry.install(settings.telemetry)
+        alive = supervisor.is_alive if supervisor is not None else None
         app = build_app(
-            lambda: Services.create(settings, urls), telemetry, max_body_bytes=settings.server.max_body_bytes
+            lambda: Services.create(settings, urls, is_process_alive=alive),
+            telemetry,
+            max_body_bytes=settings.server.max_body_bytes,
         )
         click.echo(banner(settings, server.host, server.port, scheme=listener.scheme))
-        listener.serve(app, host=server.host, port=server.port)
+        listener.serve(app, host=server.host, port=server.port, drain_s=server.drain_s)
     finally:
         if supervisor is not None:
             supervisor.stop()

@@ -41,12 +41,15 @@ class Listener:
     def scheme(self) -> str:
         return "https" if self.ssl_context is not None else "http"
 
-    def uvicorn_config(self, app: Any, *, host: str = "127.0.0.1", port: int = 8000) -> uvicorn.Config:
+    def uvicorn_config(
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 8000, drain_s: float | None = None
+    ) -> uvicorn.Config:
         context = self.ssl_context
         return uvicorn.Config(
             app,
             host=host,
             port=port,
+            timeout_graceful_shutdown=None if drain_s is None else int(drain_s),
             http=guarded_protocol(self.limits),
             timeout_keep_alive=self.limits.keep_alive_timeout_s,
             ssl_context_factory=None if context is None else (lambda _config, _default: context),
@@ -55,10 +58,19 @@ class Listener:
             lifespan="on",
         )
 
-    def serve(self, app: Any, *, host: str, port: int, sock: socket.socket | None = None) -> None:
+    def serve(
+        self,
+        app: Any,
+        *,
+        host: str,
+        port: int,
+        sock: socket.socket | None = None,
+        drain_s: float | None = None,
+    ) -> None:
         """Serve until stopped; a server that never started (port taken, start-up failed) exits
-        non-zero, as ``uvicorn.run`` does."""
-        server = uvicorn.Server(self.uvicorn_config(app, host=host, port=port))
+        non-zero, as ``uvicorn.run`` does. On SIGTERM requests in flight get ``drain_s`` seconds
+        (None: as long as they take)."""
+        server = uvicorn.Server(self.uvicorn_config(app, host=host, port=port, drain_s=drain_s))
         server.run(sockets=[sock] if sock is not None else None)
         if not server.started:
             raise SystemExit(3)
