@@ -19,6 +19,7 @@ from gateway.errors import (
     AuditUnavailable,
     GatewayError,
     PermissionDeniedError,
+    UnauthenticatedError,
     http_error_of,
     recorded_reason,
     response_parts,
@@ -82,8 +83,16 @@ async def readyz(services: Services) -> Response[bytes]:
 
 @get("/metrics")
 async def metrics_endpoint(request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
-    if not services.settings.telemetry.metrics_public:
-        await _principal(request, services)
+    if not services.metrics_access.allows(request.headers.get("authorization")):
+        reason = "metrics: missing or wrong scrape token"
+        await services.inference.auditor.record(
+            context_of(request, "/metrics"),
+            EventType.AUTHENTICATION_FAILURE,
+            Decision.DENY,
+            status=401,
+            reason=reason,
+        )
+        raise UnauthenticatedError(reason)
     text, content_type = Telemetry.prometheus_text()
     return Response(text, media_type=content_type)
 

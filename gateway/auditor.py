@@ -69,7 +69,8 @@ class Auditor:
             end_user=ctx.end_user,
         )
         try:
-            seq = await self._sink.append(event, content)
+            # Content only when there is some: any AuditSink takes the plain call.
+            seq = await (self._sink.append(event) if content is None else self._sink.append(event, content))
         except AuditUnavailableError as exc:
             ctx.is_audit_down = True
             log.error("audit log unavailable, refusing request %s: %s", ctx.request_id, type(exc).__name__)

@@ -15,7 +15,8 @@ class KeyOperation(msgspec.Struct, frozen=True, kw_only=True):
     """One audited key operation, as it lands in ``AuditEvent.detail`` (canonical JSON)."""
 
     operation: str
-    """"init", "seal", "unwrap", "rewrap", "rotate", "retire", "export"."""
+    """"init", "seal", "unwrap", "rewrap", "rotate", "retire", "export"; the seal registry's
+    "register", "pin", "unpin", "unregister"."""
     key_id: str
     key_version: int
     model: str
