@@ -42,6 +42,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, serve: Any) -> Iterator[Any]:
     config.write_text(_CONFIG)
     with serve(tmp, extra_env={"STRONGROOM_CONFIG": str(config)}) as served:
         served.admin = {"authorization": f"Bearer {served.token('root', 'admin')}"}
+        served.compliance = {"authorization": f"Bearer {served.token('cora', 'compliance')}"}
         yield served
 
 
@@ -90,12 +91,12 @@ def _final_seq(gw: Any, request_id: str) -> int:
 def test_encrypted_content_reads_back_for_audit_content_holders(gw: Any, stream: bool) -> None:
     request_id, delivered = chat(gw, "analyst", stream=stream)
     seq = _final_seq(gw, request_id)
-    view = httpx.get(f"{gw.base_url}/audit/records/{seq}/content", headers=gw.admin, timeout=30)
+    view = httpx.get(f"{gw.base_url}/audit/records/{seq}/content", headers=gw.compliance, timeout=30)
     assert view.status_code == 200, view.text
     assert json.loads(view.json()["prompt"]) == [{"role": "user", "content": "Tell me about the vault"}]
     assert view.json()["completion"] == delivered and delivered
-    auditor = {"authorization": f"Bearer {gw.token('ian', 'auditor')}"}  # audit:read, not audit:content
-    assert httpx.get(f"{gw.base_url}/audit/records/{seq}/content", headers=auditor).status_code == 403
+    # audit:read alone (admin, auditor) does not read content.
+    assert httpx.get(f"{gw.base_url}/audit/records/{seq}/content", headers=gw.admin).status_code == 403
     stored = httpx.get(f"{gw.base_url}/audit/records/{seq}", headers=gw.admin).json()
     assert stored["content"]["mode"] == "encrypt" and "vault" not in json.dumps(stored)
 
@@ -104,13 +105,13 @@ def test_hmac_content_is_checkable_and_none_keeps_nothing(gw: Any) -> None:
     request_id, delivered = chat(gw, "analyst", "hmac-kept")
     seq = _final_seq(gw, request_id)
     match = httpx.post(
-        f"{gw.base_url}/audit/records/{seq}/content/match", json={"text": delivered}, headers=gw.admin
+        f"{gw.base_url}/audit/records/{seq}/content/match", json={"text": delivered}, headers=gw.compliance
     )
     assert match.status_code == 200 and match.json() == {"prompt": False, "completion": True}
     request_id, _ = chat(gw, "analyst", "quiet")
     seq = _final_seq(gw, request_id)
     assert httpx.get(f"{gw.base_url}/audit/records/{seq}", headers=gw.admin).json().get("content") is None
-    assert httpx.get(f"{gw.base_url}/audit/records/{seq}/content", headers=gw.admin).status_code == 404
+    assert httpx.get(f"{gw.base_url}/audit/records/{seq}/content", headers=gw.compliance).status_code == 404
 
 
 def test_a_blocked_prompt_is_kept_for_the_investigation_it_starts(gw: Any) -> None:
@@ -123,7 +124,7 @@ def test_a_blocked_prompt_is_kept_for_the_investigation_it_starts(gw: Any) -> No
     assert blocked.status_code == 400
     record = one_record(gw, blocked)
     assert record["event"]["event_type"] == "filter_action" and "PRIVATE KEY" not in json.dumps(record)
-    view = httpx.get(f"{gw.base_url}/audit/records/{record['seq']}/content", headers=gw.admin).json()
+    view = httpx.get(f"{gw.base_url}/audit/records/{record['seq']}/content", headers=gw.compliance).json()
     assert json.loads(view["prompt"]) == messages and view["completion"] == ""
 
 
