@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +52,24 @@ def iter_checkpoints(store: AuditStore) -> Iterator[Checkpoint]:
         after = page[-1].index
 
 
-def verify_store(store: AuditStore, verifier: CheckpointVerifier) -> VerifyReport:
-    """Walk the live log (after its archived segments) against the trusted key."""
+def verify_store(
+    store: AuditStore, verifier: CheckpointVerifier, *, witnessed: Mapping[int, Checkpoint] | None = None
+) -> VerifyReport:
+    """Walk the live log (after its archived segments) against the trusted key and the witnessed
+    checkpoints; the segment files themselves are ``archive.verify_archives``'s."""
     head = store.head()
     archives = store.archives()
     start_seq, start_prev = (0, genesis_hash(head.log_id))
     if archives:
         start_seq, start_prev = archives[-1].last_seq, archives[-1].head
-    chain = ChainVerifier(verifier, head.log_id, start_seq=start_seq, start_prev=start_prev)
+    chain = ChainVerifier(
+        verifier,
+        head.log_id,
+        start_seq=start_seq,
+        start_prev=start_prev,
+        is_whole_log=True,
+        witnessed=witnessed,
+    )
     chain, bad = verify_stream(chain, iter_rows(store, start_seq), iter_checkpoints(store))
     return chain.report(bad=bad)
 
