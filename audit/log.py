@@ -158,6 +158,7 @@ class AuditLog:
             except Exception:
                 read_pool.shutdown()
                 await asyncio.to_thread(store.close)
+                await asyncio.to_thread(witness.close)
                 raise
         guard = ContentGuard(cfg, keys)
         writer = ChainWriter(cfg, store, signer, guard, head, clock, witness)
@@ -212,6 +213,8 @@ class AuditLog:
         self._read_pool.shutdown()
         await asyncio.to_thread(self._maintenance_pool.shutdown)
         await asyncio.to_thread(self._store.close)
+        if self.witness is not None:
+            await asyncio.to_thread(self.witness.close)
 
     def _maintenance(self) -> None:
         """On the writer thread after a checkpoint: store housekeeping goes to the maintenance thread.

@@ -41,6 +41,8 @@ class CheckpointPublisher(Protocol):
         """Make ``checkpoint`` durable at the witness; raises on failure."""
         ...
 
+    def close(self) -> None: ...
+
 
 class WitnessReader(Protocol):
     def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> list[Checkpoint]:
@@ -81,6 +83,10 @@ class Witness:
                     publisher,
                     type(exc).__name__,
                 )
+
+    def close(self) -> None:
+        for publisher in self._publishers:
+            publisher.close()
 
     def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> dict[int, Checkpoint]:
         """Every witnessed checkpoint by index; witnesses that disagree raise ``WitnessError``."""

@@ -87,6 +87,9 @@ class FileWitness:
             finally:
                 os.close(fd)  # also releases the flock
 
+    def close(self) -> None:
+        """Nothing held open between appends."""
+
     def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> list[Checkpoint]:
         """Every line checked: signature under the trusted key, chain, log id. A missing file holds none."""
         if not self._path.exists():
