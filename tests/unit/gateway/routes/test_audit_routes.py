@@ -151,3 +151,21 @@ def test_refused_when_audit_log_cannot_record_the_access(tmp_path: Path) -> None
             assert r.status_code == 503 and "secret" not in r.text
 
     asyncio.run(go())
+
+
+def test_verify_endpoint_reports_an_edited_witness(tmp_path: Path) -> None:
+    """/audit/verify shares the CLI's verifier: the witness is checked there too."""
+
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            await client.get("/audit/export", headers=AUDITOR)  # an export seals the log first
+            intact = (await client.get("/audit/verify", headers=AUDITOR)).json()
+            assert intact["ok"] is True and intact["witnessed_seq"] > 0 and intact["key_pinned"] is False
+            witness = tmp_path / "witness" / "audit-checkpoints.jsonl"
+            lines = witness.read_text().splitlines(keepends=True)
+            witness.write_text("".join(lines[1:]))  # the first witnessed checkpoint removed
+            edited = (await client.get("/audit/verify", headers=AUDITOR)).json()
+            assert edited["ok"] is False and "witness" in edited["problem"]
+
+    asyncio.run(go())
