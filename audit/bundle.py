@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from audit.checkpoint import Checkpoint, ExportSeal
 from audit.record import RecordRow, genesis_hash, us_to_iso
 from audit.signer import CheckpointSigner, CheckpointVerifier
 from audit.store import AuditStore
-from audit.verifier import ChainVerifier, VerifyReport, _Bad, verify_stream
+from audit.verifier import ChainVerifier, VerifyReport, Witnessed, _Bad, verify_stream
 
 FORMAT = "strongroom-audit-export/1"
 _PAGE = 1000
@@ -53,7 +53,7 @@ def iter_checkpoints(store: AuditStore) -> Iterator[Checkpoint]:
 
 
 def verify_store(
-    store: AuditStore, verifier: CheckpointVerifier, *, witnessed: Mapping[int, Checkpoint] | None = None
+    store: AuditStore, verifier: CheckpointVerifier, *, witnessed: Witnessed | None = None
 ) -> VerifyReport:
     """Walk the live log (after its archived segments) against the trusted key and the witnessed
     checkpoints; the segment files themselves are ``archive.verify_archives``'s."""

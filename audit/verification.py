@@ -16,7 +16,7 @@ from audit.archive import verify_archives
 from audit.bundle import verify_store
 from audit.store import AuditStore
 from audit.trusted_key import TrustedKey
-from audit.verifier import VerifyReport
+from audit.verifier import VerifyReport, Witnessed
 from audit.witness import Witness, WitnessError
 
 
@@ -27,13 +27,13 @@ def verify_log(store: AuditStore, trusted: TrustedKey, witness: Witness | None) 
         first_bad = archives.segments[-1].first_bad_seq if archives.segments else None
         return _failed(trusted, first_bad or 1, f"archived segment: {archives.problem}")
     head = store.head()
-    witnessed = {}
+    witnessed = Witnessed({}, None)
     if witness is not None and witness.is_readable:
         try:
             witnessed = witness.witnessed(verifier, head.log_id)
         except WitnessError as exc:
             return _failed(trusted, 1, f"witness: {exc}")
-        if not witnessed and head.checkpoint is not None:
+        if witnessed.newest is None and head.checkpoint is not None:
             return _failed(
                 trusted,
                 1,

@@ -14,7 +14,8 @@ archive entry cannot be invented), and hold every checkpoint a witness saw, unch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import msgspec
 
@@ -44,6 +45,13 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     """Records up to here match a checkpoint that a witness outside the store holds."""
 
 
+class Witnessed(NamedTuple):
+    """What the witnesses saw, small enough for a year of checkpoints: digests by index, and the newest."""
+
+    digests: dict[int, str]
+    newest: Checkpoint | None
+
+
 class ChainVerifier:
     def __init__(
         self,
@@ -53,12 +61,13 @@ class ChainVerifier:
         start_seq: int,
         start_prev: str,
         is_whole_log: bool = False,
-        witnessed: Mapping[int, Checkpoint] | None = None,
+        witnessed: Witnessed | None = None,
     ) -> None:
         self._verifier = verifier
         self._log_id = log_id
         self._is_whole_log = is_whole_log
-        self._witnessed = dict(witnessed or {})
+        self._witnessed = witnessed or Witnessed({}, None)
+        self._witnessed_seq = 0
         self._start_seq = start_seq
         self._is_start_sealed = start_seq == 0
         self._seq = start_seq
@@ -109,8 +118,8 @@ class ChainVerifier:
             raise _Bad(first_unsealed, f"checkpoints 1..{cp.index - 1} are missing")
         elif cp.index == 1 and cp.prev != checkpoint_genesis(self._log_id):
             raise _Bad(first_unsealed, "checkpoint 1 does not start from the genesis")
-        seen = self._witnessed.get(cp.index)
-        if seen is not None and seen.digest() != cp.digest():
+        seen = self._witnessed.digests.get(cp.index)
+        if seen is not None and seen != cp.digest():
             raise _Bad(
                 first_unsealed,
                 f"checkpoint {cp.index} differs from the one a witness holds: the store was rolled back or rewritten",
@@ -124,6 +133,8 @@ class ChainVerifier:
             )
         if cp.seq == self._start_seq and known is not None:
             self._is_start_sealed = True
+        if seen is not None:
+            self._witnessed_seq = max(self._witnessed_seq, cp.seq)
         self._last_good_cp = cp
         self._sealed = max(self._sealed, cp.seq)
         self._hashes = {self._seq: self._hash}
@@ -139,7 +150,7 @@ class ChainVerifier:
                 f"the archived records are said to end at record {self._start_seq}, where no signed "
                 "checkpoint ends: the archive entry is forged or the log's head was cut",
             )
-        newest_seen = max(self._witnessed.values(), key=lambda cp: cp.index, default=None)
+        newest_seen = self._witnessed.newest
         newest_here = 0 if self._last_good_cp is None else self._last_good_cp.index
         if newest_seen is not None and newest_seen.index > newest_here:
             raise _Bad(
@@ -147,11 +158,6 @@ class ChainVerifier:
                 f"checkpoint {newest_seen.index} (records up to {newest_seen.seq}) was witnessed but is "
                 "missing from the store: the log was truncated or rolled back",
             )
-
-    @property
-    def witnessed_seq(self) -> int:
-        held = [cp.seq for cp in self._witnessed.values() if cp.seq <= self._sealed]
-        return max(held, default=0)
 
     def report(self, *, ok: bool = True, bad: _Bad | None = None) -> VerifyReport:
         return VerifyReport(
@@ -164,7 +170,7 @@ class ChainVerifier:
             problem="" if bad is None else bad.problem,
             newest_checkpoint_time="" if self._last_good_cp is None else self._last_good_cp.time,
             newest_checkpoint_final=self._last_good_cp is not None and self._last_good_cp.final,
-            witnessed_seq=self.witnessed_seq,
+            witnessed_seq=self._witnessed_seq,
         )
 
     @property

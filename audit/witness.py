@@ -19,7 +19,7 @@ the next checkpoint (at most ``checkpoint_interval_s`` later) publishes the head
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -28,6 +28,7 @@ from audit.config import AuditConfig
 from audit.errors import AuditIntegrityError
 from audit.signer import CheckpointSigner, CheckpointVerifier
 from audit.store import AuditStore
+from audit.verifier import Witnessed
 
 _log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class CheckpointPublisher(Protocol):
 
 
 class WitnessReader(Protocol):
-    def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> list[Checkpoint]:
+    def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> Iterator[Checkpoint]:
         """Every checkpoint this witness holds, each signed by ``verifier``'s key; raises ``WitnessError``."""
         ...
 
@@ -88,15 +89,18 @@ class Witness:
         for publisher in self._publishers:
             publisher.close()
 
-    def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> dict[int, Checkpoint]:
-        """Every witnessed checkpoint by index; witnesses that disagree raise ``WitnessError``."""
-        found: dict[int, Checkpoint] = {}
+    def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> Witnessed:
+        """Every witnessed checkpoint's digest by index; witnesses that disagree raise ``WitnessError``."""
+        digests: dict[int, str] = {}
+        newest: Checkpoint | None = None
         for reader in self._readers:
             for cp in reader.witnessed(verifier, log_id):
-                seen = found.setdefault(cp.index, cp)
-                if seen.digest() != cp.digest():
+                digest = cp.digest()
+                if digests.setdefault(cp.index, digest) != digest:
                     raise WitnessError(f"witnesses disagree about checkpoint {cp.index}")
-        return found
+                if newest is None or cp.index > newest.index:
+                    newest = cp
+        return Witnessed(digests, newest)
 
     def check_store(self, store: AuditStore, verifier: CheckpointVerifier) -> None:
         """At start-up: refuse a store that lacks, or differs from, the newest witnessed checkpoint.

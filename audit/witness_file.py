@@ -90,25 +90,27 @@ class FileWitness:
     def close(self) -> None:
         """Nothing held open between appends."""
 
-    def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> list[Checkpoint]:
+    def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> Iterator[Checkpoint]:
         """Every line checked: signature under the trusted key, chain, log id. A missing file holds none."""
         if not self._path.exists():
-            return []
-        found: list[Checkpoint] = []
+            return
         expected_n, expected_prev = 1, line_genesis(log_id)
-        for raw in _whole_lines(self._path.read_bytes()):
-            try:
-                line = _decode(raw)
-            except WitnessError:
-                continue  # a torn line: the chain below still shows a dropped one
-            if line.checkpoint.log_id != log_id:
-                raise WitnessError(f"witness line {line.n} belongs to another audit log")
-            if line.n != expected_n or line.prev != expected_prev:
-                raise WitnessError(f"witness line {expected_n} was edited, removed or reordered")
-            _check_signature(line, verifier)
-            found.append(line.checkpoint)
-            expected_n, expected_prev = line.n + 1, _line_hash(raw)
-        return found
+        with self._path.open("rb") as f:
+            for raw_line in f:
+                raw = raw_line.rstrip(b"\n")
+                if not raw or not raw_line.endswith(b"\n"):
+                    continue  # a last line without its newline is torn
+                try:
+                    line = _decode(raw)
+                except WitnessError:
+                    continue  # a torn line ended by a later append: the chain still shows a dropped one
+                if line.checkpoint.log_id != log_id:
+                    raise WitnessError(f"witness line {line.n} belongs to another audit log")
+                if line.n != expected_n or line.prev != expected_prev:
+                    raise WitnessError(f"witness line {expected_n} was edited, removed or reordered")
+                _check_signature(line, verifier)
+                yield line.checkpoint
+                expected_n, expected_prev = line.n + 1, _line_hash(raw)
 
     def newest(self, verifier: CheckpointVerifier) -> Checkpoint | None:
         if not self._path.exists():

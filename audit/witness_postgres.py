@@ -10,6 +10,7 @@ checkpoint's own signature, checked on read against the trusted key.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import msgspec
 import psycopg
@@ -20,6 +21,7 @@ from audit.postgres_store import _script
 from audit.signer import CheckpointVerifier
 from audit.witness import WitnessError
 
+_PAGE = 1000
 _NEWEST_ROWS = 16
 """Rows ``newest`` reads: gateways sharing the table may insert out of index order."""
 
@@ -65,13 +67,21 @@ class PostgresWitness:
         body = msgspec.json.encode(checkpoint).decode()
         self._execute(query, (checkpoint.log_id, checkpoint.index, body))
 
-    def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> list[Checkpoint]:
-        query = sql.SQL("SELECT body FROM {} WHERE log_id = %s ORDER BY id").format(self._table())
-        try:
-            rows = self._execute(query, (log_id,))
-        except psycopg.Error as exc:
-            raise WitnessError(f"PostgreSQL witness unreadable: {type(exc).__name__}") from exc
-        return [_checked(str(row[0]), verifier) for row in rows]
+    def witnessed(self, verifier: CheckpointVerifier, log_id: str) -> Iterator[Checkpoint]:
+        query = sql.SQL("SELECT id, body FROM {} WHERE log_id = %s AND id > %s ORDER BY id LIMIT %s").format(
+            self._table()
+        )
+        after: object = 0
+        while True:
+            try:
+                rows = self._execute(query, (log_id, after, _PAGE))
+            except psycopg.Error as exc:
+                raise WitnessError(f"PostgreSQL witness unreadable: {type(exc).__name__}") from exc
+            for row in rows:
+                yield _checked(str(row[1]), verifier)
+            if len(rows) < _PAGE:
+                return
+            after = rows[-1][0]
 
     def newest(self, verifier: CheckpointVerifier) -> Checkpoint | None:
         query = sql.SQL("SELECT body FROM {} ORDER BY id DESC LIMIT %s").format(self._table())

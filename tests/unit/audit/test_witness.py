@@ -43,7 +43,7 @@ def test_every_checkpoint_the_log_writes_is_witnessed(open_log, tmp_path: Path) 
     verifier = asyncio.run(go())
     witness = FileWitness(tmp_path / "witness" / "audit-checkpoints.jsonl")
     stored = _store_checkpoints(tmp_path)
-    assert witness.witnessed(verifier, stored[0].log_id) == stored
+    assert list(witness.witnessed(verifier, stored[0].log_id)) == stored
 
 
 def test_a_failing_witness_never_refuses_an_append(open_log, tmp_path: Path) -> None:

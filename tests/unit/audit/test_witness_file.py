@@ -55,7 +55,7 @@ def _published(path: Path, signer: CheckpointSigner, num: int) -> list[Checkpoin
 
 def test_published_checkpoints_read_back_in_order_from_a_private_file(witness_path: Path, signer) -> None:
     cps = _published(witness_path, signer, 4)
-    assert FileWitness(witness_path).witnessed(signer.verifier, LOG_ID) == cps
+    assert list(FileWitness(witness_path).witnessed(signer.verifier, LOG_ID)) == cps
     assert FileWitness(witness_path).newest(signer.verifier) == cps[-1]
     assert stat.S_IMODE(witness_path.stat().st_mode) == 0o600
     assert stat.S_IMODE(witness_path.parent.stat().st_mode) == 0o700
@@ -63,7 +63,7 @@ def test_published_checkpoints_read_back_in_order_from_a_private_file(witness_pa
 
 def test_a_missing_file_holds_nothing(witness_path: Path, signer) -> None:
     reader = FileWitness(witness_path)
-    assert reader.witnessed(signer.verifier, LOG_ID) == [] and reader.newest(signer.verifier) is None
+    assert list(reader.witnessed(signer.verifier, LOG_ID)) == [] and reader.newest(signer.verifier) is None
 
 
 def _edit(path: Path, edit) -> None:
@@ -93,18 +93,18 @@ def test_edits_are_detected(witness_path: Path, signer, name, edit) -> None:
     _published(witness_path, signer, 4)
     _edit(witness_path, edit)
     with pytest.raises(WitnessError):
-        FileWitness(witness_path).witnessed(signer.verifier, LOG_ID)
+        list(FileWitness(witness_path).witnessed(signer.verifier, LOG_ID))
 
 
 def test_another_key_or_log_is_refused(witness_path: Path, signer) -> None:
     _published(witness_path, signer, 2)
     other = CheckpointSigner(Ed25519PrivateKey.generate())
     with pytest.raises(WitnessError, match="not signed by the trusted key"):
-        FileWitness(witness_path).witnessed(other.verifier, LOG_ID)
+        list(FileWitness(witness_path).witnessed(other.verifier, LOG_ID))
     with pytest.raises(WitnessError, match="not signed by the trusted key"):
         FileWitness(witness_path).newest(other.verifier)
     with pytest.raises(WitnessError, match="another audit log"):
-        FileWitness(witness_path).witnessed(signer.verifier, "log-b")
+        list(FileWitness(witness_path).witnessed(signer.verifier, "log-b"))
 
 
 def test_a_line_torn_by_a_crash_is_skipped_and_the_chain_goes_on(witness_path: Path, signer) -> None:
@@ -113,10 +113,10 @@ def test_a_line_torn_by_a_crash_is_skipped_and_the_chain_goes_on(witness_path: P
     witness.publish(cps[0])
     with witness_path.open("ab") as f:
         f.write(b'{"v":1,"n":2,"prev":"ab')  # power lost mid-line
-    assert FileWitness(witness_path).witnessed(signer.verifier, LOG_ID) == cps[:1]
+    assert list(FileWitness(witness_path).witnessed(signer.verifier, LOG_ID)) == cps[:1]
     witness.publish(cps[1])
     witness.publish(cps[2])
-    assert FileWitness(witness_path).witnessed(signer.verifier, LOG_ID) == cps
+    assert list(FileWitness(witness_path).witnessed(signer.verifier, LOG_ID)) == cps
 
 
 def test_two_writers_on_one_file_chain_correctly(witness_path: Path, signer) -> None:
@@ -125,7 +125,7 @@ def test_two_writers_on_one_file_chain_correctly(witness_path: Path, signer) -> 
     gateway, cli = FileWitness(witness_path, signer), FileWitness(witness_path, signer)
     for i, cp in enumerate(cps):
         (gateway if i % 2 else cli).publish(cp)
-    assert FileWitness(witness_path).witnessed(signer.verifier, LOG_ID) == cps
+    assert list(FileWitness(witness_path).witnessed(signer.verifier, LOG_ID)) == cps
 
 
 def test_newest_is_the_highest_index_even_when_published_out_of_order(witness_path: Path, signer) -> None:
