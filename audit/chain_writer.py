@@ -134,7 +134,7 @@ class ChainWriter:
             if new_checkpoint is not None:
                 self._last_checkpoint_at = self._clock()
                 if self._witness is not None:
-                    self._witness.publish(new_checkpoint)  # durable in the store first: never ahead
+                    self._witness.publish_later(new_checkpoint)  # durable in the store first: never ahead
             seqs = [row.seq for row in rows]
             if self._outage is not None:
                 self._outage = None

@@ -152,9 +152,12 @@ class AuditLog:
             raise AuditConfigError(
                 f"audit log is signed by key {head.checkpoint.key_id}, configured key is {signer.key_id}"
             )
+        witness_note = ""
         if witness is not None and check_witness:
             try:
-                await loop.run_in_executor(read_pool, witness.check_store, store, signer.verifier)
+                witness_note = await loop.run_in_executor(
+                    read_pool, witness.check_store, store, signer.verifier
+                )
             except Exception:
                 read_pool.shutdown()
                 await asyncio.to_thread(store.close)
@@ -178,7 +181,9 @@ class AuditLog:
             witness=witness,
         )
         if record_lifecycle:
-            await log.append(AuditEvent(event_type=EventType.SERVICE_START, decision=Decision.ALLOW))
+            await log.append(
+                AuditEvent(event_type=EventType.SERVICE_START, decision=Decision.ALLOW, detail=witness_note)
+            )
         return log
 
     @property
@@ -197,8 +202,10 @@ class AuditLog:
         return await self._group.append(Entry(encoded, content))
 
     async def checkpoint(self) -> None:
-        """Seal everything appended so far now (also used by tests instead of waiting 60 s)."""
+        """Seal everything appended so far now, witnessed (also used by tests instead of waiting 60 s)."""
         await self._group.barrier()
+        if self.witness is not None:
+            await asyncio.to_thread(self.witness.flush)
 
     async def close(self) -> None:
         if self._is_closing:

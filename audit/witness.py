@@ -10,16 +10,19 @@ and ``verify`` holds the store to every checkpoint a readable witness has seen:
     witness:  cp 1 .. cp 9                      -> "checkpoint 9 was witnessed but is missing"
     witness:  cp 7 with another digest          -> "the store was rolled back or rewritten"
 
-Publishing happens on the writer thread right after the checkpoint's transaction is durable, so
-a witness is never ahead of its store except after tampering (start-up refuses then). A failed
-publication is logged and does not refuse appends: the records are durable in the store, and
-the next checkpoint (at most ``checkpoint_interval_s`` later) publishes the head again.
+The writer hands each checkpoint over once its transaction is durable, so a witness is never
+ahead of its store except after tampering (start-up refuses then). Publication runs in order on
+a thread of its own: a slow or unreachable witness (an fsync, a PostgreSQL connect timeout)
+never holds up appends. A failed publication is logged and does not refuse appends: the records
+are durable in the store, and the next checkpoint (at most ``checkpoint_interval_s`` later) is
+published all the same.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -61,6 +64,7 @@ class Witness:
     def __init__(self, publishers: Sequence[CheckpointPublisher], readers: Sequence[WitnessReader]) -> None:
         self._publishers = tuple(publishers)
         self._readers = tuple(readers)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-witness")
         self.num_failures = 0
         """Publications that failed since start (each logged)."""
 
@@ -71,8 +75,16 @@ class Witness:
     def is_readable(self) -> bool:
         return bool(self._readers)
 
+    def publish_later(self, checkpoint: Checkpoint) -> None:
+        """Queue ``checkpoint`` for publication (in order) and return at once; ``flush`` waits for it."""
+        self._pool.submit(self.publish, checkpoint)
+
+    def flush(self) -> None:
+        """Wait until every queued publication is done."""
+        self._pool.submit(lambda: None).result()
+
     def publish(self, checkpoint: Checkpoint) -> None:
-        """Publish to every witness; failures are counted and logged, never raised (see module doc)."""
+        """Publish to every witness now; failures are counted and logged, never raised (see module doc)."""
         for publisher in self._publishers:
             try:
                 publisher.publish(checkpoint)
@@ -86,6 +98,8 @@ class Witness:
                 )
 
     def close(self) -> None:
+        """Finish the queued publications, then close the witnesses."""
+        self._pool.shutdown(wait=True)
         for publisher in self._publishers:
             publisher.close()
 
@@ -102,10 +116,11 @@ class Witness:
                     newest = cp
         return Witnessed(digests, newest)
 
-    def check_store(self, store: AuditStore, verifier: CheckpointVerifier) -> None:
+    def check_store(self, store: AuditStore, verifier: CheckpointVerifier) -> str:
         """At start-up: refuse a store that lacks, or differs from, the newest witnessed checkpoint.
 
-        An empty witness adopts the store's newest checkpoint (a new witness on an existing log).
+        An empty witness adopts the store's newest checkpoint (a new witness on an existing log,
+        or one deleted: the returned note goes into the start record, so adoption is on record).
         """
         head = store.head()
         is_any_empty = False
@@ -133,6 +148,8 @@ class Witness:
                 head.checkpoint.seq,
             )
             self.publish(head.checkpoint)
+            return f"audit witness started at checkpoint {head.checkpoint.index} (records up to {head.checkpoint.seq})"
+        return ""
 
 
 def open_witness(cfg: AuditConfig, data_dir: Path, signer: CheckpointSigner) -> Witness | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from audit.bundle import iter_checkpoints
 from audit.checkpoint import Checkpoint
 from audit.config import AuditConfig
+from audit.query import AuditQuery
 from audit.signer import CheckpointVerifier
 from audit.sqlite_store import SqliteStore
 from audit.testing import sample_event as event
@@ -75,10 +77,12 @@ def test_an_empty_witness_adopts_an_existing_log(open_log, tmp_path: Path) -> No
         log = await open_log(AuditConfig(witness_file=""))
         await log.append(event(1))
         await log.close()
-        log = await open_log(record_lifecycle=False)  # the witness is configured from now on
+        log = await open_log()  # the witness is configured from now on
         report = await log.verify()
+        start = (await log.search(AuditQuery(event_type="service_start"))).records[-1]
         await log.close()
         assert report.ok and report.witnessed_seq > 0
+        assert start.event.detail.startswith("audit witness started at checkpoint")  # adoption is on record
 
     asyncio.run(go())
 
@@ -144,3 +148,31 @@ def test_syslog_witness_reports_an_unreachable_socket(tmp_path: Path) -> None:
         SyslogWitness(str(tmp_path / "no-such-socket")).publish(
             Checkpoint(log_id="l", index=1, seq=0, head="0", time="t", prev="0", key_id="k")
         )
+
+
+class _StuckPublisher:
+    """A witness that hangs (an unreachable collector) until released."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.published: list[Checkpoint] = []
+
+    def publish(self, checkpoint: Checkpoint) -> None:
+        self.gate.wait(timeout=5)
+        self.published.append(checkpoint)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_stuck_witness_never_holds_up_the_writer() -> None:
+    stuck = _StuckPublisher()
+    witness = Witness([stuck], [])
+    cps = [Checkpoint(log_id="l", index=i, seq=i, head="0", time="t", prev="0", key_id="k") for i in (1, 2)]
+    for cp in cps:
+        witness.publish_later(cp)  # returns at once: the writer thread goes on
+    assert stuck.published == []
+    stuck.gate.set()
+    witness.flush()
+    assert stuck.published == cps  # in order
+    witness.close()
