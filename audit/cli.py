@@ -105,7 +105,8 @@ def _print_report(report: VerifyReport) -> None:
     if report.ok:
         click.echo(
             f"OK: {report.num_records} records, {report.num_checkpoints} checkpoints, "
-            f"last seq {report.last_seq}, signed through {report.sealed_seq}"
+            f"last seq {report.last_seq}, signed through {report.sealed_seq}, "
+            f"witnessed through {report.witnessed_seq}"
         )
         return
     click.echo(f"FAILED at record {report.first_bad_seq}: {report.problem}", err=True)
@@ -175,6 +176,8 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
         if key_path is None:
             raise click.UsageError("--file needs --public-key: a bundle is never trusted for its own key")
         verifier = CheckpointVerifier.from_pem(key_path.read_bytes())
+        if cfg.public_key_fingerprint not in (None, verifier.fingerprint):
+            raise click.UsageError(f"{key_path} is not the key pinned by audit.public_key_fingerprint")
         _print_report(verify_bundle(Path(bundle), verifier))
         return
 
@@ -195,8 +198,6 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
             "its own data directory, which proves it consistent, not authentic",
             err=True,
         )
-        if not cfg.create_signing_key:
-            sys.exit(4)
     if report.newest_checkpoint_time and not report.newest_checkpoint_final:
         age_s = time.time() - iso_to_us(report.newest_checkpoint_time) / 1e6
         if age_s > 2 * cfg.checkpoint_interval_s:
@@ -206,6 +207,8 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
                 err=True,
             )
             sys.exit(3)
+    if not report.key_pinned and not cfg.create_signing_key:
+        sys.exit(4)
 
 
 @audit.command()
