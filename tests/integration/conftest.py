@@ -127,3 +127,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]
 def serve() -> Any:
     """``with serve(tmp_path, extra_env=..., args=...) as gw:`` — a gateway of the test's own."""
     return served_gateway
+
+
+@pytest.fixture(scope="module")
+def stub_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]:
+    """A gateway over the model-free stub engine, shared by one module (control-plane tests)."""
+    with served_gateway(tmp_path_factory.mktemp("stub-serve"), args=("--stub-engine",)) as served:
+        yield served
