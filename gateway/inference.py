@@ -36,7 +36,6 @@ from gateway.errors import (
     GatewayError,
     ModelNotFoundError,
     NoEngineError,
-    PermissionDeniedError,
     UnauthenticatedError,
     http_error_of,
 )
@@ -123,7 +122,7 @@ class InferenceService:
         if card is None:
             if not self.engines.is_ready or self.engines.known_model(model):
                 raise NoEngineError(f"no engine serving model {model!r} is available")
-            raise ModelNotFoundError(f"The model '{model}' does not exist", param="model")
+            raise _absent(model)
         picked = self.engines.pick(model)
         if picked is None:
             raise NoEngineError(f"no engine is available for model {model!r}")
@@ -135,13 +134,17 @@ class InferenceService:
         """Everything between a parsed body and the engine call. Raises GatewayError (audited)."""
         assert ctx.principal is not None
         ctx.model = body.model
+        if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
+            # Answered exactly like a model that does not exist, before the engines are asked
+            # (a known model's outage would be a 503), so names cannot be enumerated; the audit
+            # record says what really happened.
+            await self.auditor.record(
+                ctx, EventType.AUTHORIZATION_DENIAL, Decision.DENY, status=404, reason="model not allowed"
+            )
+            raise _absent(body.model)
         try:
             card, client, instance = self._card(body.model)
             ctx.engine_instance = instance
-            if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
-                raise PermissionDeniedError(
-                    f"You are not allowed to use the model '{body.model}'", param="model"
-                )
             max_tokens = self._max_tokens(body, card)
             params = self._params(body, max_tokens)
             texts = _texts_of(body, allow_token_ids=self._allow_token_ids)
@@ -435,6 +438,10 @@ async def _close_lease(lease: QuotaLease, used_tokens: int) -> None:
 def _filter_context(prep: Prepared) -> FilterContext:
     roles = prep.ctx.principal.roles if prep.ctx.principal else ()
     return FilterContext(roles=roles, model=prep.body.model)
+
+
+def _absent(model: str) -> ModelNotFoundError:
+    return ModelNotFoundError(f"The model '{model}' does not exist", param="model")
 
 
 def _texts_of(body: ChatCompletionRequest | CompletionRequest, *, allow_token_ids: bool) -> list[str]:

@@ -67,7 +67,7 @@ async def _body(request: Request[Any, Any, Any], kind: type[_Body]) -> _Body:
         return msgspec.json.decode(await request.body(), type=kind)
     except msgspec.ValidationError as exc:
         raise InvalidPolicyError(f"invalid request body: {exc}") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise InvalidPolicyError(f"request body is not valid JSON: {exc}") from None
 
 
