@@ -27,7 +27,7 @@ from engine.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
 from engine.sampling_params import SamplingParams
 from filters import FilterContext, FilterPipeline
 from gateway.auditor import Auditor
-from gateway.auth import AuthenticationError, TokenVerifier
+from gateway.auth import AuthenticationError, RevocationUnavailableError, TokenVerifier
 from gateway.completion_builder import CompletionBuilder
 from gateway.engine_pool import EnginePool
 from gateway.errors import (
@@ -103,6 +103,11 @@ class InferenceService:
                 ctx, EventType.AUTHENTICATION_FAILURE, Decision.DENY, status=401, reason=exc.reason
             )
             raise UnauthenticatedError(exc.reason) from None
+        except RevocationUnavailableError as exc:
+            await self.auditor.record(
+                ctx, EventType.AUTHENTICATION_FAILURE, Decision.ERROR, status=503, reason=exc.message
+            )
+            raise
 
     async def reject(self, ctx: RequestContext, exc: BaseException) -> GatewayError:
         """Audit a refusal that happened after authentication and return its HTTP error."""
