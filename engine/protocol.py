@@ -32,6 +32,7 @@ __all__ = [
     "LogprobEntry",
     "ModelCard",
     "StreamEvent",
+    "TokenCount",
 ]
 
 
@@ -85,6 +86,13 @@ class ErrorEvent(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
 
 
 StreamEvent = DeltaEvent | ErrorEvent
+
+
+class TokenCount(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /engine/v1/tokens``: the prompt tokens a GenerateRequest would have, counted by the
+    model's own chat template and tokenizer (the gateway reserves quota with it)."""
+
+    num_tokens: int
 
 
 class ModelCard(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,7 +1,8 @@
 """The inference pipeline: one function per OpenAI endpoint, from parsed body to engine and back.
 
-    authenticate ─▶ parse ─▶ model known? ─▶ authorize ─▶ reserve quota ─▶ filter request
-        ─▶ engine ─▶ filter response (streamed: hold-back window) ─▶ settle quota ─▶ audit ─▶ answer
+    authenticate ─▶ parse ─▶ authorize (else 404, as unknown) ─▶ model known? ─▶ count prompt
+        tokens (engine) ─▶ reserve quota ─▶ filter request ─▶ engine ─▶ filter response
+        (streamed: hold-back window) ─▶ settle quota ─▶ audit ─▶ answer
 
 Every exit, allowed or refused, writes its audit record before the client sees an answer;
 if the record cannot be written, the request gets 503 instead (fail closed). A streamed answer
@@ -153,11 +154,11 @@ class InferenceService:
             max_tokens = self._max_tokens(body, card)
             params = self._params(body, max_tokens)
             texts = _texts_of(body, allow_token_ids=self._allow_token_ids)
+            # Counted by the engine, with the model's own template and tokenizer, before anything
+            # is reserved: a guess (bytes / 3) let concurrent requests overrun token quotas.
+            num_prompt = await client.count_tokens(self._generate_request(ctx, body, params, texts))
             lease = await self.quotas.reserve(
-                ctx.principal,
-                body.model,
-                _estimate_tokens(texts) + params.n * max_tokens,
-                max_tokens=max_tokens,
+                ctx.principal, body.model, num_prompt + params.n * max_tokens, max_tokens=max_tokens
             )
         except Exception as exc:
             # GatewayError, EngineError and the sibling packages' errors all carry a status.
@@ -486,11 +487,6 @@ def _single_prompt(prompt: str | list[Any]) -> str | list[int]:
     raise BadRequestError(
         "prompt must be a string or a list of token ids; one prompt per request", param="prompt"
     )
-
-
-def _estimate_tokens(texts: Sequence[str]) -> int:
-    # The engine tokenizes; the reservation only needs an upper-ish bound that settle corrects.
-    return sum(len(t.encode()) for t in texts) // 3 + 1
 
 
 def _merged(findings: Sequence[Finding]) -> list[Finding]:
