@@ -8,6 +8,7 @@ in a pool, so either drops in behind ``EngineClient``.
                               ◀── 200, NDJSON: one StreamEvent per line
                                   DeltaEvent ... DeltaEvent(finish_reason set) | ErrorEvent
                               ◀── 4xx/5xx, ErrorEvent  (rejected before the first token)
+    POST /engine/v1/tokens    GenerateRequest ──▶ ◀── TokenCount (its prompt tokens; nothing runs)
     GET  /engine/v1/info      ◀── EngineInfo (instance id, models, pool stats)
     GET  /engine/v1/health    ◀── 200 once every model is loaded, 503 before
 
