@@ -156,7 +156,11 @@ class InferenceService:
             texts = _texts_of(body, allow_token_ids=self._allow_token_ids)
             # Counted by the engine, with the model's own template and tokenizer, before anything
             # is reserved: a guess (bytes / 3) let concurrent requests overrun token quotas.
-            num_prompt = await client.count_tokens(self._generate_request(ctx, body, params, texts))
+            try:
+                num_prompt = await client.count_tokens(self._generate_request(ctx, body, params, texts))
+            except EngineUnavailableError:
+                self.engines.mark_down(client)
+                raise
             lease = await self.quotas.reserve(
                 ctx.principal, body.model, num_prompt + params.n * max_tokens, max_tokens=max_tokens
             )
