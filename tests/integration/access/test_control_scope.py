@@ -22,16 +22,18 @@ pytestmark = pytest.mark.integration
 ALL, RETAIL, WHOLESALE = "*", "retail", "wholesale"
 DOMAINS = (ALL, RETAIL, WHOLESALE)
 
-# caller -> (token roles, token tenant, domain of admin:policy, domain of audit:read); None: nowhere
+# caller -> (token roles, token tenant, domain of admin:policy, domain of audit:read); None: nowhere.
+# Audit rights come from roles this module grants, not from the default admin role's.
 CALLERS: dict[str, tuple[tuple[str, ...], str | None, str | None, str | None]] = {
-    "root": (("admin",), None, ALL, ALL),
-    "root-in-retail": (("admin",), RETAIL, RETAIL, RETAIL),
+    "root": (("admin", "reader", "content-reader"), None, ALL, ALL),
+    "root-in-retail": (("admin", "reader", "content-reader"), RETAIL, RETAIL, RETAIL),
     "retail-admin": (("tenant-admin",), RETAIL, RETAIL, None),
     "retail-admin-no-tenant": (("tenant-admin",), None, None, None),
     "wholesale-admin": (("tenant-admin",), WHOLESALE, None, None),
     "global-reader": (("reader",), None, None, ALL),
     "retail-reader": (("retail-reader",), RETAIL, None, RETAIL),
     "retail-reader-asks-wholesale": (("retail-reader",), WHOLESALE, None, None),
+    "retail-compliance": (("retail-reader", "retail-content"), RETAIL, None, RETAIL),
     "nobody": ((), None, None, None),
     "nobody-in-retail": ((), RETAIL, None, None),
 }
@@ -62,6 +64,8 @@ def control(stub_gateway: Any) -> Iterator[Control]:
         {"role": "tenant-admin", "pattern": "*", "action": "admin:policy", "domain": RETAIL},
         {"role": "reader", "pattern": "*", "action": "audit:read", "domain": ALL},
         {"role": "retail-reader", "pattern": "*", "action": "audit:read", "domain": RETAIL},
+        {"role": "retail-content", "pattern": "*", "action": "audit:content", "domain": RETAIL},
+        {"role": "content-reader", "pattern": "*", "action": "audit:content", "domain": ALL},
         {"role": "shopper", "pattern": "*", "action": "chat", "domain": ALL},
     ]
     for grant in setup:
@@ -151,6 +155,18 @@ def test_audit_reads_stay_in_the_callers_domain(control: Control, caller: str) -
     # A record that does not exist reads, to a tenant-scoped reader, like one of another tenant.
     missing = control.call(caller, "GET", "/audit/records/999999")
     assert missing.status_code == {ALL: 404, None: 403}.get(scope, 403)
+
+
+@pytest.mark.parametrize("caller", ["root", "retail-compliance", "retail-reader", "root-in-retail", "nobody"])
+def test_content_reaches_only_the_callers_domain(control: Control, caller: str) -> None:
+    content_scope = {"root": ALL, "retail-compliance": RETAIL, "root-in-retail": RETAIL}.get(caller)
+    for tenant in (RETAIL, WHOLESALE):
+        path = f"/audit/records/{control.seq_of[tenant]}/content"
+        # Past authorization the answer is 404: the default audit mode keeps no content.
+        expect = 404 if _covers(content_scope, tenant) else 403
+        assert control.call(caller, "GET", path).status_code == expect, (tenant, path)
+        match = control.call(caller, "POST", f"{path}/match", json={"text": "hi"})
+        assert match.status_code == expect, (tenant, path)
 
 
 def test_the_reported_escalation_chain_is_closed(control: Control) -> None:
