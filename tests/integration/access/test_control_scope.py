@@ -25,8 +25,8 @@ DOMAINS = (ALL, RETAIL, WHOLESALE)
 # caller -> (token roles, token tenant, domain of admin:policy, domain of audit:read); None: nowhere.
 # Audit rights come from roles this module grants, not from the default admin role's.
 CALLERS: dict[str, tuple[tuple[str, ...], str | None, str | None, str | None]] = {
-    "root": (("admin", "reader", "content-reader"), None, ALL, ALL),
-    "root-in-retail": (("admin", "reader", "content-reader"), RETAIL, RETAIL, RETAIL),
+    "root": (("admin", "compliance", "reader", "content-reader"), None, ALL, ALL),
+    "root-in-retail": (("admin", "compliance", "reader", "content-reader"), RETAIL, RETAIL, RETAIL),
     "retail-admin": (("tenant-admin",), RETAIL, RETAIL, None),
     "retail-admin-no-tenant": (("tenant-admin",), None, None, None),
     "wholesale-admin": (("tenant-admin",), WHOLESALE, None, None),
@@ -96,14 +96,17 @@ def test_admin_writes_stay_in_the_callers_domain(control: Control, caller: str, 
     allowed = _covers(CALLERS[caller][2], domain)
     grant = {"role": _role(caller, domain), "pattern": "*", "action": "admin:policy", "domain": domain}
     assert control.call(caller, "POST", "/admin/grants", json=grant).status_code == (201 if allowed else 403)
-    # Assigning oneself the global admin role in the domain: the escalation of the report.
+    # Assigning oneself the global admin role in the domain: the escalation of the report. Only a
+    # caller who already holds every right of `admin` there may (no one hands out what it lacks).
     mine = {"user": caller, "role": "admin", "domain": domain}
+    may_assign = allowed and "admin" in CALLERS[caller][0]
     assert control.call(caller, "POST", "/admin/assignments", json=mine).status_code == (
-        201 if allowed else 403
+        201 if may_assign else 403
     )
     if allowed:
-        removed = control.call(caller, "POST", "/admin/assignments/remove", json=mine)
-        assert removed.status_code == 200
+        if may_assign:
+            removed = control.call(caller, "POST", "/admin/assignments/remove", json=mine)
+            assert removed.status_code == 200
         assert control.call(caller, "POST", "/admin/grants/remove", json=grant).status_code == 200
     else:  # removing someone else's rule in a domain out of reach is refused too
         theirs = {"role": "tenant-admin", "pattern": "*", "action": "admin:policy", "domain": RETAIL}
@@ -186,3 +189,32 @@ def test_the_reported_escalation_chain_is_closed(control: Control) -> None:
     reasons = {(d["event"]["subject"], d["event"]["reason"]) for d in denials}
     assert ("retail-admin", "admin:policy not held in domain '*'") in reasons
     assert ("retail-reader", "audit:read not held in domain 'wholesale'") in reasons
+
+
+def test_no_one_hands_out_control_rights_it_lacks(control: Control) -> None:
+    """Separation of duties inside a tenant: a tenant's administrator could assign itself the
+    default `admin` role there (and with it admin:keys and audit:read), and a global administrator
+    could grant itself audit:content. A caller now hands out only control rights it holds."""
+    for body in (
+        {"user": "retail-admin", "role": "admin", "domain": RETAIL},
+        {"user": "retail-admin", "role": "compliance", "domain": RETAIL},
+        {"user": "retail-admin", "role": "retail-reader", "domain": RETAIL},
+    ):
+        assert control.call("retail-admin", "POST", "/admin/assignments", json=body).status_code == 403, body
+    content = {"role": "tenant-admin", "pattern": "*", "action": "audit:content", "domain": RETAIL}
+    assert control.call("retail-admin", "POST", "/admin/grants", json=content).status_code == 403
+    # Model grants stay an administrator's to give, and so does a right it holds itself.
+    model = {"role": "tenant-admin", "pattern": "demo-chat", "action": "chat", "domain": RETAIL}
+    assert control.call("retail-admin", "POST", "/admin/grants", json=model).status_code == 201
+    assert control.call("retail-admin", "POST", "/admin/grants/remove", json=model).status_code == 200
+    # A holder of audit:content (root has `compliance`) may grant it.
+    assert control.call("root", "POST", "/admin/grants", json=content).status_code == 201
+    assert control.call("root", "POST", "/admin/grants/remove", json=content).status_code == 200
+    denials = control.call(
+        "root",
+        "GET",
+        "/audit/records",
+        params={"event_type": "authorization_denial", "subject": "retail-admin", "limit": "500"},
+    )
+    reasons = [r["event"]["reason"] for r in denials.json()["records"]]
+    assert any("would hand out permissions not held: audit:content" in r for r in reasons), reasons
