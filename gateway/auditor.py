@@ -79,7 +79,15 @@ class Auditor:
         return seq
 
     async def record_answer(self, ctx: RequestContext, status: int) -> int:
-        """The record of a request nothing else recorded: what was answered, and why if an error."""
+        """The record of a request nothing else recorded, or its ``on_answer`` record: what was
+        answered, and why if an error."""
+        if ctx.on_answer is not None:
+            reason = ctx.error_reason if status >= 400 else ctx.on_answer.reason
+            event = msgspec.structs.replace(
+                ctx.on_answer, status=status, reason=reason, latency_ms=round(ctx.elapsed_ms(), 3)
+            )
+            ctx.on_answer = None
+            return await RequestSink(self._sink, ctx).append(event)
         if status < 400:
             event_type, decision = EventType.REQUEST, Decision.ALLOW
         else:
@@ -109,17 +117,28 @@ class RequestSink:
 
     async def append(self, event: AuditEvent) -> int:
         ctx = self._ctx
-        event = msgspec.structs.replace(
+        try:
+            seq = await self._sink.append(self._stamped(event))
+        except AuditUnavailableError:
+            ctx.is_audit_down = True
+            raise
+        ctx.num_records += 1
+        return seq
+
+    async def append_on_answer(self, event: AuditEvent) -> None:
+        """Record ``event`` as the answer starts, its status the one answered (RequestMiddleware
+        writes it before the first byte leaves, or answers 503); at once where no middleware is."""
+        if self._ctx.has_middleware:
+            self._ctx.on_answer = self._stamped(event)
+        else:
+            await self.append(event)
+
+    def _stamped(self, event: AuditEvent) -> AuditEvent:
+        ctx = self._ctx
+        return msgspec.structs.replace(
             event,
             request_id=ctx.request_id,
             trace_id=event.trace_id or ctx.trace_id,
             client_ip=event.client_ip or ctx.client_ip,
             endpoint=event.endpoint or ctx.endpoint,
         )
-        try:
-            seq = await self._sink.append(event)
-        except AuditUnavailableError:
-            ctx.is_audit_down = True
-            raise
-        ctx.num_records += 1
-        return seq

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from audit.event import AuditEvent
 from gateway.auth.principal import Principal
 
 __all__ = ["RequestContext", "new_request_id", "request_context"]
@@ -36,6 +37,10 @@ class RequestContext:
     """What the audit record says of the error answered (no client values; see errors.py)."""
     is_audit_down: bool = False
     """The answer is the audit-unavailable 503: no further record is attempted."""
+    has_middleware: bool = False
+    """RequestMiddleware serves this request: it can write a record as the answer starts."""
+    on_answer: AuditEvent | None = None
+    """The request's record, to be written as the answer starts with the status it carries."""
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000.0

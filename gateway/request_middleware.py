@@ -6,8 +6,10 @@ record carries, and ends the span only when the last body byte (of a stream too)
 Exactly one record per request: the handlers record their decisions through the request's
 ``RequestContext``; when the answer starts and none did (the framework refused the request, a
 metadata read, an error before any decision), this layer writes it, before the first byte
-leaves. If that record cannot be written the answer becomes the audit-unavailable 503. Only the
-probes' own answers (GET /healthz, /readyz, /metrics: 200 or 503) go unrecorded.
+leaves. A handler may also leave its record to be written then (``RequestSink.append_on_answer``:
+an allowed ``/audit`` access), so it carries the status the caller gets. If that record cannot be
+written the answer becomes the audit-unavailable 503. Only the probes' own answers (GET /healthz,
+/readyz, /metrics: 200 or 503) go unrecorded.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class RequestMiddleware:
             trace_id=trace_id,
             endpoint=f"{scope.get('method', '')} {path}",
             client_ip=client[0] if client else "",
+            has_middleware=True,
         )
         is_replaced = False
 
@@ -102,7 +105,9 @@ class RequestMiddleware:
 
     async def _is_recorded(self, ctx: RequestContext, method: str, path: str, status: int) -> bool:
         """True once the request has its record (writing it if needed); False if it cannot."""
-        if ctx.num_records or ctx.is_audit_down or _is_probe(method, path, status):
+        if ctx.is_audit_down or (
+            ctx.on_answer is None and (ctx.num_records or _is_probe(method, path, status))
+        ):
             return True
         auditor = self._auditor()
         if auditor is None:  # no services (an app under test without them)

@@ -81,9 +81,10 @@ async def _authorize(
     else:
         reason = ""
     allowed = not reason
-    # Through the request's sink: the record carries the server's request id, not a client header.
+    # Through the request's sink: the record carries the server's request id, not a client header,
+    # and an allowed access is written as the answer starts, with the status the caller gets.
     sink = RequestSink(audit_log, request_context(request.scope))  # type: ignore[arg-type]
-    await sink.append(
+    await (sink.append if not allowed else sink.append_on_answer)(
         AuditEvent(
             event_type=EventType.AUDIT_ACCESS if allowed else EventType.AUTHORIZATION_DENIAL,
             decision=Decision.ALLOW if allowed else Decision.DENY,

@@ -150,6 +150,7 @@ def test_every_request_gets_exactly_one_record_whatever_answers_it(gw: Any) -> N
         (httpx.get(f"{base}/v1/models", headers=analyst), 200),
         (httpx.get(f"{base}/audit/records", params={"limit": 0}, headers=gw.admin), 400),
         (httpx.get(f"{base}/audit/records/not-a-number", headers=gw.admin), 404),
+        (httpx.get(f"{base}/audit/records/99999999", headers=gw.admin), 404),
     ]
     for response, status in cases:
         assert response.status_code == status, (response.request.url, response.text)
@@ -158,6 +159,9 @@ def test_every_request_gets_exactly_one_record_whatever_answers_it(gw: Any) -> N
     denied = one_record(gw, cases[5][0])["event"]
     assert denied["subject"] == "alice" and denied["decision"] == "deny"
     assert one_record(gw, cases[6][0])["event"]["event_type"] == "request"
+    # An allowed /audit access is recorded with what the caller got, not a 200 written beforehand.
+    assert one_record(gw, cases[7][0])["event"]["event_type"] == "audit_access"
+    assert one_record(gw, cases[9][0])["event"]["event_type"] == "audit_access"
     # Probes stay unrecorded: a load balancer asking every second would bury the real records.
     probe = httpx.get(f"{base}/healthz")
     assert probe.status_code == 200 and records_of(gw, probe.headers["x-request-id"]) == []

@@ -7,11 +7,12 @@ from typing import Any
 
 import httpx
 from litestar import Litestar, Request, get
+from litestar.exceptions import NotFoundException
 
 from audit.event import AuditEvent, Decision, EventType
 from audit.record import AuditContent
 from audit.testing import MemorySink
-from gateway.auditor import Auditor
+from gateway.auditor import Auditor, RequestSink
 from gateway.request_context import request_context
 from gateway.request_middleware import RequestMiddleware
 from gateway.telemetry import Telemetry
@@ -25,8 +26,8 @@ class LogSink(MemorySink):
         return await super().append(event)
 
 
-def _app(sink: LogSink) -> RequestMiddleware:
-    auditor = Auditor(sink)
+def _app(sink_: LogSink) -> RequestMiddleware:
+    auditor = Auditor(sink_)
 
     @get("/recorded")
     async def recorded(request: Request[Any, Any, Any]) -> str:
@@ -35,11 +36,19 @@ def _app(sink: LogSink) -> RequestMiddleware:
         )
         return "ok"
 
+    @get("/access")
+    async def access(request: Request[Any, Any, Any]) -> str:
+        sink = RequestSink(sink_, request_context(request.scope))  # type: ignore[arg-type]
+        await sink.append_on_answer(
+            AuditEvent(event_type=EventType.AUDIT_ACCESS, decision=Decision.ALLOW, status=200)
+        )
+        raise NotFoundException("no such record")
+
     @get("/healthz")
     async def healthz() -> str:
         return "ok"
 
-    app = Litestar(route_handlers=[recorded, healthz])
+    app = Litestar(route_handlers=[recorded, access, healthz])
     return RequestMiddleware(app, Telemetry.install(TelemetryConfig()), lambda: auditor)
 
 
@@ -65,6 +74,15 @@ def test_each_request_has_exactly_one_record_with_the_servers_id() -> None:
     assert (refused.event_type, refused.decision, refused.status) == ("request_rejected", "deny", 404)
     assert refused.endpoint == "GET /no/such/route"
     assert by_id[recorded.headers["x-request-id"]].event_type == "inference"  # not recorded twice
+
+
+def test_a_record_left_for_the_answer_carries_the_status_answered() -> None:
+    sink = LogSink()
+    [missing] = _get(_app(sink), "/access")
+    assert missing.status_code == 404
+    [event] = sink.events
+    assert (event.event_type, event.decision, event.status) == ("audit_access", "allow", 404)
+    assert event.request_id == missing.headers["x-request-id"]
 
 
 def test_an_answer_that_cannot_be_recorded_becomes_503() -> None:
