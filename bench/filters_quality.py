@@ -34,7 +34,7 @@ Prediction = tuple[str, int, int]
 
 def ours(samples: list[Sample]) -> list[list[Prediction]]:
     detectors = builtin_detectors()
-    scanner = Scanner(detectors, timeout_s=10.0)
+    scanner = Scanner(detectors)
     actions = {d.name: Action.FLAG for d in detectors}
     out = []
     for sample in samples:

@@ -1,37 +1,49 @@
 """The content filter the gateway calls: requests, whole responses, and streams.
 
     pipeline = FilterPipeline.from_config(settings.filters, settings.data_dir)
-    result = pipeline.check_request(texts, FilterContext(roles=principal.roles, model=model))
+    result = await pipeline.acheck_request(texts, FilterContext(roles=principal.roles, model=model))
     if result.blocked: -> 400 content_policy_violation; forward result.texts otherwise
     sf = pipeline.stream(ctx); step = sf.feed(delta) ... sf.finish(); audit sf.findings
 
 Every text is normalized, scanned by the detectors the policy turns on for this direction,
 role and model, and rewritten on the original characters. Findings carry type, count, action
 and direction only.
+
+The ``a``-prefixed methods are for the event loop: they scan in bounded steps
+(``filters.windowed_scan``) and yield to the loop between them, so other clients are served
+while a long text is filtered. The plain methods run the same steps to the end (CLI, tests).
+Work per request or response is capped by ``max_scan_chars`` (``filters.scan_budget``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
 from opentelemetry.metrics import MeterProvider
 
 from filters.action import Action, Direction
-from filters.config import FilterConfig
+from filters.config import DEFAULT_MAX_SCAN_CHARS, FilterConfig
 from filters.context import FilterContext, FilterResult, Hit
+from filters.errors import ScanBudgetError
 from filters.finding_tally import FindingTally
 from filters.normalized import normalize
 from filters.policy_source import PolicySource
 from filters.rewrite import FAILED_PLACEHOLDER, rewrite
 from filters.ruleset import Ruleset
+from filters.scan_budget import ScanBudget
 from filters.stream_filter import StreamFilter
+from filters.windowed_scan import windowed_scan
+
+_CheckSteps = Generator[None, None, FilterResult]
 
 
 class FilterPipeline:
-    def __init__(self, source: PolicySource) -> None:
+    def __init__(self, source: PolicySource, *, max_scan_chars: int = DEFAULT_MAX_SCAN_CHARS) -> None:
         self._source = source
+        self.max_scan_chars = max_scan_chars
         normalize("é")  # builds the fold table (~1 s) at start-up, not on the first request
 
     @classmethod
@@ -41,17 +53,13 @@ class FilterPipeline:
         data_dir: str | Path,
         *,
         clock: Callable[[], float] = time.monotonic,
-        scan_clock: Callable[[], float] = time.perf_counter,
         meter_provider: MeterProvider | None = None,
     ) -> FilterPipeline:
         """Raises PolicyError when the policy or a keyword list cannot be loaded (fail closed).
 
-        ``clock`` paces the policy file's mtime checks; ``scan_clock`` times detectors against
-        the scan budget; ``meter_provider`` None means the global one."""
-        source = PolicySource.from_config(
-            config, data_dir, clock=clock, scan_clock=scan_clock, meter_provider=meter_provider
-        )
-        return cls(source)
+        ``clock`` paces the policy file's mtime checks; ``meter_provider`` None means the global one."""
+        source = PolicySource.from_config(config, data_dir, clock=clock, meter_provider=meter_provider)
+        return cls(source, max_scan_chars=config.max_scan_chars)
 
     def __repr__(self) -> str:
         return f"FilterPipeline(source={self._source!r})"
@@ -65,11 +73,20 @@ class FilterPipeline:
         self._source.reload()
 
     def check_request(self, texts: Sequence[str], ctx: FilterContext) -> FilterResult:
-        """Scan every message content (and tool-call argument string) of one request."""
-        return self._check(texts, ctx, Direction.REQUEST)
+        """Scan every message content (and tool-call argument string) of one request.
+
+        Raises ``ScanBudgetError`` (413) when they hold more than ``max_scan_chars``."""
+        return _run(self._check(texts, ctx, Direction.REQUEST))
 
     def check_response(self, text: str, ctx: FilterContext) -> FilterResult:
-        return self._check([text], ctx, Direction.RESPONSE)
+        return _run(self._check([text], ctx, Direction.RESPONSE))
+
+    async def acheck_request(self, texts: Sequence[str], ctx: FilterContext) -> FilterResult:
+        """``check_request`` in bounded steps, yielding to the event loop between them."""
+        return await _arun(self._check(texts, ctx, Direction.REQUEST))
+
+    async def acheck_response(self, text: str, ctx: FilterContext) -> FilterResult:
+        return await _arun(self._check([text], ctx, Direction.RESPONSE))
 
     def stream(self, ctx: FilterContext) -> StreamFilter:
         ruleset = self.ruleset
@@ -92,19 +109,51 @@ class FilterPipeline:
             hits.append(Hit(type=match.detector, start=start, end=end, action=match.action.value))
         return hits, any(m.action is Action.BLOCK for m in outcome.matches)
 
-    def _check(self, texts: Sequence[str], ctx: FilterContext, direction: Direction) -> FilterResult:
+    def _check(self, texts: Sequence[str], ctx: FilterContext, direction: Direction) -> _CheckSteps:
         ruleset = self.ruleset
         actions = ruleset.actions_for(direction, ctx)
         tally = FindingTally(direction)
+        budget = ScanBudget(self.max_scan_chars)
         out: list[str] = []
-        for text in texts:
-            norm = normalize(text)
-            outcome = ruleset.scanner.scan(norm.text, actions)
-            if outcome.failed is not None:
-                tally.add(f"detector_failed:{outcome.failed}", ruleset.policy.on_error)
-                out.append(FAILED_PLACEHOLDER)
-                continue
-            for match in outcome.matches:
-                tally.add(match.detector, match.action)
-            out.append(rewrite(norm, outcome.matches) if outcome.matches else text)
+        try:
+            # Refused before any work when the texts alone are over the budget.
+            if sum(len(t) for t in texts) > budget.max_chars:
+                raise ScanBudgetError(budget.max_chars)
+            for text in texts:
+                norm, outcome = yield from windowed_scan(ruleset.scanner, actions, text, budget)
+                if outcome.failed is not None:
+                    tally.add(f"detector_failed:{outcome.failed}", ruleset.policy.on_error)
+                    out.append(FAILED_PLACEHOLDER)
+                    continue
+                for match in outcome.matches:
+                    tally.add(match.detector, match.action)
+                out.append(rewrite(norm, outcome.matches) if outcome.matches else text)
+        except ScanBudgetError:
+            if direction is Direction.REQUEST:
+                raise
+            # A response cannot be refused: it fails closed like a failed detector.
+            tally.add("scan_budget_exceeded", ruleset.policy.on_error)
+            out = [FAILED_PLACEHOLDER] * len(texts)
         return FilterResult(blocked=tally.is_blocking, texts=out, findings=tally.findings())
+
+
+def _run(steps: _CheckSteps) -> FilterResult:
+    while (result := _step(steps)) is None:
+        pass
+    return result
+
+
+async def _arun(steps: _CheckSteps) -> FilterResult:
+    while (result := _step(steps)) is None:
+        await asyncio.sleep(0)  # noqa: ASYNC110 (not waiting on anything: letting other tasks run)
+    return result
+
+
+def _step(steps: _CheckSteps) -> FilterResult | None:
+    """One bounded step; the result once there are no more."""
+    try:
+        next(steps)
+    except StopIteration as done:
+        result: FilterResult = done.value
+        return result
+    return None

@@ -25,7 +25,7 @@ from engine.client import EngineClient
 from engine.errors import EngineError, EngineUnavailableError
 from engine.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
 from engine.sampling_params import SamplingParams
-from filters import FilterContext, FilterPipeline
+from filters import FilterContext, FilterPipeline, ScanBudgetError
 from gateway.auditor import Auditor
 from gateway.auth import AuthenticationError, TokenVerifier
 from gateway.completion_builder import CompletionBuilder
@@ -159,9 +159,12 @@ class InferenceService:
                 raise await self.reject(ctx, exc) from None
             raise
         try:
-            result = self.filters.check_request(
-                texts, FilterContext(roles=ctx.principal.roles, model=body.model)
-            )
+            try:
+                result = await self.filters.acheck_request(
+                    texts, FilterContext(roles=ctx.principal.roles, model=body.model)
+                )
+            except ScanBudgetError as exc:
+                raise await self.reject(ctx, exc) from None
             findings = list(result.findings)
             if result.blocked:
                 await self.auditor.record(
@@ -270,7 +273,7 @@ class InferenceService:
                 raise await self.reject(prep.ctx, exc) from None
             ctx_f = _filter_context(prep)
             for index, text in builder.texts().items():
-                result = self.filters.check_response(text, ctx_f)
+                result = await self.filters.acheck_response(text, ctx_f)
                 prep.findings.extend(result.findings)
                 builder.replace(index, "" if result.blocked else result.texts[0], blocked=result.blocked)
             usage = builder.usage()
