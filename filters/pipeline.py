@@ -144,9 +144,10 @@ def _run(steps: _CheckSteps) -> FilterResult:
 
 
 async def _arun(steps: _CheckSteps) -> FilterResult:
-    while (result := _step(steps)) is None:
-        await asyncio.sleep(0)  # noqa: ASYNC110 (not waiting on anything: letting other tasks run)
-    return result
+    while True:
+        if (result := _step(steps)) is not None:
+            return result
+        await asyncio.sleep(0)
 
 
 def _step(steps: _CheckSteps) -> FilterResult | None:
