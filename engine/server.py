@@ -131,7 +131,7 @@ class EngineServer:
 
     def _prompt(self, req: GenerateRequest) -> str | list[int]:
         if req.messages is not None:
-            return self.backend.render_chat(req.model, [msgspec.to_builtins(m) for m in req.messages])
+            return self.backend.chat_prompt(req.model, [msgspec.to_builtins(m) for m in req.messages])
         if req.prompt_token_ids is not None:
             return req.prompt_token_ids
         if req.prompt is not None:

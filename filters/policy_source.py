@@ -17,6 +17,7 @@ from pathlib import Path
 from opentelemetry import metrics
 
 from filters.config import FilterConfig
+from filters.control_tokens import ControlTokenDetector
 from filters.detector import Detector
 from filters.detectors import KeywordDetector, builtin_detectors
 from filters.detectors.keyword import read_terms
@@ -126,6 +127,7 @@ class PolicySource:
             *builtin_detectors(),
             KeywordDetector("keyword", keyword_terms, priority=10, max_gap=policy.keywords.max_gap),
             KeywordDetector("prompt_injection", phrases, priority=5, max_gap=policy.injection.max_gap),
+            ControlTokenDetector(),
             *self._extra_detectors,
         ]
 
