@@ -37,6 +37,7 @@ class _Pending:
     token_ids: list[int]
     params: SamplingParams
     tenant: str | None
+    subject: str | None
     priority: int
 
 
@@ -143,6 +144,7 @@ class AsyncEngine:
         params: SamplingParams,
         *,
         tenant: str | None = None,
+        subject: str | None = None,
         priority: int = 0,
     ) -> AsyncIterator[StreamDelta]:
         """Deltas of all ``params.n`` completions as they come; the stream ends when all finished.
@@ -155,7 +157,7 @@ class AsyncEngine:
             if request_id in self._streams:
                 raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
             self._streams[request_id] = stream
-            self._pending.append(_Pending(request_id, model, token_ids, params, tenant, priority))
+            self._pending.append(_Pending(request_id, model, token_ids, params, tenant, subject, priority))
             self._cond.notify_all()
         open_indices = set(range(params.n))
         try:
@@ -225,7 +227,13 @@ class AsyncEngine:
                 continue
             try:
                 core.add_tokenized(
-                    p.request_id, p.model, p.token_ids, p.params, tenant=p.tenant, priority=p.priority
+                    p.request_id,
+                    p.model,
+                    p.token_ids,
+                    p.params,
+                    tenant=p.tenant,
+                    subject=p.subject,
+                    priority=p.priority,
                 )
             except EngineError as exc:
                 with self._cond:

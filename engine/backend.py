@@ -47,6 +47,7 @@ class EngineBackend(Protocol):
         params: SamplingParams,
         *,
         tenant: str | None = None,
+        subject: str | None = None,
         priority: int = 0,
     ) -> AsyncIterator[Any]: ...
     async def abort(self, request_id: str) -> None: ...

@@ -152,7 +152,13 @@ class EngineServer:
             try:
                 prompt = server._prompt(req)
                 stream = server.backend.generate(
-                    req.request_id, req.model, prompt, req.params, tenant=req.tenant, priority=req.priority
+                    req.request_id,
+                    req.model,
+                    prompt,
+                    req.params,
+                    tenant=req.tenant,
+                    subject=req.subject,
+                    priority=req.priority,
                 ).__aiter__()
                 # Pull the first delta here so validation errors become a plain HTTP error.
                 first = await stream.__anext__()

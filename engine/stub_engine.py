@@ -73,6 +73,7 @@ class StubEngine:
         params: SamplingParams,
         *,
         tenant: str | None = None,
+        subject: str | None = None,
         priority: int = 0,
     ) -> AsyncIterator[StubDelta]:
         info = self._check(model)

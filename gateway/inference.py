@@ -237,12 +237,12 @@ class InferenceService:
         params: SamplingParams,
         texts: list[str],
     ) -> GenerateRequest:
-        tenant = ctx.principal.tenant if ctx.principal else None
         common: dict[str, Any] = {
             "request_id": ctx.request_id,
             "model": body.model,
             "params": params,
-            "tenant": tenant,
+            "tenant": ctx.principal.tenant if ctx.principal else None,
+            "subject": ctx.principal.subject if ctx.principal else None,
         }
         if isinstance(body, ChatCompletionRequest):
             messages = [
