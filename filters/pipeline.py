@@ -39,11 +39,16 @@ from filters.windowed_scan import windowed_scan
 
 _CheckSteps = Generator[None, None, FilterResult]
 
+LONG_SCANS_AT_ONCE = 2
+"""Scans of more than one step that advance at a time; others wait without using the CPU, so
+a flood of long bodies delays the event loop by at most this many steps per turn."""
+
 
 class FilterPipeline:
     def __init__(self, source: PolicySource, *, max_scan_chars: int = DEFAULT_MAX_SCAN_CHARS) -> None:
         self._source = source
         self.max_scan_chars = max_scan_chars
+        self._long_scans = asyncio.Semaphore(LONG_SCANS_AT_ONCE)
         normalize("é")  # builds the fold table (~1 s) at start-up, not on the first request
 
     @classmethod
@@ -83,10 +88,10 @@ class FilterPipeline:
 
     async def acheck_request(self, texts: Sequence[str], ctx: FilterContext) -> FilterResult:
         """``check_request`` in bounded steps, yielding to the event loop between them."""
-        return await _arun(self._check(texts, ctx, Direction.REQUEST))
+        return await _arun(self._check(texts, ctx, Direction.REQUEST), self._long_scans)
 
     async def acheck_response(self, text: str, ctx: FilterContext) -> FilterResult:
-        return await _arun(self._check([text], ctx, Direction.RESPONSE))
+        return await _arun(self._check([text], ctx, Direction.RESPONSE), self._long_scans)
 
     def stream(self, ctx: FilterContext) -> StreamFilter:
         ruleset = self.ruleset
@@ -143,11 +148,14 @@ def _run(steps: _CheckSteps) -> FilterResult:
     return result
 
 
-async def _arun(steps: _CheckSteps) -> FilterResult:
-    while True:
-        if (result := _step(steps)) is not None:
-            return result
-        await asyncio.sleep(0)
+async def _arun(steps: _CheckSteps, long_scans: asyncio.Semaphore) -> FilterResult:
+    if (result := _step(steps)) is not None:
+        return result  # one step: the usual, short request never waits
+    async with long_scans:
+        while True:
+            await asyncio.sleep(0)
+            if (result := _step(steps)) is not None:
+                return result
 
 
 def _step(steps: _CheckSteps) -> FilterResult | None:

@@ -9,6 +9,7 @@ from filter_fixtures import make_pipeline, write_policy
 
 from filters import Direction, FilterConfig, FilterContext, FilterPipeline, ScanBudgetError, normalize
 from filters.detector import Span
+from filters.pipeline import LONG_SCANS_AT_ONCE
 from filters.policy_source import PolicySource, packaged_policy_path
 from filters.rewrite import rewrite
 from filters.windowed_scan import PIECE_CHARS, SEGMENT_CHARS
@@ -148,3 +149,34 @@ def test_a_long_stream_delta_is_scanned_in_bounded_steps(tmp_path: Path) -> None
     released = sf.feed(delta).release + sf.finish().release
     assert released == delta
     assert max(recording.lengths) <= 3 * SEGMENT_CHARS
+
+
+def test_a_flood_of_long_texts_advances_two_steps_per_loop_turn(tmp_path: Path) -> None:
+    recording = Recording()
+    pipeline = make_pipeline(write_policy(tmp_path), extra_detectors=[recording])
+    texts = ["plain words " * 2_000 for _ in range(8)]
+
+    async def main() -> list[int]:
+        per_turn: list[int] = []
+        done = asyncio.Event()
+
+        async def other_client() -> None:
+            seen = len(recording.lengths)
+            while not done.is_set():
+                await asyncio.sleep(0)
+                per_turn.append(len(recording.lengths) - seen)
+                seen = len(recording.lengths)
+
+        probe = asyncio.create_task(other_client())
+        await asyncio.sleep(0)
+        await asyncio.gather(*(pipeline.acheck_request([t], CTX) for t in texts))
+        done.set()
+        await probe
+        return per_turn
+
+    per_turn = asyncio.run(main())
+    assert len(recording.lengths) > 10 * len(texts)
+    # Each scan's first step may come at once; after that only LONG_SCANS_AT_ONCE scans move,
+    # so the other client waits for at most that many steps between two turns of its own.
+    first = next(i for i, n in enumerate(per_turn) if n)
+    assert max(per_turn[first + 1 :]) <= LONG_SCANS_AT_ONCE, per_turn
