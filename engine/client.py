@@ -142,6 +142,12 @@ class _Connection(asyncio.Protocol):
         if self._closed is not None:
             await asyncio.shield(self._closed)
 
+    def abort(self, reason: str) -> None:
+        """End the connection now: a reader waiting on it fails at once instead of at its timeout."""
+        self._end(EOFError(reason))
+        if self.transport is not None:
+            self.transport.abort()
+
     def _end(self, exc: BaseException) -> None:
         if self.error is None:
             self.error = exc
@@ -238,8 +244,16 @@ class EngineClient:
     """Talks to one engine instance. Safe to share between concurrent requests."""
 
     def __init__(
-        self, base_url: str, token: str, *, connect_timeout_s: float = 2.0, read_timeout_s: float = 600.0
+        self,
+        base_url: str,
+        token: str,
+        *,
+        connect_timeout_s: float = 2.0,
+        read_timeout_s: float = 600.0,
+        ssl_context: ssl.SSLContext | None = None,
     ):
+        """``ssl_context`` for an https URL: the CAs that sign the engine's certificate and our client
+        certificate (mutual TLS); None verifies against the system's CAs and presents none."""
         self.base_url = base_url.rstrip("/")
         url = urlsplit(self.base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
@@ -248,12 +262,17 @@ class EngineClient:
             raise ValueError("the engine token must not contain line breaks")
         self._host = url.hostname
         self._port = url.port or (443 if url.scheme == "https" else 80)
-        self._ssl = ssl.create_default_context() if url.scheme == "https" else None
+        if url.scheme == "https":
+            self._ssl: ssl.SSLContext | None = ssl_context or ssl.create_default_context()
+        else:
+            self._ssl = None
         self._path_prefix = url.path
         self._common_headers = f"host: {url.netloc}\r\nauthorization: Bearer {token}\r\n".encode("latin-1")
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()
+        """Connections carrying a request now (so ``reset`` can end them)."""
         self._slots = asyncio.Semaphore(_MAX_CONNECTIONS)
         self._is_closed = False
 
@@ -265,6 +284,15 @@ class EngineClient:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.aclose()
+
+    def reset(self, reason: str) -> None:
+        """Abort every connection, idle or carrying a request: the engine was found dead or hung.
+
+        Requests in flight fail with EngineUnavailableError now (a 503, or an error event ending
+        the stream) rather than when their read timeout runs out; the next call connects anew."""
+        idle, self._idle = self._idle, []
+        for conn in [*idle, *self._busy]:
+            conn.abort(reason)
 
     async def info(self) -> EngineInfo:
         try:
@@ -278,9 +306,9 @@ class EngineClient:
         except msgspec.MsgspecError as exc:
             raise EngineUnavailableError(f"engine {self.base_url} sent an unreadable info: {exc}") from None
 
-    async def is_ready(self) -> bool:
+    async def is_ready(self, timeout_s: float = _HEALTH_TIMEOUT_S) -> bool:
         try:
-            status, _ = await self._get("/engine/v1/health", _HEALTH_TIMEOUT_S)
+            status, _ = await self._get("/engine/v1/health", timeout_s)
         except _TRANSPORT_ERRORS:
             return False
         return status == 200
@@ -313,7 +341,8 @@ class EngineClient:
                     raise _error_of(event)
                 yield event
         except _TRANSPORT_ERRORS as exc:  # msgspec.DecodeError is a ValueError
-            raise EngineUnavailableError(f"engine {self.base_url} failed: {type(exc).__name__}") from exc
+            why = f"{type(exc).__name__}: {exc}" if isinstance(exc, EOFError) else type(exc).__name__
+            raise EngineUnavailableError(f"engine {self.base_url} failed: {why}") from exc
 
     async def _get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
         async with self._slots, asyncio.timeout(timeout_s):
@@ -353,6 +382,7 @@ class EngineClient:
         return conn
 
     async def _exchange(self, conn: _Connection, data: bytes) -> _Response:
+        self._busy.add(conn)
         try:
             conn.send(data)
             while (end := conn.buffer.find(b"\r\n\r\n")) < 0:
@@ -361,11 +391,13 @@ class EngineClient:
                 await conn.receive(self._read_timeout_s)
             return _Response(conn, conn.consume(end, then_skip=4), self._read_timeout_s)
         except BaseException:
+            self._busy.discard(conn)
             await conn.aclose()
             raise
 
     async def _finish(self, resp: _Response) -> None:
         """Pool the connection if its answer was read to the end, else close it (aborts a stream)."""
+        self._busy.discard(resp.conn)
         reusable = resp.is_complete and resp.is_reusable and resp.conn.is_reusable
         if reusable and not self._is_closed and len(self._idle) < _MAX_IDLE:
             self._idle.append(resp.conn)

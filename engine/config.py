@@ -32,6 +32,9 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     "subject" (each tenant and subject alone), "tenant" (everyone of a tenant; tokens without
     one stay alone) or "global" (everyone). Wider scopes reuse more; choose them only for
     models whose prompts are not confidential between users."""
+    sealed_model_id: str | None = None
+    """A sealed checkpoint serves only under the model id it was sealed as; None requires that id
+    to equal ``name``. Set it to serve a sealing under another name on purpose."""
 
     def __post_init__(self) -> None:
         if not self.name or any(c.isspace() for c in self.name):

@@ -64,7 +64,9 @@ class EngineServer:
         *,
         failed_models: dict[str, str] | None = None,
         audit_events: list[AuditEvent] | None = None,
+        manifests: dict[str, str] | None = None,
     ):
+        """``manifests``: model name -> SHA-256 of its sealed manifest, carried into every record."""
         if not token:
             raise ValueError("the engine token must not be empty")
         self.backend = backend
@@ -72,6 +74,7 @@ class EngineServer:
         self._token = token.encode()
         self._failed = dict(failed_models or {})
         self._audit_events = audit_events if audit_events is not None else []
+        self._manifests = dict(manifests or {})
         self._ready = False
 
     def _guard(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -90,7 +93,7 @@ class EngineServer:
                 max_model_len=m.max_model_len,
                 has_chat_template=m.has_chat_template,
                 dtype=str(m.dtype),
-                manifest_sha256=getattr(m, "manifest_sha256", ""),
+                manifest_sha256=self._manifests.get(m.name, ""),
             )
             for m in infos
         ]
