@@ -23,14 +23,14 @@ concatenating equals normalizing the whole text.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 
 from filters.action import Action
 from filters.normalized import NormalizedText, normalize
 from filters.scan_budget import ScanBudget
 from filters.scanner import Match, Scanner, ScanOutcome
 
-__all__ = ["PIECE_CHARS", "SEGMENT_CHARS", "windowed_scan"]
+__all__ = ["PIECE_CHARS", "SEGMENT_CHARS", "normalize_in_steps", "scan_in_windows", "windowed_scan"]
 
 SEGMENT_CHARS = 1024
 """Normalized characters each window owns; one window is scanned per step."""
@@ -43,29 +43,39 @@ Steps = Generator[None, None, tuple[NormalizedText, ScanOutcome]]
 
 
 def windowed_scan(scanner: Scanner, actions: Mapping[str, Action], text: str, budget: ScanBudget) -> Steps:
-    """Scan ``text`` in steps; raises ``ScanBudgetError`` once its work passes ``budget``."""
-    budget.charge(len(text))
-    norm = yield from _normalize_in_pieces(text, budget)
+    """Normalize and scan ``text`` in steps; raises ``ScanBudgetError`` once its work passes ``budget``."""
+    norm = yield from normalize_in_steps(text, budget)
     reach = scanner.max_match_len(actions, rewriting_only=False)
-    n = len(norm.text)
+    outcome = yield from scan_in_windows(lambda window: scanner.scan(window, actions), norm.text, reach)
+    return norm, outcome
+
+
+def scan_in_windows(
+    scan: Callable[[str], ScanOutcome], text: str, reach: int
+) -> Generator[None, None, ScanOutcome]:
+    """``scan(text)`` window by window (module docstring), for any normalized ``text``; ``reach``
+    is the longest match of any active detector."""
+    n = len(text)
     if n <= SEGMENT_CHARS + 2 * reach:
-        return norm, scanner.scan(norm.text, actions)
+        return scan(text)
     kept: list[Match] = []
     for begin in range(0, n, SEGMENT_CHARS):
         end = min(n, begin + SEGMENT_CHARS)
         left = max(0, begin - reach)
-        outcome = scanner.scan(norm.text[left : min(n, end + reach)], actions)
+        outcome = scan(text[left : min(n, end + reach)])
         if outcome.failed is not None:
-            return norm, outcome
+            return outcome
         for m in outcome.matches:
             start = m.start + left
             if begin <= start < end and (not kept or kept[-1].end <= start):
                 kept.append(Match(start, m.end + left, m.detector, m.action))
         yield
-    return norm, ScanOutcome(kept, None)
+    return ScanOutcome(kept, None)
 
 
-def _normalize_in_pieces(text: str, budget: ScanBudget) -> Generator[None, None, NormalizedText]:
+def normalize_in_steps(text: str, budget: ScanBudget) -> Generator[None, None, NormalizedText]:
+    """``normalize(text)`` a piece per step, charging the budget for what it reads and adds."""
+    budget.charge(len(text))
     if len(text) <= PIECE_CHARS:
         norm = normalize(text)
         budget.charge(max(0, len(norm.text) - len(text)))
