@@ -35,7 +35,7 @@ from filters.rewrite import FAILED_PLACEHOLDER, rewrite
 from filters.ruleset import Ruleset
 from filters.scan_budget import ScanBudget
 from filters.stream_filter import StreamFilter
-from filters.windowed_scan import windowed_scan
+from filters.windowed_scan import SEGMENT_CHARS, windowed_scan
 
 _CheckSteps = Generator[None, None, FilterResult]
 
@@ -124,7 +124,11 @@ class FilterPipeline:
             # Refused before any work when the texts alone are over the budget.
             if sum(len(t) for t in texts) > budget.max_chars:
                 raise ScanBudgetError(budget.max_chars)
+            yielded_at = 0
             for text in texts:
+                if budget.num_chars - yielded_at >= SEGMENT_CHARS:
+                    yield  # many short texts add up to a long scan too
+                    yielded_at = budget.num_chars
                 norm, outcome = yield from windowed_scan(ruleset.scanner, actions, text, budget)
                 if outcome.failed is not None:
                     tally.add(f"detector_failed:{outcome.failed}", ruleset.policy.on_error)

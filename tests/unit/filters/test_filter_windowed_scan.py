@@ -2,12 +2,21 @@
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from filter_fixtures import make_pipeline, write_policy
 
-from filters import Direction, FilterConfig, FilterContext, FilterPipeline, ScanBudgetError, normalize
+from filters import (
+    Direction,
+    FilterConfig,
+    FilterContext,
+    FilterPipeline,
+    FilterResult,
+    ScanBudgetError,
+    normalize,
+)
 from filters.detector import Span
 from filters.pipeline import LONG_SCANS_AT_ONCE
 from filters.policy_source import PolicySource, packaged_policy_path
@@ -83,11 +92,10 @@ def test_every_step_hands_detectors_a_bounded_window(tmp_path: Path) -> None:
     assert sum(recording.lengths) < 2 * 200_000
 
 
-def test_the_async_check_yields_to_the_event_loop_between_steps(tmp_path: Path) -> None:
-    pipeline = make_pipeline(write_policy(tmp_path))
-    text = "1234 5678 " * 5_000
+def _turns_of_another_client(check: Callable[[], Awaitable[FilterResult]]) -> tuple[int, FilterResult]:
+    """How often another task ran while ``check`` was running, and its result."""
 
-    async def main() -> int:
+    async def main() -> tuple[int, FilterResult]:
         ticks = 0
         done = asyncio.Event()
 
@@ -99,13 +107,20 @@ def test_the_async_check_yields_to_the_event_loop_between_steps(tmp_path: Path) 
 
         task = asyncio.create_task(other_client())
         await asyncio.sleep(0)
-        result = await pipeline.acheck_request([text], CTX)
+        result = await check()
         done.set()
         await task
-        assert result.texts == pipeline.check_request([text], CTX).texts
-        return ticks
+        return ticks, result
 
-    assert asyncio.run(main()) >= len(text) // SEGMENT_CHARS
+    return asyncio.run(main())
+
+
+def test_the_async_check_yields_to_the_event_loop_between_steps(tmp_path: Path) -> None:
+    pipeline = make_pipeline(write_policy(tmp_path))
+    text = "1234 5678 " * 5_000
+    ticks, result = _turns_of_another_client(lambda: pipeline.acheck_request([text], CTX))
+    assert result.texts == pipeline.check_request([text], CTX).texts
+    assert ticks >= len(text) // SEGMENT_CHARS
 
 
 def test_a_slow_detector_on_a_busy_machine_is_not_a_failure(tmp_path: Path) -> None:
@@ -180,3 +195,10 @@ def test_a_flood_of_long_texts_advances_two_steps_per_loop_turn(tmp_path: Path) 
     # so the other client waits for at most that many steps between two turns of its own.
     first = next(i for i, n in enumerate(per_turn) if n)
     assert max(per_turn[first + 1 :]) <= LONG_SCANS_AT_ONCE, per_turn
+
+
+def test_many_short_texts_yield_to_the_event_loop_too(tmp_path: Path) -> None:
+    pipeline = make_pipeline(write_policy(tmp_path))
+    texts = ["1234 5678 " * 50] * 400  # 400 messages of 500 characters: each one window
+    ticks, _ = _turns_of_another_client(lambda: pipeline.acheck_request(texts, CTX))
+    assert ticks >= sum(map(len, texts)) // (SEGMENT_CHARS + 500)
