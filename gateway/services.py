@@ -149,6 +149,7 @@ class Services:
         await self.engines.aclose()
         await self.authorizer.stop()
         await self.verifier.aclose()
+        await self.quotas.aclose()
         await self.audit_log.close()
         if self.redis is not None:
             await self.redis.aclose()
