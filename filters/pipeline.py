@@ -21,10 +21,11 @@ from opentelemetry.metrics import MeterProvider
 from filters.action import Action, Direction
 from filters.config import FilterConfig
 from filters.context import FilterContext, FilterResult, Hit
+from filters.conversation import Conversation
 from filters.finding_tally import FindingTally
 from filters.normalized import normalize
 from filters.policy_source import PolicySource
-from filters.rewrite import FAILED_PLACEHOLDER, rewrite
+from filters.rewrite import FAILED_PLACEHOLDER
 from filters.ruleset import Ruleset
 from filters.stream_filter import StreamFilter
 
@@ -65,7 +66,8 @@ class FilterPipeline:
         self._source.reload()
 
     def check_request(self, texts: Sequence[str], ctx: FilterContext) -> FilterResult:
-        """Scan every message content (and tool-call argument string) of one request."""
+        """Scan every message content (and tool-call argument string) of one request, as one
+        conversation: a value split across two texts is found (``Conversation``)."""
         return self._check(texts, ctx, Direction.REQUEST)
 
     def check_response(self, text: str, ctx: FilterContext) -> FilterResult:
@@ -96,15 +98,13 @@ class FilterPipeline:
         ruleset = self.ruleset
         actions = ruleset.actions_for(direction, ctx)
         tally = FindingTally(direction)
-        out: list[str] = []
-        for text in texts:
-            norm = normalize(text)
-            outcome = ruleset.scanner.scan(norm.text, actions)
-            if outcome.failed is not None:
-                tally.add(f"detector_failed:{outcome.failed}", ruleset.policy.on_error)
-                out.append(FAILED_PLACEHOLDER)
-                continue
+        conversation = Conversation(texts)
+        outcome = ruleset.scanner.scan(conversation.norm.text, actions)
+        if outcome.failed is not None:
+            tally.add(f"detector_failed:{outcome.failed}", ruleset.policy.on_error)
+            out = [FAILED_PLACEHOLDER] * len(conversation.texts)
+        else:
             for match in outcome.matches:
                 tally.add(match.detector, match.action)
-            out.append(rewrite(norm, outcome.matches) if outcome.matches else text)
+            out = conversation.rewrite(outcome.matches)
         return FilterResult(blocked=tally.is_blocking, texts=out, findings=tally.findings())
