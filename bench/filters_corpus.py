@@ -114,6 +114,7 @@ class Generator:
 
     def issued_card(self, valid: bool) -> str:
         """A card number some scheme issues (Faker's JCB draws 35xx below JCB's 3528)."""
+
         while True:
             value = self.card(valid)
             if is_issuable(value.replace(" ", "").replace("-", "")):

@@ -38,7 +38,10 @@ def _look_alikes() -> dict[int, str]:
         targets = {h["c"].lower() for h in homoglyphs if len(h["c"]) == 1 and h["c"].isascii()}
         letters = {t for t in targets if t.isalpha()}
         if len(letters) == 1:
-            table[ord(source)] = letters.pop()
+            letter = letters.pop()
+            # The data maps capital-I look-alikes (Cyrillic І, Greek Ι) to "l", the glyph they share;
+            # in case-folded text such a capital stands for "i".
+            table[ord(source)] = "i" if letter == "l" and source.isupper() else letter
     return table
 
 

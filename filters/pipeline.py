@@ -99,7 +99,8 @@ class FilterPipeline:
         actions = ruleset.actions_for(direction, ctx)
         tally = FindingTally(direction)
         conversation = Conversation(texts)
-        outcome = ruleset.scanner.scan(conversation.norm.text, actions)
+        reach = ruleset.scanner.max_match_len(actions, rewriting_only=False)
+        outcome = conversation.scan(lambda text: ruleset.scanner.scan(text, actions), reach)
         if outcome.failed is not None:
             tally.add(f"detector_failed:{outcome.failed}", ruleset.policy.on_error)
             out = [FAILED_PLACEHOLDER] * len(conversation.texts)

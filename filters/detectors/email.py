@@ -34,6 +34,20 @@ class EmailDetector(PatternDetector):
         rf"(?P<domain>(?:{_LABEL}{_DOT}){{1,8}}[a-z]{{2,24}})(?![a-z0-9-])"
     )
 
+    def scan(self, text: str) -> list[Span]:
+        """Like ``PatternDetector.scan``, but a refused match gives its text back: in "me at
+        zhang[at]example.com" the words "me at zhang" are refused and the address starts later."""
+        spans: list[Span] = []
+        pos = 0
+        while (match := self.pattern.search(text, pos)) is not None:
+            span = self.accept(match)
+            if span is None:
+                pos = match.start() + 1
+            else:
+                spans.append(span)
+                pos = span[1]
+        return spans
+
     def accept(self, match: re.Match[str]) -> Span | None:
         if match.end() - match.start() > self.max_match_len:
             return None
