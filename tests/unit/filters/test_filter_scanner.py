@@ -40,4 +40,3 @@ def test_settle_drops_empty_spans() -> None:
     assert _settle([(3, 3, 50, "x", Action.REDACT), (0, 1, 5, "y", Action.FLAG)]) == [
         Match(0, 1, "y", Action.FLAG)
     ]
-
