@@ -94,6 +94,8 @@ def windows(run: DigitRun, min_digits: int, max_digits: int, *, in_uniform_runs:
     "6224-1113-9905-5997-08" is an 18-digit reference, not a card and two more digits. Mixed
     separators mark where one value ends: "2024/01/15 4111 1111 1111 1111 12/25"."""
     groups = run.groups
+    if run.end - run.start < min_digits:
+        return  # most runs: a year, an amount, a count
     if run.end - run.start <= max_digits * (1 + MAX_SEPARATOR_RUN):
         total = sum(e - s for s, e in groups)
         if min_digits <= total <= max_digits:
