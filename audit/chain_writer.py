@@ -18,6 +18,7 @@ from audit.event import AuditEvent, Decision, EventType
 from audit.record import AuditContent, EncodedEvent, RecordRow, encode_event, seal_row, us_to_iso
 from audit.signer import CheckpointSigner
 from audit.store import AuditStore, StoreConflictError, StoreHead
+from audit.witness import Witness
 
 _MAX_CONFLICT_RETRIES = 5
 
@@ -57,8 +58,10 @@ class ChainWriter:
         guard: ContentGuard,
         head: StoreHead,
         clock: Callable[[], float],
+        witness: Witness | None = None,
     ) -> None:
         self._cfg = cfg
+        self._witness = witness
         self._store = store
         self._signer = signer
         self._guard = guard
@@ -130,6 +133,8 @@ class ChainWriter:
             self._head = new_head._replace(checkpoint=new_checkpoint or self._head.checkpoint)
             if new_checkpoint is not None:
                 self._last_checkpoint_at = self._clock()
+                if self._witness is not None:
+                    self._witness.publish_later(new_checkpoint)  # durable in the store first: never ahead
             seqs = [row.seq for row in rows]
             if self._outage is not None:
                 self._outage = None
