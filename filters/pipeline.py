@@ -27,15 +27,16 @@ from opentelemetry.metrics import MeterProvider
 from filters.action import Action, Direction
 from filters.config import DEFAULT_MAX_SCAN_CHARS, FilterConfig
 from filters.context import FilterContext, FilterResult, Hit
+from filters.conversation import SEPARATOR, Conversation
 from filters.errors import ScanBudgetError
 from filters.finding_tally import FindingTally
 from filters.normalized import normalize
 from filters.policy_source import PolicySource
-from filters.rewrite import FAILED_PLACEHOLDER, rewrite
+from filters.rewrite import FAILED_PLACEHOLDER
 from filters.ruleset import Ruleset
 from filters.scan_budget import ScanBudget
 from filters.stream_filter import StreamFilter
-from filters.windowed_scan import SEGMENT_CHARS, windowed_scan
+from filters.windowed_scan import normalize_in_steps
 
 _CheckSteps = Generator[None, None, FilterResult]
 
@@ -78,7 +79,8 @@ class FilterPipeline:
         self._source.reload()
 
     def check_request(self, texts: Sequence[str], ctx: FilterContext) -> FilterResult:
-        """Scan every message content (and tool-call argument string) of one request.
+        """Scan every message content (and tool-call argument string) of one request, as one
+        conversation: a value split across two texts is found (``Conversation``).
 
         Raises ``ScanBudgetError`` (413) when they hold more than ``max_scan_chars``."""
         return _run(self._check(texts, ctx, Direction.REQUEST))
@@ -118,25 +120,24 @@ class FilterPipeline:
         ruleset = self.ruleset
         actions = ruleset.actions_for(direction, ctx)
         tally = FindingTally(direction)
-        budget = ScanBudget(self.max_scan_chars)
-        out: list[str] = []
+        budget = ScanBudget(self.max_scan_chars, free_chars=len(SEPARATOR) * max(0, len(texts) - 1))
         try:
             # Refused before any work when the texts alone are over the budget.
             if sum(len(t) for t in texts) > budget.max_chars:
                 raise ScanBudgetError(budget.max_chars)
-            yielded_at = 0
-            for text in texts:
-                if budget.num_chars - yielded_at >= SEGMENT_CHARS:
-                    yield  # many short texts add up to a long scan too
-                    yielded_at = budget.num_chars
-                norm, outcome = yield from windowed_scan(ruleset.scanner, actions, text, budget)
-                if outcome.failed is not None:
-                    tally.add(f"detector_failed:{outcome.failed}", ruleset.policy.on_error)
-                    out.append(FAILED_PLACEHOLDER)
-                    continue
+            norm = yield from normalize_in_steps(SEPARATOR.join(texts), budget)
+            conversation = Conversation(texts, norm)
+            reach = ruleset.scanner.max_match_len(actions, rewriting_only=False)
+            outcome = yield from conversation.scan_steps(
+                lambda text: ruleset.scanner.scan(text, actions), reach
+            )
+            if outcome.failed is not None:
+                tally.add(f"detector_failed:{outcome.failed}", ruleset.policy.on_error)
+                out = [FAILED_PLACEHOLDER] * len(conversation.texts)
+            else:
                 for match in outcome.matches:
                     tally.add(match.detector, match.action)
-                out.append(rewrite(norm, outcome.matches) if outcome.matches else text)
+                out = conversation.rewrite(outcome.matches)
         except ScanBudgetError:
             if direction is Direction.REQUEST:
                 raise

@@ -15,9 +15,10 @@ __all__ = ["ScanBudget"]
 
 
 class ScanBudget:
-    def __init__(self, max_chars: int) -> None:
+    def __init__(self, max_chars: int, *, free_chars: int = 0) -> None:
+        """``free_chars``: characters the scan adds itself (the newlines joining a conversation)."""
         self.max_chars = max_chars
-        self.num_chars = 0
+        self.num_chars = -free_chars
 
     def __repr__(self) -> str:
         return f"ScanBudget(num_chars={self.num_chars}, max_chars={self.max_chars})"

@@ -9,7 +9,6 @@ Callers bound the work instead, by the characters they hand over (``filters.wind
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -78,20 +77,18 @@ class Scanner:
 def _settle(found: list[tuple[int, int, int, str, Action]]) -> list[Match]:
     """Keep the higher-priority, then longer, span wherever two overlap.
 
-    Kept spans are disjoint, so sorted by start they are sorted by end too: a candidate
-    overlaps one iff the last kept span starting before its end reaches past its start."""
+    Candidates are taken in that order and kept when none of their characters is taken yet: one
+    byte per character marks what is taken, so the cost is the candidates' total length (each at
+    most a detector's ``max_match_len``), linear in the text however many spans overlap."""
     if len(found) <= 1:
-        return [Match(s, e, name, action) for s, e, _, name, action in found]
+        return [Match(s, e, name, action) for s, e, _, name, action in found if e > s]
     found.sort(key=lambda f: (-f[2], f[0] - f[1], f[0]))
-    starts: list[int] = []
-    ends: list[int] = []
+    taken = bytearray(max(end for _, end, _, _, _ in found))
     kept: list[Match] = []
     for start, end, _, name, action in found:
-        i = bisect.bisect_left(starts, end)
-        if i and ends[i - 1] > start:
+        if end <= start or taken.find(1, start, end) != -1:
             continue
-        starts.insert(i, start)
-        ends.insert(i, end)
-        kept.insert(i, Match(start, end, name, action))
+        taken[start:end] = b"\x01" * (end - start)
+        kept.append(Match(start, end, name, action))
     kept.sort()
     return kept
