@@ -40,14 +40,17 @@ class ServedGateway:
         return f"{self.base_url}/v1"
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "strongroom", *args],
             env=self.env,
             capture_output=True,
             text=True,
-            check=check,
+            check=False,
             timeout=60,
         )
+        if check and done.returncode != 0:
+            raise AssertionError(f"strongroom {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+        return done
 
     def token(self, sub: str, *roles: str) -> str:
         args = ["token", "--sub", sub]
