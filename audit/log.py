@@ -111,9 +111,7 @@ class AuditLog:
 
         ``on_batch`` sees the timing of every group commit, on the event loop (metrics, benchmarks).
         """
-        signer = CheckpointSigner.load(
-            cfg.resolve(data_dir, cfg.signing_key_file), create=cfg.create_signing_key
-        )
+        signer = CheckpointSigner.open(cfg, data_dir)
         store = store if store is not None else open_store(cfg, data_dir)
         keys = content_keys or FileContentKeys(
             cfg.resolve(data_dir, cfg.content_hmac_key_file), cfg.resolve(data_dir, cfg.content_key_file)

@@ -19,7 +19,8 @@ from gateway.errors import ConfigError
 from gateway.inference import InferenceService
 from gateway.quota import Quotas
 from gateway.telemetry import Telemetry
-from policies import Authorizer
+from policies import Authorizer, PolicyTamperedError
+from policies.policy_seal import PolicySeal, tamper_event
 
 if TYPE_CHECKING:
     from strongroom.config import Settings
@@ -36,6 +37,23 @@ def _redis_client(url: str) -> Redis:
         retry=Retry(NoBackoff(), 0),
         health_check_interval=10,
     )
+
+
+async def _open_authorizer(settings: Settings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
+    """The policy, sealed with the audit signing key; a store that fails its seal stops start-up
+    (there is no verified policy to serve) and the refusal is audited."""
+    try:
+        return Authorizer.open(
+            settings.access,
+            settings.data_path,
+            redis=redis,
+            seal=PolicySeal(audit_log.signer),
+            audit=audit_log,
+        )
+    except PolicyTamperedError as exc:
+        await audit_log.append(tamper_event(exc, action="gateway refused to start"))
+        await audit_log.close()
+        raise
 
 
 class Services:
@@ -80,7 +98,7 @@ class Services:
             raise ConfigError(f"${settings.server.engine_token_env} must hold the engine token")
         audit_log = await AuditLog.open(settings.audit, data_dir)
         verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
-        authorizer = Authorizer.open(settings.access, data_dir, redis=redis)
+        authorizer = await _open_authorizer(settings, audit_log, redis)
         await authorizer.start()
         quotas = Quotas(settings.quota, redis=redis)
         filters = FilterPipeline.from_config(settings.filters, data_dir)

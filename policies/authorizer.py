@@ -8,21 +8,28 @@ are not valid role names are ignored, so a token cannot smuggle in ``user:someon
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from audit.event import AuditEvent, Decision, EventType
 from audit.sink import AuditSink
 from gateway.auth.principal import Principal
 from policies.config import AccessConfig
 from policies.decision_table import DecisionTable
+from policies.errors import PolicyTamperedError
 from policies.policy import ALL_DOMAINS, Grant, Policy, is_role_name, user_member
+from policies.policy_backend import PolicyBackend, open_policy_store
 from policies.policy_change import PolicyChange
-from policies.policy_store import PolicyStore
+from policies.policy_seal import PolicySeal, tamper_event
 from policies.policy_watcher import PolicyWatcher
 
 __all__ = ["Authorizer", "default_policy"]
+
+log = logging.getLogger("strongroom.policies")
 
 
 def default_policy() -> Policy:
@@ -32,10 +39,21 @@ def default_policy() -> Policy:
 
 class Authorizer:
     def __init__(
-        self, store: PolicyStore, *, config: AccessConfig | None = None, redis: Any | None = None
+        self,
+        store: PolicyBackend,
+        *,
+        config: AccessConfig | None = None,
+        redis: Any | None = None,
+        audit: AuditSink | None = None,
     ) -> None:
+        """``audit`` receives what the authorizer finds on its own (a tampered store); changes are
+        audited through the sink given to ``change``. Raises PolicyTamperedError when the store
+        fails its seal: with no verified policy to keep, the replica must not start."""
         self.store = store
         self.config = config or AccessConfig()
+        self._audit = audit
+        self._reported: set[str] = set()
+        self._reporting: set[asyncio.Task[int]] = set()
         self._table = DecisionTable(store.load(), self.config.decision_cache_size)
         self._valid_roles: dict[str, bool] = {}
         self._watcher = PolicyWatcher(
@@ -43,18 +61,25 @@ class Authorizer:
         )
 
     @classmethod
-    def open(cls, config: AccessConfig, data_dir: str | Path, redis: Any | None = None) -> Authorizer:
-        """The authorizer over ``<data_dir>/<config.policy_db>``, seeded on first start."""
+    def open(
+        cls,
+        config: AccessConfig,
+        data_dir: str | Path,
+        redis: Any | None = None,
+        *,
+        seal: PolicySeal | None = None,
+        audit: AuditSink | None = None,
+    ) -> Authorizer:
+        """The authorizer over the configured store (``<data_dir>/<config.policy_db>`` or
+        PostgreSQL), seeded on first start; with ``seal`` the store is tamper-evident."""
         data = Path(data_dir).expanduser()
-        db = Path(config.policy_db).expanduser()
-        db = db if db.is_absolute() else data / db
         if config.seed_policy is None:
             seed = default_policy()
         else:
             seed_path = Path(config.seed_policy).expanduser()
             seed_path = seed_path if seed_path.is_absolute() else data / seed_path
             seed = Policy.from_csv(seed_path.read_text(encoding="utf-8"))
-        return cls(PolicyStore(db, seed), config=config, redis=redis)
+        return cls(open_policy_store(config, data, seed, seal), config=config, redis=redis, audit=audit)
 
     @property
     def policy(self) -> Policy:
@@ -94,11 +119,38 @@ class Authorizer:
         return self._table.grants_of(members, domain)
 
     def refresh(self) -> bool:
-        """Reload when the store holds a different version; True when it did."""
-        if self.store.version() == self._table.version:
+        """Reload when the store holds a different version; True when it did.
+
+        A store that fails its seal, or went back to an older version, is not taken into use:
+        the last verified policy stays in force, and the finding goes to the audit log once."""
+        in_force = self._table.version
+        if self.store.version() == in_force:
             return False
-        self._install(self.store.load())
+        try:
+            policy = self.store.load()
+            if policy.version < in_force:
+                raise PolicyTamperedError(
+                    f"policy store went back from version {in_force} to {policy.version} (rolled back)"
+                )
+        except PolicyTamperedError as exc:
+            self._report(tamper_event(exc, action=f"version {in_force} stays in force"))
+            raise
+        self._install(policy)
         return True
+
+    def _report(self, event: AuditEvent) -> None:
+        """Audit a finding once per distinct detail (the watcher meets it again at every poll)."""
+        if self._audit is None or event.detail in self._reported:
+            return
+        self._reported.add(event.detail)
+        task = asyncio.get_running_loop().create_task(self._audit.append(event))
+        self._reporting.add(task)
+        task.add_done_callback(self._reported_done)
+
+    def _reported_done(self, task: asyncio.Task[int]) -> None:
+        self._reporting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("policy tamper finding not audited: %s", type(task.exception()).__name__)
 
     def _install(self, policy: Policy) -> None:
         if policy.version > self._table.version:
@@ -114,7 +166,19 @@ class Authorizer:
 
     async def start(self) -> None:
         """Begin following changes made by other replicas or the CLI."""
+        if self.store.opening_note and self._audit is not None:
+            await self._audit.append(
+                AuditEvent(
+                    event_type=EventType.ADMIN_CHANGE,
+                    decision=Decision.ALLOW,
+                    endpoint="policy",
+                    detail=f"{self.store.opening_note}; version {self.version}",
+                )
+            )
+            self.store.opening_note = ""
         await self._watcher.start()
 
     async def stop(self) -> None:
         await self._watcher.stop()
+        if self._reporting:
+            await asyncio.gather(*self._reporting, return_exceptions=True)

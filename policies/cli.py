@@ -32,10 +32,16 @@ actor_option = click.option("--actor", default=None, help="Who makes the change 
 
 
 def _open(config_path: str | None) -> tuple[Any, Authorizer]:
+    from audit.signer import CheckpointSigner
+    from policies.policy_seal import PolicySeal
     from strongroom.config import load_settings
 
     settings = load_settings(config_path)
-    return settings, Authorizer.open(settings.access, settings.data_path)
+    seal = PolicySeal(CheckpointSigner.open(settings.audit, settings.data_path))
+    try:
+        return settings, Authorizer.open(settings.access, settings.data_path, seal=seal)
+    except PolicyError as exc:
+        raise click.ClickException(exc.message) from None
 
 
 def _change(config_path: str | None, changes: Sequence[PolicyChange], actor: str | None) -> None:
