@@ -182,3 +182,4 @@ class Authorizer:
         await self._watcher.stop()
         if self._reporting:
             await asyncio.gather(*self._reporting, return_exceptions=True)
+        self.store.close()

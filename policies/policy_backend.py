@@ -32,6 +32,10 @@ class PolicyBackend(Protocol):
         """All of ``changes`` audited once through ``audit``, or nothing (see ``PolicyStore.apply``)."""
         ...
 
+    def close(self) -> None:
+        """Release held connections (a later read opens them again)."""
+        ...
+
 
 def open_policy_store(
     config: AccessConfig, data_dir: Path, seed: Policy, seal: PolicySeal | None

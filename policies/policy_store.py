@@ -88,6 +88,9 @@ class PolicyStore:
         except sqlite3.Error as exc:
             raise PolicyUnavailableError(f"policy store {path} cannot be opened: {exc}") from exc
 
+    def close(self) -> None:
+        """Nothing held: every read and change opens its own connection."""
+
     @staticmethod
     def _rules(policy: Policy) -> list[Grant | Assignment]:
         return [*policy.grants, *policy.assignments]

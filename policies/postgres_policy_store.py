@@ -58,9 +58,9 @@ class PostgresPolicyStore:
         try:
             conn = self._connect()
             try:
-                conn.execute(sql.SQL(_SCHEMA).format(schema=sql.Identifier(schema)))
-                with conn.transaction():  # two replicas starting at once seed once
+                with conn.transaction():  # two replicas starting at once create and seed once
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_setup_lock_key(schema),))
+                    conn.execute(sql.SQL(_SCHEMA).format(schema=sql.Identifier(schema)))
                     if conn.execute("SELECT version FROM policy_version").fetchone() is None:
                         self._seed(conn, seed)
             finally:
