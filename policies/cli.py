@@ -1,6 +1,6 @@
 """``strongroom admin``: change and inspect the access policy from a shell.
 
-Operates on the same policy store as the gateway (``<data_dir>/<access.policy_db>``); every change
+Operates on the same policy store as the gateway (``access.policy_db`` or PostgreSQL); every change
 is audited through the audit log with ``--actor`` as the actor and fails if that record cannot be
 made durable. Running gateways pick the change up within ``access.poll_interval_s``, sooner when
 Redis is configured (the new version is announced on ``access.channel``).
