@@ -70,6 +70,7 @@ class ChainWriter:
     ) -> None:
         self._cfg = cfg
         self._store = store
+        self._shared_store = store if isinstance(store, SharedAuditStore) else None
         self._signer = signer
         self._guard = guard
         self._clock = clock
@@ -116,8 +117,8 @@ class ChainWriter:
 
     def commit(self, entries: Sequence[Entry], *, checkpoint: bool, final: bool = False) -> list[int]:
         """Seal and store ``entries``; returns their sequence numbers once durable."""
-        if isinstance(self._store, SharedAuditStore):
-            return self._commit_shared(self._store, entries, checkpoint or final, final)
+        if self._shared_store is not None:
+            return self._commit_shared(self._shared_store, entries, checkpoint or final, final)
         for _ in range(_MAX_CONFLICT_RETRIES):
             if self._is_stale:
                 self._head = self._store.head()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -54,6 +55,8 @@ class Authorizer:
         self._audit = audit
         self._reported: set[str] = set()
         self._reporting: set[asyncio.Task[int]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._refresh_lock = threading.Lock()  # the watcher reloads on a worker thread
         self._table = DecisionTable(store.load(), self.config.decision_cache_size)
         self._valid_roles: dict[str, bool] = {}
         self._watcher = PolicyWatcher(
@@ -123,26 +126,33 @@ class Authorizer:
 
         A store that fails its seal, or went back to an older version, is not taken into use:
         the last verified policy stays in force, and the finding goes to the audit log once."""
-        in_force = self._table.version
-        if self.store.version() == in_force:
-            return False
-        try:
-            policy = self.store.load()
-            if policy.version < in_force:
-                raise PolicyTamperedError(
-                    f"policy store went back from version {in_force} to {policy.version} (rolled back)"
-                )
-        except PolicyTamperedError as exc:
-            self._report(tamper_event(exc, action=f"version {in_force} stays in force"))
-            raise
-        self._install(policy)
-        return True
+        with self._refresh_lock:
+            in_force = self._table.version
+            if self.store.version() == in_force:
+                return False
+            try:
+                policy = self.store.load()
+                if policy.version < in_force:
+                    raise PolicyTamperedError(
+                        f"policy store went back from version {in_force} to {policy.version} (rolled back)"
+                    )
+            except PolicyTamperedError as exc:
+                self._report(tamper_event(exc, action=f"version {in_force} stays in force"))
+                raise
+            self._install(policy)
+            return True
 
     def _report(self, event: AuditEvent) -> None:
-        """Audit a finding once per distinct detail (the watcher meets it again at every poll)."""
+        """Audit a finding once per distinct detail (the watcher meets it again at every poll).
+        Called on the watcher's worker thread, or on the loop itself."""
         if self._audit is None or event.detail in self._reported:
             return
         self._reported.add(event.detail)
+        loop = self._loop or asyncio.get_running_loop()
+        loop.call_soon_threadsafe(self._start_report, event)
+
+    def _start_report(self, event: AuditEvent) -> None:
+        assert self._audit is not None
         task = asyncio.get_running_loop().create_task(self._audit.append(event))
         self._reporting.add(task)
         task.add_done_callback(self._reported_done)
@@ -166,6 +176,7 @@ class Authorizer:
 
     async def start(self) -> None:
         """Begin following changes made by other replicas or the CLI."""
+        self._loop = asyncio.get_running_loop()
         if self.store.opening_note and self._audit is not None:
             await self._audit.append(
                 AuditEvent(
@@ -180,6 +191,7 @@ class Authorizer:
 
     async def stop(self) -> None:
         await self._watcher.stop()
+        await asyncio.sleep(0)  # let reports scheduled from the watcher's thread begin
         if self._reporting:
             await asyncio.gather(*self._reporting, return_exceptions=True)
         self.store.close()

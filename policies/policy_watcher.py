@@ -3,7 +3,8 @@
 casbin's Redis watcher only publishes, so a replica that misses a message never catches up. Here
 the store's version is the truth: every ``interval_s`` the replica compares it with its own and
 reloads when they differ, and an announcement on the Redis channel only makes that happen sooner.
-A missed message therefore costs at most one poll interval (<= 1 s by config).
+A missed message therefore costs at most one poll interval (<= 1 s by config). Reloads run off
+the event loop, one at a time: a policy store that hangs (PostgreSQL frozen) stalls only them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ class PolicyWatcher:
         self._redis = redis
         self._channel = channel
         self._tasks: list[asyncio.Task[None]] = []
+        self._is_refreshing = False
+
+    async def _refresh_off_loop(self) -> None:
+        if self._is_refreshing:  # the running reload will see the newest version anyway
+            return
+        self._is_refreshing = True
+        try:
+            await asyncio.to_thread(self._safe_refresh)
+        finally:
+            self._is_refreshing = False
 
     def _safe_refresh(self) -> None:
         try:
@@ -71,7 +82,7 @@ class PolicyWatcher:
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            self._safe_refresh()
+            await self._refresh_off_loop()
 
     async def _listen(self) -> None:
         assert self._redis is not None
@@ -82,7 +93,7 @@ class PolicyWatcher:
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if message is not None:
-                        self._safe_refresh()
+                        await self._refresh_off_loop()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis down: polling still keeps us within the interval
