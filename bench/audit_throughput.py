@@ -50,7 +50,7 @@ from audit.log import AuditLog
 from audit.postgres_store import PostgresStore
 from audit.record import RecordRow
 from audit.sqlite_store import SqliteStore
-from audit.store import AuditStore
+from audit.store import AuditStore, SealBatch, StoreHead
 
 COMMIT = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 IS_DIRTY = bool(
@@ -185,11 +185,19 @@ class TimedPostgresStore(PostgresStore):
         super().__init__(dsn, schema)
         self._profile = profile
 
-    def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
+    def append_at_head(self, seal: SealBatch) -> None:
+        """The chain writer's path on PostgreSQL (lock, head, insert, commit), timed as one store call."""
         begin = time.perf_counter()
-        super().append(rows, checkpoint)
-        if rows:
-            self._profile.note_store(rows[0].seq, begin, None, time.perf_counter())
+        first_seqs: list[int] = []
+
+        def timed_seal(head: StoreHead) -> tuple[Sequence[RecordRow], Checkpoint | None]:
+            rows, checkpoint = seal(head)
+            first_seqs.extend(row.seq for row in rows[:1])
+            return rows, checkpoint
+
+        super().append_at_head(timed_seal)
+        if first_seqs:
+            self._profile.note_store(first_seqs[0], begin, None, time.perf_counter())
 
 
 async def sustained(log: AuditLog, num_records: int, concurrency: int) -> float:
