@@ -6,9 +6,12 @@ Uses the shared server at 127.0.0.1:5432 with a unique schema per test.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
+import msgspec
 import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -103,3 +106,37 @@ def test_a_direct_edit_in_postgres_is_refused_and_audited(
             )
 
     asyncio.run(run())
+
+
+def test_a_hung_policy_store_does_not_stall_the_event_loop(
+    config: AccessConfig, seal: PolicySeal, tmp_path
+) -> None:
+    """A reload waiting on PostgreSQL (here: a table lock a DBA holds for 1 s) waits off the loop:
+    the gateway keeps answering meanwhile, on the policy it has."""
+
+    def hold_lock(locked: threading.Event) -> None:
+        with psycopg.connect(DSN) as dba, dba.transaction():
+            dba.execute(f'LOCK TABLE "{config.postgres_schema}".policy_version IN ACCESS EXCLUSIVE MODE')
+            locked.set()
+            time.sleep(1.0)
+
+    async def run() -> float:
+        authz = Authorizer.open(msgspec.structs.replace(config, poll_interval_s=0.05), tmp_path, seal=seal)
+        await authz.start()
+        locked = threading.Event()
+        holder = threading.Thread(target=hold_lock, args=(locked,))
+        holder.start()
+        try:
+            await asyncio.to_thread(locked.wait)
+            loop, worst = asyncio.get_running_loop(), 0.0
+            for _ in range(30):  # 0.75 s of ticks while every reload hangs on the lock
+                start = loop.time()
+                await asyncio.sleep(0.025)
+                worst = max(worst, loop.time() - start - 0.025)
+            assert authz.allowed(Principal(subject="a", roles=("analyst",), issuer="i"), "chat", "demo-chat")
+        finally:
+            await asyncio.to_thread(holder.join)
+            await authz.stop()
+        return worst
+
+    assert asyncio.run(run()) < 0.2
