@@ -20,6 +20,7 @@ from audit.event import AuditEvent, Decision, EventType
 from audit.record import AuditContent, EncodedEvent, RecordRow, encode_event, seal_row, us_to_iso
 from audit.signer import CheckpointSigner
 from audit.store import AuditStore, SharedAuditStore, StoreConflictError, StoreHead
+from audit.witness import Witness
 
 _MAX_CONFLICT_RETRIES = 5
 
@@ -67,8 +68,10 @@ class ChainWriter:
         guard: ContentGuard,
         head: StoreHead,
         clock: Callable[[], float],
+        witness: Witness | None = None,
     ) -> None:
         self._cfg = cfg
+        self._witness = witness
         self._store = store
         self._shared_store = store if isinstance(store, SharedAuditStore) else None
         self._signer = signer
@@ -175,6 +178,8 @@ class ChainWriter:
         self._head = sealed.head._replace(checkpoint=sealed.checkpoint or self._head.checkpoint)
         if sealed.checkpoint is not None:
             self._last_checkpoint_at = self._clock()
+            if self._witness is not None:
+                self._witness.publish_later(sealed.checkpoint)  # durable in the store first: never ahead
         seqs = [row.seq for row in sealed.rows]
         if self._outage is not None:
             self._outage = None

@@ -24,7 +24,7 @@ from typing import ParamSpec, TypeVar
 
 from audit.aggregates import AuditAggregates, aggregate
 from audit.archive import ArchiveReport, archive_older_than, online_cutoff_us, verify_archives
-from audit.bundle import export_bundle, export_csv, verify_store
+from audit.bundle import export_bundle, export_csv
 from audit.chain_writer import ChainWriter, Entry
 from audit.config import AuditConfig
 from audit.content_guard import ContentGuard, ContentKeyProvider, FileContentKeys
@@ -42,7 +42,10 @@ from audit.record import AuditContent, AuditRecord, encode_event, record_from_ro
 from audit.signer import CheckpointSigner
 from audit.sink import AuditSink
 from audit.store import ArchiveEntry, AuditStore, open_store
+from audit.trusted_key import TrustedKey, trusted_key
+from audit.verification import verify_log
 from audit.verifier import VerifyReport
+from audit.witness import Witness, open_witness
 
 _log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -66,9 +69,14 @@ class AuditLog:
         heartbeat: bool,
         record_lifecycle: bool,
         on_batch: Callable[[BatchTiming], None] | None,
+        trusted: TrustedKey,
+        witness: Witness | None,
     ) -> None:
         self.config = cfg
         self.signer = signer
+        self.trusted = trusted
+        """The key ``verify`` checks signatures with (pinned, or this log's own: see ``trusted_key``)."""
+        self.witness = witness
         self.guard = guard
         self._store = store
         self._writer = writer
@@ -106,12 +114,22 @@ class AuditLog:
         heartbeat: bool = True,
         record_lifecycle: bool = True,
         on_batch: Callable[[BatchTiming], None] | None = None,
+        check_witness: bool = True,
     ) -> AuditLog:
         """Open (creating if needed) the log. The CLI passes heartbeat/record_lifecycle False.
 
         ``on_batch`` sees the timing of every group commit, on the event loop (metrics, benchmarks).
+        Refuses a signing key that is not the pinned one, and (unless ``check_witness`` is False,
+        as for ``audit verify``, which reports it instead) a store behind its witness.
         """
         signer = CheckpointSigner.open(cfg, data_dir)
+        trusted = trusted_key(cfg, data_dir, signer.verifier)
+        if trusted.verifier.key_id != signer.key_id:
+            raise AuditConfigError(
+                f"audit signing key {signer.key_id} is not the pinned key {trusted.verifier.key_id} "
+                f"({trusted.source}): were the key files replaced?"
+            )
+        witness = open_witness(cfg, data_dir, signer)
         store = store if store is not None else open_store(cfg, data_dir)
         keys = content_keys or FileContentKeys(
             cfg.resolve(data_dir, cfg.content_hmac_key_file), cfg.resolve(data_dir, cfg.content_key_file)
@@ -132,8 +150,19 @@ class AuditLog:
             raise AuditConfigError(
                 f"audit log is signed by key {head.checkpoint.key_id}, configured key is {signer.key_id}"
             )
+        witness_note = ""
+        if witness is not None and check_witness:
+            try:
+                witness_note = await loop.run_in_executor(
+                    read_pool, witness.check_store, store, signer.verifier
+                )
+            except Exception:
+                read_pool.shutdown()
+                await asyncio.to_thread(store.close)
+                await asyncio.to_thread(witness.close)
+                raise
         guard = ContentGuard(cfg, keys)
-        writer = ChainWriter(cfg, store, signer, guard, head, clock)
+        writer = ChainWriter(cfg, store, signer, guard, head, clock, witness)
         log = cls(
             cfg,
             store,
@@ -146,9 +175,13 @@ class AuditLog:
             heartbeat=heartbeat,
             record_lifecycle=record_lifecycle,
             on_batch=on_batch,
+            trusted=trusted,
+            witness=witness,
         )
         if record_lifecycle:
-            await log.append(AuditEvent(event_type=EventType.SERVICE_START, decision=Decision.ALLOW))
+            await log.append(
+                AuditEvent(event_type=EventType.SERVICE_START, decision=Decision.ALLOW, detail=witness_note)
+            )
         return log
 
     @property
@@ -167,8 +200,10 @@ class AuditLog:
         return await self._group.append(Entry(encoded, content))
 
     async def checkpoint(self) -> None:
-        """Seal everything appended so far now (also used by tests instead of waiting 60 s)."""
+        """Seal everything appended so far now, witnessed (also used by tests instead of waiting 60 s)."""
         await self._group.barrier()
+        if self.witness is not None:
+            await asyncio.to_thread(self.witness.flush)
 
     async def close(self) -> None:
         if self._is_closing:
@@ -183,6 +218,8 @@ class AuditLog:
         self._read_pool.shutdown()
         await asyncio.to_thread(self._maintenance_pool.shutdown)
         await asyncio.to_thread(self._store.close)
+        if self.witness is not None:
+            await asyncio.to_thread(self.witness.close)
 
     def _maintenance(self) -> None:
         """On the writer thread after a checkpoint: store housekeeping goes to the maintenance thread.
@@ -280,9 +317,9 @@ class AuditLog:
 
         return await self._read(scan)
 
-    async def verify(self) -> VerifyReport:
-        """Walk the whole online log against this log's own public key."""
-        return await self._read(verify_store, self._store, self.signer.verifier)
+    async def verify(self, trusted: TrustedKey | None = None) -> VerifyReport:
+        """Verify archives, online records and witnesses against ``trusted`` (default: ``self.trusted``)."""
+        return await self._read(verify_log, self._store, trusted or self.trusted, self.witness)
 
     async def export(
         self, path: Path, *, fmt: str = "jsonl", first_seq: int = 1, last_seq: int | None = None
@@ -312,7 +349,7 @@ class AuditLog:
         )
 
     async def verify_archives(self) -> ArchiveReport:
-        return await self._read(verify_archives, self._store, self.signer.verifier)
+        return await self._read(verify_archives, self._store, self.trusted.verifier)
 
     @property
     def store(self) -> AuditStore:

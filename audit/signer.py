@@ -35,12 +35,19 @@ def key_id_of(public_key: Ed25519PublicKey) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
+def fingerprint_of(public_key: Ed25519PublicKey) -> str:
+    """The full SHA-256 of the raw key, for pinning (``key_id`` is a short label, not a pin)."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
 class CheckpointVerifier:
     """Checks signatures against one public key given by the verifier, never one from the log."""
 
     def __init__(self, public_key: Ed25519PublicKey) -> None:
         self._public_key = public_key
         self.key_id = key_id_of(public_key)
+        self.fingerprint = fingerprint_of(public_key)
 
     @classmethod
     def from_pem(cls, pem: bytes) -> CheckpointVerifier:

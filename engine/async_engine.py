@@ -124,6 +124,10 @@ class AsyncEngine:
     def tokenize(self, model: str, text: str) -> list[int]:
         return self.core.model(model).tokenizer.encode(text)
 
+    def count_tokens(self, model: str, prompt: str) -> int:
+        """Prompt tokens of ``prompt`` exactly as ``generate`` will count them."""
+        return len(self.core.prompt_token_ids(model, prompt))
+
     def stats(self) -> dict[str, int | float]:
         # Unlocked on purpose: counters may be one step stale, but the loop never waits for a step.
         return self.core.stats()

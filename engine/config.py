@@ -26,6 +26,9 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Weight and KV-cache dtype: float32, float16, bfloat16, or auto (the checkpoint's own)."""
     max_model_len: int | None = None
     """Longest prompt plus output; None takes the checkpoint's max_position_embeddings."""
+    sealed_model_id: str | None = None
+    """A sealed checkpoint serves only under the model id it was sealed as; None requires that id
+    to equal ``name``. Set it to serve a sealing under another name on purpose."""
 
     def __post_init__(self) -> None:
         if not self.name or any(c.isspace() for c in self.name):

@@ -8,6 +8,7 @@ in a pool, so either drops in behind ``EngineClient``.
                               ◀── 200, NDJSON: one StreamEvent per line
                                   DeltaEvent ... DeltaEvent(finish_reason set) | ErrorEvent
                               ◀── 4xx/5xx, ErrorEvent  (rejected before the first token)
+    POST /engine/v1/tokens    GenerateRequest ──▶ ◀── TokenCount (its prompt tokens; nothing runs)
     GET  /engine/v1/info      ◀── EngineInfo (instance id, models, pool stats)
     GET  /engine/v1/health    ◀── 200 once every model is loaded, 503 before
 
@@ -32,6 +33,7 @@ __all__ = [
     "LogprobEntry",
     "ModelCard",
     "StreamEvent",
+    "TokenCount",
 ]
 
 
@@ -85,6 +87,13 @@ class ErrorEvent(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
 
 
 StreamEvent = DeltaEvent | ErrorEvent
+
+
+class TokenCount(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /engine/v1/tokens``: the prompt tokens a GenerateRequest would have, counted by the
+    model's own chat template and tokenizer (the gateway reserves quota with it)."""
+
+    num_tokens: int
 
 
 class ModelCard(msgspec.Struct, frozen=True, kw_only=True):

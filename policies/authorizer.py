@@ -20,9 +20,10 @@ from audit.event import AuditEvent, Decision, EventType
 from audit.sink import AuditSink
 from gateway.auth.principal import Principal
 from policies.config import AccessConfig
+from policies.control_scope import ControlScope
 from policies.decision_table import DecisionTable
 from policies.errors import PolicyTamperedError
-from policies.policy import ALL_DOMAINS, Grant, Policy, is_role_name, user_member
+from policies.policy import ALL_DOMAINS, CONTROL_RESOURCE, Grant, Policy, is_role_name, user_member
 from policies.policy_backend import PolicyBackend, open_policy_store
 from policies.policy_change import PolicyChange
 from policies.policy_seal import PolicySeal, tamper_event
@@ -109,6 +110,11 @@ class Authorizer:
 
     def allowed(self, principal: Principal, action: str, resource: str) -> bool:
         return self._table.allows(self.members_of(principal), self.domain_of(principal), action, resource)
+
+    def control_scope(self, principal: Principal, *actions: str) -> ControlScope:
+        """Where ``principal`` holds every one of the control-plane ``actions`` (see ControlScope)."""
+        held = all(self.allowed(principal, action, CONTROL_RESOURCE) for action in actions)
+        return ControlScope(self.domain_of(principal) if held and actions else None)
 
     def allowed_models(self, principal: Principal, action: str, models: Iterable[str]) -> list[str]:
         table, members, domain = self._table, self.members_of(principal), self.domain_of(principal)

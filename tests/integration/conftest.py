@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -127,3 +128,59 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]
 def serve() -> Any:
     """``with serve(tmp_path, extra_env=..., args=...) as gw:`` — a gateway of the test's own."""
     return served_gateway
+
+
+@pytest.fixture(scope="module")
+def stub_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]:
+    """A gateway over the model-free stub engine, shared by one module (control-plane tests)."""
+    with served_gateway(tmp_path_factory.mktemp("stub-serve"), args=("--stub-engine",)) as served:
+        yield served
+
+
+@dataclass
+class PrivateRedis:
+    """A redis-server of the test's own, to stop, stall (SIGSTOP) and resume; never the shared one."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+
+    def stall(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        self.resume()
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = PrivateRedis(proc=proc, url=f"redis://127.0.0.1:{port}/0")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("redis-server did not start")
+        time.sleep(0.05)
+    try:
+        yield server
+    finally:
+        if proc.poll() is None:
+            server.stop()

@@ -27,6 +27,8 @@ import httpx
 import psycopg
 import pytest
 import redis
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from audit.postgres_store import grant_append_only, install_schema
 from keys import Pkcs11Provider, Secret
@@ -41,7 +43,8 @@ BODY = {"model": "demo-chat", "messages": [{"role": "user", "content": "hi"}], "
 
 @pytest.fixture
 def softhsm_conf(tmp_path: Path) -> str:
-    """A fresh SoftHSM2 token holding the audit signing key (created here, as an operator would)."""
+    """A fresh SoftHSM2 token holding the audit signing key (created here, as an operator would),
+    and its public key pinned in ``tmp_path / "audit-public-key.pem"``, outside every data dir."""
     util = shutil.which("softhsm2-util")
     assert util and Path(MODULE).exists(), "SoftHSM2 missing: run scripts/system-deps.sh"
     (tmp_path / "tokens").mkdir()
@@ -58,8 +61,13 @@ def softhsm_conf(tmp_path: Path) -> str:
     os.environ["SOFTHSM2_CONF"] = str(conf)
     try:
         provider = Pkcs11Provider.connect(MODULE, "audit", Secret(PIN), "strongroom-audit")
-        provider.initialize()
+        ref = provider.initialize()
+        raw = provider.signing_public_key(ref.key_id, ref.version)
         provider.close()
+        pem = Ed25519PublicKey.from_public_bytes(raw).public_bytes(
+            Encoding.PEM, PublicFormat.SubjectPublicKeyInfo
+        )
+        (tmp_path / "audit-public-key.pem").write_bytes(pem)
     finally:
         if previous is None:
             os.environ.pop("SOFTHSM2_CONF")
@@ -125,6 +133,7 @@ def test_two_gateways_one_log_one_policy(
         "STRONGROOM_AUDIT__CREATE_SIGNING_KEY": "false",
         "TEST_AUDIT_PIN": PIN,
         "SOFTHSM2_CONF": softhsm_conf,
+        "STRONGROOM_AUDIT__PUBLIC_KEY_FILE": str(Path(softhsm_conf).parent / "audit-public-key.pem"),
     }
     (tmp_path / "one").mkdir()
     (tmp_path / "two" / "data" / "keys").mkdir(parents=True)
@@ -139,7 +148,8 @@ def test_two_gateways_one_log_one_policy(
         admin = {"authorization": f"Bearer {one.token('root', 'admin')}"}
         dave = {"authorization": f"Bearer {one.token('dave', 'trader')}"}
         assert (
-            httpx.post(f"{two.v1}/chat/completions", json=BODY, headers=dave, timeout=60).status_code == 403
+            httpx.post(f"{two.v1}/chat/completions", json=BODY, headers=dave, timeout=60).status_code
+            == 404  # not allowed: answered like an unknown model
         )
         grant = httpx.post(
             f"{one.base_url}/admin/grants",

@@ -131,8 +131,8 @@ def test_missing_and_tampered_tokens_are_401_and_audited(gateway: Any) -> None:
         assert record["event"]["reason"]  # the precise cause is kept for auditors
 
 
-def test_forbidden_model_is_403_and_audited(gateway: Any) -> None:
-    with pytest.raises(openai.PermissionDeniedError) as err:
+def test_forbidden_model_is_404_and_audited_as_a_denial(gateway: Any) -> None:
+    with pytest.raises(openai.NotFoundError) as err:
         client(gateway, gateway.token("alice", "analyst")).chat.completions.create(
             model="demo-base", messages=[{"role": "user", "content": "hi"}]
         )

@@ -1,4 +1,4 @@
-"""Regression (issue 17): editing policy.db beside a running gateway turned a 403 into a 200
+"""Regression (issue 17): editing policy.db beside a running gateway turned a refusal into a 200
 within 1.5 s and left no audit record. Now the edit fails the store's seal: the gateway keeps
 its last verified policy, records the finding once, and a restart refuses to start on it."""
 
@@ -21,7 +21,7 @@ def test_a_direct_edit_of_policy_db_is_refused_and_recorded(tmp_path: Path, serv
     with serve(tmp_path) as gw:
         analyst = {"authorization": f"Bearer {gw.token('ann', 'analyst')}"}
         assert (
-            httpx.post(f"{gw.v1}/chat/completions", json=BODY, headers=analyst, timeout=60).status_code == 403
+            httpx.post(f"{gw.v1}/chat/completions", json=BODY, headers=analyst, timeout=60).status_code == 404
         )
         db = sqlite3.connect(gw.data_dir / "policies" / "policy.db", isolation_level=None)
         db.execute("INSERT INTO policy_rule VALUES ('p', 'analyst', '*', 'demo-base', 'chat')")
@@ -29,7 +29,7 @@ def test_a_direct_edit_of_policy_db_is_refused_and_recorded(tmp_path: Path, serv
         db.close()
         time.sleep(1.5)  # three polls of the watcher
         assert (
-            httpx.post(f"{gw.v1}/chat/completions", json=BODY, headers=analyst, timeout=60).status_code == 403
+            httpx.post(f"{gw.v1}/chat/completions", json=BODY, headers=analyst, timeout=60).status_code == 404
         )
         found = [r for r in gw.audit_records() if r["event"].get("reason") == "policy store tampered"]  # type: ignore[union-attr]
         assert len(found) == 1, found
