@@ -61,7 +61,11 @@ class Authorizer:
         self._table = DecisionTable(store.load(), self.config.decision_cache_size)
         self._valid_roles: dict[str, bool] = {}
         self._watcher = PolicyWatcher(
-            self.refresh, interval_s=self.config.poll_interval_s, redis=redis, channel=self.config.channel
+            self.refresh,
+            interval_s=self.config.poll_interval_s,
+            redis=redis,
+            channel=self.config.channel,
+            store_changes=store.changes,
         )
 
     @classmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -30,6 +30,11 @@ class PolicyBackend(Protocol):
 
     async def apply(self, changes: Sequence[PolicyChange], actor: str, audit: AuditSink) -> Policy:
         """All of ``changes`` audited once through ``audit``, or nothing (see ``PolicyStore.apply``)."""
+        ...
+
+    def changes(self) -> AsyncIterator[None] | None:
+        """A feed yielding once per committed change, from the store itself (PostgreSQL NOTIFY);
+        None for a store that has none. Ends or raises when the connection is lost."""
         ...
 
     def close(self) -> None:

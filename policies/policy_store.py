@@ -91,6 +91,9 @@ class PolicyStore:
     def close(self) -> None:
         """Nothing held: every read and change opens its own connection."""
 
+    def changes(self) -> None:
+        """No feed of its own: replicas sharing the file learn of changes by Redis and polling."""
+
     @staticmethod
     def _rules(policy: Policy) -> list[Grant | Assignment]:
         return [*policy.grants, *policy.assignments]

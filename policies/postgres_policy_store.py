@@ -3,14 +3,15 @@
 Same tables and rules as the SQLite store. A change locks the version row (``FOR UPDATE``), so
 changes made through different replicas at once are applied one after the other, each on the
 state the previous one left; readers never wait (MVCC) and always see a whole change. Replicas
-learn of a new version from the watcher (Redis announcement, version poll within 1 s).
+learn of a new version from the watcher: a NOTIFY on the store's channel, sent in the change's
+transaction (so it arrives on commit), besides Redis and the version poll within 1 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import psycopg
 from psycopg import sql
@@ -53,6 +54,7 @@ class PostgresPolicyStore:
         self._seal = seal
         self._lock = asyncio.Lock()
         self._reader: psycopg.Connection[tuple[object, ...]] | None = None
+        self._channel = f"strongroom_policy_{schema}"
         self.opening_note = ""
         """What opening did that the audit log should hear of (a new store)."""
         try:
@@ -96,6 +98,16 @@ class PostgresPolicyStore:
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
+
+    def changes(self) -> AsyncIterator[None]:
+        return self._notifications()
+
+    async def _notifications(self) -> AsyncIterator[None]:
+        conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, connect_timeout=3)
+        async with conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            async for _ in conn.notifies():
+                yield None
 
     def version(self) -> int:
         try:
@@ -153,4 +165,5 @@ class PostgresPolicyStore:
                     await cur.execute(
                         "UPDATE policy_version SET version = %s, seal = %s", (updated.version, new_seal)
                     )
+                    await cur.execute("SELECT pg_notify(%s, %s)", (self._channel, str(updated.version)))
         return updated

@@ -140,3 +140,32 @@ def test_a_hung_policy_store_does_not_stall_the_event_loop(
         return worst
 
     assert asyncio.run(run()) < 0.2
+
+
+def test_a_change_reaches_the_other_replica_by_notify_without_redis(
+    config: AccessConfig, seal: PolicySeal, tmp_path
+) -> None:
+    """No Redis, polls 1 s apart: the NOTIFY sent in the change's transaction is what brings it."""
+
+    async def run() -> float:
+        slow_polls = msgspec.structs.replace(config, poll_interval_s=1.0)
+        one = Authorizer.open(slow_polls, tmp_path / "one", seal=seal)
+        two = Authorizer.open(slow_polls, tmp_path / "two", seal=seal)
+        await two.start()  # its first poll is 1 s away
+        try:
+            started = asyncio.get_running_loop().time()
+            await asyncio.sleep(0.1)  # the LISTEN is in place
+            await one.change(
+                [PolicyChange(op="assign", rule=Assignment(member="user:eve", role="analyst"))],
+                "ops",
+                ListSink(),
+            )
+            while not two.allowed(EVE, "chat", "demo-chat"):
+                await asyncio.sleep(0.01)
+                assert asyncio.get_running_loop().time() - started < 2.0
+            return asyncio.get_running_loop().time() - started
+        finally:
+            await two.stop()
+            one.store.close()
+
+    assert asyncio.run(run()) < 0.8  # before the first poll
