@@ -45,7 +45,13 @@ class TokenSigningKey:
             provider = Pkcs11Provider.connect(
                 cfg.signing_pkcs11_module, cfg.signing_pkcs11_token_label, pin, cfg.signing_pkcs11_key_id
             )
-            if cfg.create_signing_key and not provider.versions():
+            if not provider.versions():
+                if not cfg.create_signing_key:
+                    raise AuditConfigError(
+                        f"no audit signing key {cfg.signing_pkcs11_key_id!r} on token "
+                        f"{cfg.signing_pkcs11_token_label!r} (create it once, e.g. one start with "
+                        "audit.create_signing_key = true, then pin its public key)"
+                    )
                 provider.initialize()
             return cls(provider)
         except KeysError as exc:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import shutil
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,53 +25,38 @@ import httpx
 import psycopg
 import pytest
 import redis
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from audit.postgres_store import grant_append_only, install_schema
-from keys import Pkcs11Provider, Secret
 
 pytestmark = pytest.mark.integration
 
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 MODULE = "/usr/lib/softhsm/libsofthsm2.so"
-PIN = "4321-user"
 BODY = {"model": "demo-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 
 
+_CREATE_AUDIT_KEY = """
+import sys
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from keys import Pkcs11Provider, Secret
+provider = Pkcs11Provider.connect(sys.argv[1], sys.argv[2], Secret(sys.argv[3]), "strongroom-audit")
+ref = provider.initialize()
+raw = provider.signing_public_key(ref.key_id, ref.version)
+key = Ed25519PublicKey.from_public_bytes(raw)
+sys.stdout.write(key.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode())
+"""
+
+
 @pytest.fixture
-def softhsm_conf(tmp_path: Path) -> str:
-    """A fresh SoftHSM2 token holding the audit signing key (created here, as an operator would),
-    and its public key pinned in ``tmp_path / "audit-public-key.pem"``, outside every data dir."""
-    util = shutil.which("softhsm2-util")
-    assert util and Path(MODULE).exists(), "SoftHSM2 missing: run scripts/system-deps.sh"
-    (tmp_path / "tokens").mkdir()
-    conf = tmp_path / "softhsm2.conf"
-    conf.write_text(
-        f"directories.tokendir = {tmp_path / 'tokens'}\nobjectstore.backend = file\nlog.level = ERROR\n"
-    )
-    env = {**os.environ, "SOFTHSM2_CONF": str(conf)}
-    subprocess.run(
-        [util, "--init-token", "--free", "--label", "audit", "--so-pin", "so-1234", "--pin", PIN],
-        check=True, capture_output=True, env=env,
-    )  # fmt: skip
-    previous = os.environ.get("SOFTHSM2_CONF")
-    os.environ["SOFTHSM2_CONF"] = str(conf)
-    try:
-        provider = Pkcs11Provider.connect(MODULE, "audit", Secret(PIN), "strongroom-audit")
-        ref = provider.initialize()
-        raw = provider.signing_public_key(ref.key_id, ref.version)
-        provider.close()
-        pem = Ed25519PublicKey.from_public_bytes(raw).public_bytes(
-            Encoding.PEM, PublicFormat.SubjectPublicKeyInfo
-        )
-        (tmp_path / "audit-public-key.pem").write_bytes(pem)
-    finally:
-        if previous is None:
-            os.environ.pop("SOFTHSM2_CONF")
-        else:
-            os.environ["SOFTHSM2_CONF"] = previous
-    return str(conf)
+def pinned_key(softhsm_token: Any, tmp_path: Path) -> Path:
+    """Creates the audit signing key on the token, as an operator would, and pins its public key
+    in a file outside every data directory."""
+    made = softhsm_token.run_python(_CREATE_AUDIT_KEY, MODULE, softhsm_token.label, softhsm_token.pin)
+    assert made.returncode == 0, made.stderr
+    path = tmp_path / "audit-public-key.pem"
+    path.write_text(made.stdout)
+    return path
 
 
 @pytest.fixture
@@ -114,7 +97,7 @@ def _stored(env: dict[str, str]) -> tuple[list[int], set[str], list[str]]:
 
 
 def test_two_gateways_one_log_one_policy(
-    tmp_path: Path, serve: Any, softhsm_conf: str, databases: dict
+    tmp_path: Path, serve: Any, softhsm_token: Any, pinned_key: Path, databases: dict
 ) -> None:
     try:
         redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=1).ping()
@@ -128,12 +111,12 @@ def test_two_gateways_one_log_one_policy(
         "STRONGROOM_AUTH__REVOCATION_KEY_PREFIX": f"{prefix}:revoked:",
         "STRONGROOM_ACCESS__CHANNEL": f"{prefix}:policy",
         "STRONGROOM_AUDIT__SIGNING_KEY_PROVIDER": "pkcs11",
-        "STRONGROOM_AUDIT__SIGNING_PKCS11_TOKEN_LABEL": "audit",
+        "STRONGROOM_AUDIT__SIGNING_PKCS11_TOKEN_LABEL": softhsm_token.label,
         "STRONGROOM_AUDIT__SIGNING_PKCS11_PIN_ENV": "TEST_AUDIT_PIN",
         "STRONGROOM_AUDIT__CREATE_SIGNING_KEY": "false",
-        "TEST_AUDIT_PIN": PIN,
-        "SOFTHSM2_CONF": softhsm_conf,
-        "STRONGROOM_AUDIT__PUBLIC_KEY_FILE": str(Path(softhsm_conf).parent / "audit-public-key.pem"),
+        "TEST_AUDIT_PIN": softhsm_token.pin,
+        "SOFTHSM2_CONF": softhsm_token.conf,
+        "STRONGROOM_AUDIT__PUBLIC_KEY_FILE": str(pinned_key),
     }
     (tmp_path / "one").mkdir()
     (tmp_path / "two" / "data" / "keys").mkdir(parents=True)
