@@ -152,14 +152,19 @@ class ChainWriter:
             sealed.append(self._prepare(entries, with_checkpoint, final))
             return sealed[-1].rows, sealed[-1].checkpoint
 
-        try:
-            store.append_at_head(seal)
-        except Exception:
-            if sealed:
-                self._failed(sealed[-1])
-            self._is_stale = True
-            raise
-        return self._committed(sealed[-1])
+        for _ in range(_MAX_CONFLICT_RETRIES):
+            try:
+                store.append_at_head(seal)
+            except StoreConflictError:
+                continue  # a writer that skips the lock (an older release mid-upgrade) got there first
+            except Exception:
+                if sealed:
+                    self._failed(sealed[-1])
+                self._is_stale = True
+                raise
+            return self._committed(sealed[-1])
+        self._is_stale = True
+        raise AuditUnavailableError("audit store: too many concurrent writers")
 
     def _prepare(self, entries: Sequence[Entry], with_checkpoint: bool, final: bool) -> _Sealed:
         batch = list(entries)
