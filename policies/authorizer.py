@@ -58,6 +58,7 @@ class Authorizer:
         self._reporting: set[asyncio.Task[int]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refresh_lock = threading.Lock()  # the watcher reloads on a worker thread
+        self._install_lock = threading.Lock()
         self._table = DecisionTable(store.load(), self.config.decision_cache_size)
         self._valid_roles: dict[str, bool] = {}
         self._watcher = PolicyWatcher(
@@ -173,8 +174,12 @@ class Authorizer:
             log.error("policy tamper finding not audited: %s", type(task.exception()).__name__)
 
     def _install(self, policy: Policy) -> None:
-        if policy.version > self._table.version:
-            self._table = DecisionTable(policy, self.config.decision_cache_size)
+        if policy.version <= self._table.version:
+            return
+        table = DecisionTable(policy, self.config.decision_cache_size)
+        with self._install_lock:  # a reload (worker thread) and a change (loop) may race: newest wins
+            if policy.version > self._table.version:
+                self._table = table
 
     async def change(self, changes: Sequence[PolicyChange], actor: str, audit: AuditSink) -> Policy:
         """Apply ``changes`` atomically and audited (see PolicyStore.apply), take them into use on
