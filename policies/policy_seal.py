@@ -11,6 +11,10 @@ Readers check the seal on every load. A running replica that meets a bad seal ke
 last policy it verified (an operator put it there; failing closed would let anyone with write
 access to the store take every replica down) and the edit is refused and recorded in the audit
 log; a replica that starts on a bad seal has no verified policy and refuses to start.
+
+A running replica also refuses a store put back to an older (validly sealed) version. What the
+seal cannot show is a restore of an older backup while every replica is down: the audit log's
+``admin_change`` records, which name each version, are the evidence then.
 """
 
 from __future__ import annotations
