@@ -12,6 +12,7 @@ on ``seq`` and ``idx`` remain the backstop against any writer that skips the loc
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from importlib import resources
 import msgspec
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from audit.checkpoint import Checkpoint
 from audit.errors import AuditUnavailableError
@@ -75,7 +77,8 @@ class PostgresStore:
         self._local = threading.local()
         self._connections: list[psycopg.Connection[tuple[object, ...]]] = []
         self._lock = threading.Lock()
-        self._lock_key = writer_lock_key(schema)
+        # BEGIN and the lock in one simple-protocol round trip; the key is ours, never input.
+        self._begin_locked = f"BEGIN; SELECT pg_advisory_xact_lock({writer_lock_key(schema)})".encode()
         self._cached_log_id: str | None = None
 
     def __repr__(self) -> str:
@@ -145,21 +148,33 @@ class PostgresStore:
         return StoreHead(log_id=log_id, seq=0, hash=genesis_hash(log_id), checkpoint=checkpoint)
 
     def append_at_head(self, seal: SealBatch) -> None:
-        """Three round trips under the lock (lock, head, insert) besides BEGIN and COMMIT; a
-        batch amortizes them, and the lock is held only while this gateway's batch goes in."""
+        """Three round trips: BEGIN with the lock, the head, then the insert pipelined with COMMIT.
+        The lock is held for the last two (and the commit's flush), only while this batch goes in.
+        """
         log_id = self._log_id()
+        conn: psycopg.Connection[tuple[object, ...]] | None = None
         try:
             conn = self._conn()
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
-                found = conn.execute(_HEAD.encode()).fetchone()
-                assert found is not None  # the query always yields one row
-                rows, checkpoint = seal(self._head_from(log_id, found))
+            conn.execute(self._begin_locked)
+            found = conn.execute(_HEAD.encode()).fetchone()
+            assert found is not None  # the query always yields one row
+            rows, checkpoint = seal(self._head_from(log_id, found))
+            with conn.pipeline():
                 self._insert(conn, rows, checkpoint)
-        except psycopg.errors.UniqueViolation as exc:
-            raise StoreConflictError(str(exc)) from exc
-        except psycopg.Error as exc:
-            raise AuditUnavailableError(f"postgres audit store: {type(exc).__name__}") from exc
+                conn.execute(b"COMMIT")
+        except BaseException as exc:
+            if (
+                conn is not None
+                and not conn.broken
+                and conn.info.transaction_status != TransactionStatus.IDLE
+            ):
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(b"ROLLBACK")
+            if isinstance(exc, psycopg.errors.UniqueViolation):
+                raise StoreConflictError(str(exc)) from exc
+            if isinstance(exc, psycopg.Error):
+                raise AuditUnavailableError(f"postgres audit store: {type(exc).__name__}") from exc
+            raise
 
     def _insert(
         self,

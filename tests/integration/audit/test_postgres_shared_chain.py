@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from audit.checkpoint import Checkpoint
 from audit.config import AuditConfig
 from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.postgres_store import PostgresStore
+from audit.record import RecordRow, encode_event, seal_row
+from audit.store import StoreConflictError, StoreHead
+from audit.testing import sample_event
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +73,32 @@ def test_two_writers_append_to_one_chain_signed_by_one_key(schema_and_role, tmp_
             await report.close()
 
     asyncio.run(go())
+
+
+def _sealed(first: int, n: int) -> list[RecordRow]:
+    return [seal_row(encode_event(sample_event(s), s), s, "00" * 32, None) for s in range(first, first + n)]
+
+
+def test_a_locked_append_that_conflicts_keeps_nothing_and_the_connection_goes_on(schema_and_role) -> None:
+    """A writer that skips the lock (an older release mid-upgrade) takes a sequence number while
+    the batch is being sealed: the whole batch, checkpoint included, is rolled back, the caller
+    hears of a conflict, and the same connection serves the next append."""
+    schema, role = schema_and_role
+    dsn = f"host=127.0.0.1 port=5432 user={role} dbname=test"
+    store, intruder = PostgresStore(dsn, schema), PostgresStore(dsn, schema)
+    store.open("l")
+
+    def seal_into_a_taken_seq(head: StoreHead) -> tuple[list[RecordRow], Checkpoint]:
+        intruder.append(_sealed(head.seq + 2, 1), None)  # no lock: lands while ours is held
+        checkpoint = Checkpoint(
+            log_id="l", index=1, seq=head.seq + 3, head="h", time="t", prev="p", key_id="k"
+        )
+        return _sealed(head.seq + 1, 3), checkpoint
+
+    with pytest.raises(StoreConflictError):
+        store.append_at_head(seal_into_a_taken_seq)
+    assert [r.seq for r in store.rows(0, 10)] == [2] and store.head().checkpoint is None
+    store.append_at_head(lambda head: (_sealed(head.seq + 1, 1), None))
+    assert [r.seq for r in store.rows(0, 10)] == [2, 3]
+    store.close()
+    intruder.close()
