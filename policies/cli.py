@@ -1,6 +1,6 @@
 """``strongroom admin``: change and inspect the access policy from a shell.
 
-Operates on the same policy store as the gateway (``<data_dir>/<access.policy_db>``); every change
+Operates on the same policy store as the gateway (``access.policy_db`` or PostgreSQL); every change
 is audited with ``--actor`` as the actor and the OS user and host that ran the command (through
 the running gateway, which owns the log, when there is one) and fails if that record cannot be
 made durable. Running gateways pick the change up within ``access.poll_interval_s``, sooner when
@@ -35,10 +35,16 @@ actor_option = click.option(
 
 
 def _open(config_path: str | None) -> tuple[Any, Authorizer]:
+    from audit.signer import CheckpointSigner
+    from policies.policy_seal import PolicySeal
     from strongroom.config import load_settings
 
     settings = load_settings(config_path)
-    return settings, Authorizer.open(settings.access, settings.data_path)
+    seal = PolicySeal(CheckpointSigner.open(settings.audit, settings.data_path))
+    try:
+        return settings, Authorizer.open(settings.access, settings.data_path, seal=seal)
+    except PolicyError as exc:
+        raise click.ClickException(exc.message) from None
 
 
 def _change(config_path: str | None, changes: Sequence[PolicyChange], actor: str | None) -> None:
