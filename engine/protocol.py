@@ -55,7 +55,10 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     prompt_token_ids: list[int] | None = None
     messages: list[ChatMessage] | None = None
     tenant: str | None = None
-    """Salts the prefix cache so one tenant cannot probe another's prompts by timing."""
+    """The caller's tenant; with ``subject``, salts the prefix cache (``engine.cache_scope``) so
+    nobody can probe another's prompts by timing."""
+    subject: str | None = None
+    """The caller (the token's subject)."""
     priority: int = 0
 
     def __repr__(self) -> str:

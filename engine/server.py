@@ -158,7 +158,7 @@ class EngineServer:
 
     def _prompt(self, req: GenerateRequest) -> str | list[int]:
         if req.messages is not None:
-            return self.backend.render_chat(req.model, [msgspec.to_builtins(m) for m in req.messages])
+            return self.backend.chat_prompt(req.model, [msgspec.to_builtins(m) for m in req.messages])
         if req.prompt_token_ids is not None:
             return req.prompt_token_ids
         if req.prompt is not None:
@@ -167,7 +167,10 @@ class EngineServer:
 
     async def count_tokens(self, req: GenerateRequest) -> int:
         """The prompt tokens ``generate`` would charge for ``req``."""
-        prompt = self._prompt(req)
+        if req.messages is not None and sum(len(m.content) for m in req.messages) > _INLINE_COUNT_CHARS:
+            prompt = await anyio.to_thread.run_sync(self._prompt, req)  # a long chat is encoded here
+        else:
+            prompt = self._prompt(req)
         if isinstance(prompt, list):
             return len(prompt)
         if len(prompt) > _INLINE_COUNT_CHARS:  # a long prompt is tokenized off the loop
@@ -196,7 +199,13 @@ class EngineServer:
             try:
                 prompt = server._prompt(req)
                 stream = server.backend.generate(
-                    req.request_id, req.model, prompt, req.params, tenant=req.tenant, priority=req.priority
+                    req.request_id,
+                    req.model,
+                    prompt,
+                    req.params,
+                    tenant=req.tenant,
+                    subject=req.subject,
+                    priority=req.priority,
                 ).__aiter__()
                 # Pull the first delta here so validation errors become a plain HTTP error.
                 first = await stream.__anext__()

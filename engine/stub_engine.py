@@ -55,7 +55,7 @@ class StubEngine:
     def model_infos(self) -> list[StubModelInfo]:
         return list(self._models.values())
 
-    def render_chat(self, model: str, messages: list[dict[str, Any]]) -> str:
+    def chat_prompt(self, model: str, messages: list[dict[str, Any]]) -> str:
         self._check(model)
         return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
 
@@ -77,6 +77,7 @@ class StubEngine:
         params: SamplingParams,
         *,
         tenant: str | None = None,
+        subject: str | None = None,
         priority: int = 0,
     ) -> AsyncIterator[StubDelta]:
         info = self._check(model)

@@ -26,7 +26,7 @@ from engine.client import EngineClient
 from engine.errors import EngineError, EngineUnavailableError
 from engine.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
 from engine.sampling_params import SamplingParams
-from filters import FilterContext, FilterPipeline
+from filters import FilterContext, FilterPipeline, ScanBudgetError
 from gateway.auditor import Auditor
 from gateway.auth import AuthenticationError, RevocationUnavailableError, TokenVerifier
 from gateway.completion_builder import CompletionBuilder
@@ -172,9 +172,12 @@ class InferenceService:
                 raise await self.reject(ctx, exc) from None
             raise
         try:
-            result = self.filters.check_request(
-                texts, FilterContext(roles=ctx.principal.roles, model=body.model)
-            )
+            try:
+                result = await self.filters.acheck_request(
+                    texts, FilterContext(roles=ctx.principal.roles, model=body.model)
+                )
+            except ScanBudgetError as exc:
+                raise await self.reject(ctx, exc) from None
             findings = list(result.findings)
             if result.blocked:
                 await self.auditor.record(
@@ -247,12 +250,12 @@ class InferenceService:
         params: SamplingParams,
         texts: list[str],
     ) -> GenerateRequest:
-        tenant = ctx.principal.tenant if ctx.principal else None
         common: dict[str, Any] = {
             "request_id": ctx.request_id,
             "model": body.model,
             "params": params,
-            "tenant": tenant,
+            "tenant": ctx.principal.tenant if ctx.principal else None,
+            "subject": ctx.principal.subject if ctx.principal else None,
         }
         if isinstance(body, ChatCompletionRequest):
             messages = [
@@ -283,7 +286,7 @@ class InferenceService:
                 raise await self.reject(prep.ctx, exc) from None
             ctx_f = _filter_context(prep)
             for index, text in builder.texts().items():
-                result = self.filters.check_response(text, ctx_f)
+                result = await self.filters.acheck_response(text, ctx_f)
                 prep.findings.extend(result.findings)
                 builder.replace(index, "" if result.blocked else result.texts[0], blocked=result.blocked)
             usage = builder.usage()

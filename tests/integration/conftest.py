@@ -40,14 +40,19 @@ class ServedGateway:
         return f"{self.base_url}/v1"
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "strongroom", *args],
             env=self.env,
             capture_output=True,
             text=True,
-            check=check,
+            check=False,
             timeout=60,
         )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"strongroom {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+            )
+        return done
 
     def token(self, sub: str, *roles: str) -> str:
         args = ["token", "--sub", sub]
@@ -184,3 +189,46 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     finally:
         if proc.poll() is None:
             server.stop()
+
+
+SOFTHSM_MODULE = "/usr/lib/softhsm/libsofthsm2.so"
+
+
+@dataclass
+class SoftHsmToken:
+    """A fresh SoftHSM2 token in a temp directory. PKCS#11 initializes once per process, with the
+    SOFTHSM2_CONF it finds then, so the token is only ever used from subprocesses given ``env``."""
+
+    conf: str
+    label: str
+    pin: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SOFTHSM2_CONF": self.conf}
+
+    def run_python(self, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """``script`` in a fresh interpreter that sees this token."""
+        return subprocess.run(
+            [sys.executable, "-c", script, *args], env=self.env, capture_output=True, text=True, timeout=60
+        )
+
+
+@pytest.fixture
+def softhsm_token(tmp_path: Path) -> SoftHsmToken:
+    import shutil
+
+    util = shutil.which("softhsm2-util")
+    assert util and Path(SOFTHSM_MODULE).exists(), "SoftHSM2 missing: run scripts/system-deps.sh"
+    root = tmp_path / "softhsm"
+    (root / "tokens").mkdir(parents=True)
+    conf = root / "softhsm2.conf"
+    conf.write_text(
+        f"directories.tokendir = {root / 'tokens'}\nobjectstore.backend = file\nlog.level = ERROR\n"
+    )
+    token = SoftHsmToken(conf=str(conf), label="audit", pin="4321-user")
+    subprocess.run(
+        [util, "--init-token", "--free", "--label", token.label, "--so-pin", "so-1234", "--pin", token.pin],
+        check=True, capture_output=True, env=token.env,
+    )  # fmt: skip
+    return token
