@@ -49,7 +49,9 @@ class ServedGateway:
             timeout=60,
         )
         if check and done.returncode != 0:
-            raise AssertionError(f"strongroom {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+            raise AssertionError(
+                f"strongroom {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+            )
         return done
 
     def token(self, sub: str, *roles: str) -> str:
