@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed  ## create .venv with strongroom and its test dependencies
 
-system-deps:  ## Debian packages the tests use (SoftHSM2)
+system-deps:  ## Debian packages the tests use (SoftHSM2, Chromium)
 	@scripts/system-deps.sh
 
 services:  ## make sure Redis and PostgreSQL answer on 127.0.0.1

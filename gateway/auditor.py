@@ -34,6 +34,7 @@ class Auditor:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
         model_manifest: str = "",
+        detail: str = "",
     ) -> int:
         p = ctx.principal
         event = AuditEvent(
@@ -56,6 +57,7 @@ class Auditor:
             completion_tokens=completion_tokens,
             latency_ms=round(ctx.elapsed_ms(), 3),
             engine_instance=ctx.engine_instance,
+            detail=detail,
         )
         try:
             return await self._sink.append(event)
