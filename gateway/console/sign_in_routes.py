@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
-from litestar.params import FromQuery, Parameter
+from litestar.params import FromQuery, QueryParameter
 from litestar.response import Redirect, Template
 
 from audit.event import Decision, EventType
@@ -94,7 +94,7 @@ async def start_oidc(request: Request[Any, Any, Any]) -> Response[Any]:
 async def oidc_callback(
     request: Request[Any, Any, Any],
     code: FromQuery[str | None] = None,
-    sign_in_state: Annotated[str | None, Parameter(query="state")] = None,
+    sign_in_state: Annotated[str | None, QueryParameter(name="state")] = None,
     error: FromQuery[str | None] = None,
 ) -> Response[Any]:
     console = Console.of(request)
