@@ -40,6 +40,7 @@ def page_context(console: Console, session: ConsoleSession, **extra: Any) -> dic
         "me": session.principal,
         "csrf": session.csrf_token,
         "can_content": console.can(session, "audit:content"),
+        "can_admin": console.can(session, "admin:policy"),
         **extra,
     }
 

@@ -72,9 +72,17 @@ class Console:
         return session
 
     async def page(
-        self, request: Request[Any, Any, Any], permissions: tuple[str, ...], detail: str
+        self,
+        request: Request[Any, Any, Any],
+        permissions: tuple[str, ...],
+        detail: str,
+        *,
+        is_audited: bool = True,
     ) -> ConsoleSession:
-        """The session, after checking ``permissions`` and recording this view (or its refusal)."""
+        """The session, after checking ``permissions`` and recording this view (or its refusal).
+
+        ``is_audited=False`` records refusals only: for live refreshes of views holding no audit
+        data (the engine pool every few seconds would otherwise flood the log)."""
         session = await self.session(request)
         authorizer = self.services.authorizer
         missing = [p for p in permissions if not authorizer.allowed(session.principal, p, CONTROL_PLANE)]
@@ -89,6 +97,8 @@ class Console:
                 detail=detail,
             )
             raise PageForbiddenError(f"this page needs {', '.join(missing)}")
+        if not is_audited:
+            return session
         await self.record(
             request, session.principal, EventType.AUDIT_ACCESS, Decision.ALLOW, status=200, detail=detail
         )

@@ -31,7 +31,7 @@ def idp() -> Iterator[OidcProvider]:
     provider = OidcProvider(
         client_id=CLIENT_ID,
         redirect_uri="",
-        users={"officer.wang": ["bank-compliance"], "teller.li": ["bank-tellers"]},
+        users={"officer.wang": ["bank-compliance"], "admin.zhao": ["bank-admins"]},
     )
     with running_provider(provider) as running:
         yield running
@@ -44,7 +44,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, idp: OidcProvider) -> Iter
     issuers = (
         f'[{{issuer = "{idp.issuer}", audiences = ["{CLIENT_ID}"], jwks_url = "{idp.jwks_url}", '
         'algorithms = ["RS256"], roles_claim = "groups", '
-        'role_mapping = {"bank-compliance" = "compliance", "bank-tellers" = "analyst"}}]'
+        'role_mapping = {"bank-compliance" = "compliance", "bank-admins" = "admin"}}]'
     )
     env = {
         "STRONGROOM_AUTH__ISSUERS": issuers,
@@ -173,6 +173,26 @@ def test_officer_signs_in_searches_reads_verifies_exports_and_signs_out(
     expect(page).to_have_url(f"{gateway.base_url}/console/sign-in")
     page.goto(f"{gateway.base_url}/console/audit")
     expect(page).to_have_url(f"{gateway.base_url}/console/sign-in")
+
+    # An administrator grants a new role a model in the matrix; the API follows at once.
+    teller = gateway.token("teller.li", "teller")
+    assert _chat(gateway, teller, "hello") == 403
+    page.get_by_test_id("sso").click()
+    page.get_by_role("button", name="admin.zhao").click()
+    page.get_by_role("link", name="Administration").click()
+    expect(page.get_by_test_id("engines")).to_contain_text("demo-chat")
+    page.get_by_test_id("new-role").fill("teller")
+    page.get_by_test_id("new-model").select_option("demo-chat")
+    page.get_by_test_id("grant").click()
+    expect(page.get_by_test_id("notice")).to_contain_text("admin.zhao granted chat on demo-chat to teller")
+    expect(page.get_by_test_id("cell-teller-demo-chat")).to_have_text("✓")
+    _shot(page, "admin")
+    assert _chat(gateway, teller, "hello") == 200
+    page.get_by_test_id("cell-teller-demo-chat").click()
+    expect(page.get_by_test_id("notice")).to_contain_text("revoked chat on demo-chat")
+    assert _chat(gateway, teller, "hello") == 403
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(f"{gateway.base_url}/console/sign-in")
     assert dialogs == [] and csp_violations == []
     context.close()
 
@@ -188,4 +208,8 @@ def test_officer_signs_in_searches_reads_verifies_exports_and_signs_out(
     assert any(d == "console verify" for d in details)
     assert any(d.startswith("console export jsonl") for d in details)
     assert details[-1] == "console sign-out"
+    changes = [
+        r["event"] for r in gateway.audit_records(2000) if r["event"].get("event_type") == "admin_change"
+    ]  # type: ignore[union-attr]
+    assert [c["subject"] for c in changes][-2:] == ["admin.zhao", "admin.zhao"]  # type: ignore[index]
     assert all(e["roles"] == ["compliance"] for e in console_views)  # type: ignore[index]

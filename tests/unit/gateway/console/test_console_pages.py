@@ -222,3 +222,30 @@ def test_an_idp_callback_with_a_foreign_or_replayed_state_signs_nobody_in(tmp_pa
             assert any("foreign sign-in state" in r.event.reason for r in page.records)
 
     asyncio.run(go())
+
+
+def test_only_admin_policy_edits_grants_and_a_refused_edit_changes_nothing(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            csrf = await _sign_in(client, tmp_path, "carol", "compliance")
+            authorizer = client.app.state.services.authorizer  # type: ignore[attr-defined]
+            version = authorizer.version
+            assert "Administration" not in (await client.get("/console/audit")).text
+            assert (await client.get("/console/admin")).status_code == 403
+            form = {
+                "_csrf": csrf,
+                "op": "grant",
+                "role": "carol-role",
+                "model": "demo-chat",
+                "action": "chat",
+            }
+            refused = await client.post("/console/admin/grants", data=form, headers={"hx-request": "true"})
+            assert refused.status_code == 403 and authorizer.version == version
+            assert (
+                "authorization_denial",
+                "console grant 'carol-role' chat 'demo-chat'",
+                "missing admin:policy",
+            ) in (await _details(state["log"], "carol"))
+
+    asyncio.run(go())
