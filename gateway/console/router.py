@@ -24,6 +24,7 @@ from litestar_htmx import HTMXRequest
 from audit.errors import AuditQueryError
 from gateway.console.admin_pages import ADMIN_PAGES
 from gateway.console.audit_pages import AUDIT_PAGES
+from gateway.console.chart_pages import CHART_PAGES
 from gateway.console.errors import ConsoleError, NotSignedInError
 from gateway.console.sign_in_routes import SIGN_IN_ROUTES
 from gateway.errors import GatewayError
@@ -89,7 +90,7 @@ def build_console_router() -> Router:
     static = create_static_files_router(path="/static", directories=[_HERE / "static"], name="console-static")
     return Router(
         path="/console",
-        route_handlers=[*SIGN_IN_ROUTES, *AUDIT_PAGES, *ADMIN_PAGES, static],
+        route_handlers=[*SIGN_IN_ROUTES, *AUDIT_PAGES, *CHART_PAGES, *ADMIN_PAGES, static],
         request_class=HTMXRequest,
         after_request=_security_headers,
         exception_handlers={Exception: _error_page},

@@ -134,6 +134,11 @@ def test_officer_signs_in_searches_reads_verifies_exports_and_signs_out(
     expect(page.get_by_test_id("record")).to_contain_text("/v1/chat/completions")
     _shot(page, "record")
 
+    page.get_by_role("link", name="Charts").click()
+    expect(page.get_by_test_id("chart")).to_have_count(4)
+    expect(page.locator("svg rect").first).to_be_visible()
+    _shot(page, "charts")
+
     page.goto(f"{gateway.base_url}/console/audit/verify")
     page.get_by_test_id("verify").click()
     expect(page.get_by_test_id("report")).to_contain_text("Intact")

@@ -143,7 +143,16 @@ def test_planted_script_payloads_are_escaped_and_csp_forbids_inline(tmp_path: Pa
         state: dict[str, Any] = {}
         async with AsyncTestClient(_app(tmp_path, state)) as client:
             await _sign_in(client, tmp_path, "carol", "compliance")
-            for url in ("/console/audit", "/console/audit/records/2", f"/console/audit?model={XSS}"):
+            charts = await client.get("/console/audit/charts", params={"since": "2000-01-01T00:00:00Z"})
+            assert (
+                charts.text.count('data-testid="chart"') == 4 and charts.text.count("<svg") == 3
+            )  # no denials
+            for url in (
+                "/console/audit",
+                "/console/audit/records/2",
+                f"/console/audit?model={XSS}",
+                "/console/audit/charts?since=2000-01-01T00:00:00Z",
+            ):
                 page = await client.get(url)
                 assert page.status_code == 200
                 assert "<script>alert" not in page.text and "<img src=x" not in page.text
