@@ -11,10 +11,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jinja2
-from litestar import Request, Response, Router
+from litestar import Request, Response, Router, get
+from litestar.datastructures import Cookie
 from litestar.exceptions import HTTPException
+from litestar.params import FromQuery
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
@@ -26,6 +29,7 @@ from gateway.console.admin_pages import ADMIN_PAGES
 from gateway.console.audit_pages import AUDIT_PAGES
 from gateway.console.chart_pages import CHART_PAGES
 from gateway.console.errors import ConsoleError, NotSignedInError
+from gateway.console.language import LANG_COOKIE, LANGUAGES, Language
 from gateway.console.sign_in_routes import SIGN_IN_ROUTES
 from gateway.errors import GatewayError
 
@@ -49,11 +53,30 @@ _HEADERS = {
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_HERE / "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
+    environment.globals.update({"_": Language.translate, "lang": Language.current})
+    return environment
+
+
+async def _choose_language(request: Request[Any, Any, Any]) -> None:
+    Language.use(Language.choose(request))
+
+
+@get("/language")
+async def switch_language(request: Request[Any, Any, Any], to: FromQuery[str] = "en") -> Redirect:
+    """Remember the officer's language (a year) and go back to the console page they were on."""
+    language = to if to in LANGUAGES else "en"
+    referer = urlsplit(request.headers.get("referer", ""))
+    same_site = referer.netloc == request.url.netloc and referer.path.startswith("/console/")
+    back = referer.path + (f"?{referer.query}" if referer.query else "") if same_site else "/console/"
+    cookie = Cookie(
+        key=LANG_COOKIE, value=language, path="/console", httponly=True, samesite="lax", max_age=31536000
+    )
+    return Redirect(back, status_code=303, cookies=[cookie])
 
 
 def console_template_config() -> TemplateConfig[JinjaTemplateEngine]:
@@ -90,7 +113,8 @@ def build_console_router() -> Router:
     static = create_static_files_router(path="/static", directories=[_HERE / "static"], name="console-static")
     return Router(
         path="/console",
-        route_handlers=[*SIGN_IN_ROUTES, *AUDIT_PAGES, *CHART_PAGES, *ADMIN_PAGES, static],
+        route_handlers=[*SIGN_IN_ROUTES, *AUDIT_PAGES, *CHART_PAGES, *ADMIN_PAGES, switch_language, static],
+        before_request=_choose_language,
         request_class=HTMXRequest,
         after_request=_security_headers,
         exception_handlers={Exception: _error_page},

@@ -121,6 +121,12 @@ def test_officer_signs_in_searches_reads_verifies_exports_and_signs_out(
     for text in rows.all_inner_texts():
         assert "alice" in text
     _shot(page, "search")
+    page.get_by_test_id("lang-zh").click()
+    expect(page.locator("h1")).to_have_text("审计检索")
+    expect(page).to_have_url(f"{gateway.base_url}/console/audit?subject=alice")
+    _shot(page, "search-zh")
+    page.get_by_test_id("lang-en").click()
+    expect(page.locator("h1")).to_have_text("Audit search")
     page.goto(f"{gateway.base_url}/console/audit?event_type=inference")
     expect(page.get_by_test_id("results")).to_contain_text(PAYLOAD)
     page.goto(f"{gateway.base_url}/console/audit?decision=deny")

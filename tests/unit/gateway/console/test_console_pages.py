@@ -258,3 +258,30 @@ def test_only_admin_policy_edits_grants_and_a_refused_edit_changes_nothing(tmp_p
             ) in (await _details(state["log"], "carol"))
 
     asyncio.run(go())
+
+
+def test_language_follows_the_browser_until_the_officer_switches(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            zh = await client.get("/console/sign-in", headers={"accept-language": "zh-CN,zh;q=0.9,en;q=0.8"})
+            assert '<html lang="zh">' in zh.text and "使用开发令牌登录" in zh.text
+            en = await client.get("/console/sign-in", headers={"accept-language": "en-GB,zh;q=0.5"})
+            assert '<html lang="en">' in en.text and "Sign in with dev token" in en.text
+            switched = await client.get(
+                "/console/language",
+                params={"to": "zh"},
+                headers={"referer": "http://testserver.local/console/sign-in"},
+                follow_redirects=False,
+            )
+            assert switched.status_code == 303 and switched.headers["location"] == "/console/sign-in"
+            assert (
+                "使用开发令牌登录"
+                in (await client.get("/console/sign-in", headers={"accept-language": "en"})).text
+            )
+            foreign = await client.get(
+                "/console/language", params={"to": "en"}, headers={"referer": "https://evil.example/x"}
+            )
+            assert foreign.url.path == "/console/sign-in"  # /console/ -> sign-in; never off-site
+
+    asyncio.run(go())
