@@ -128,10 +128,13 @@ def config() -> None:
 @config.command("show")
 @config_option
 def config_show(config_path: str | None) -> None:
-    """Print the effective settings (defaults < file < environment) as JSON."""
+    """Print the effective settings (defaults < file < environment) as JSON, secrets redacted."""
     import msgspec
 
-    click.echo(msgspec.json.format(msgspec.json.encode(load_settings(config_path)), indent=2))
+    from strongroom.redaction import redacted
+
+    shown = redacted(msgspec.to_builtins(load_settings(config_path)))
+    click.echo(msgspec.json.format(msgspec.json.encode(shown), indent=2))
 
 
 @config.command("example")
