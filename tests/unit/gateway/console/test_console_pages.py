@@ -33,7 +33,7 @@ IDP = "https://idp.bank.example/realms/staff"
 XSS = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
 
 
-def _app(tmp_path: Path, state: dict[str, Any]) -> Litestar:
+def _app(tmp_path: Path, state: dict[str, Any], *, secure_cookies: bool | None = None) -> Litestar:
     settings = Settings(
         data_dir=str(tmp_path),
         auth=AuthConfig(
@@ -43,6 +43,7 @@ def _app(tmp_path: Path, state: dict[str, Any]) -> Litestar:
             oidc_issuer=IDP,
             oidc_client_id="console",
             oidc_redirect_url="https://llm.example/console/callback",
+            secure_cookies=secure_cookies,
         ),
     )
 
@@ -283,5 +284,31 @@ def test_language_follows_the_browser_until_the_officer_switches(tmp_path: Path)
                 "/console/language", params={"to": "en"}, headers={"referer": "https://evil.example/x"}
             )
             assert foreign.url.path == "/console/sign-in"  # /console/ -> sign-in; never off-site
+
+    asyncio.run(go())
+
+
+def test_cookies_are_httponly_samesite_and_secure_under_tls(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(
+            _app(tmp_path, state, secure_cookies=True), base_url="https://testserver.local"
+        ) as client:
+            page = await client.get("/console/sign-in")
+            login = re.search(r'name="_csrf" value="([^"]+)"', page.text)
+            assert login is not None
+            token = DevIssuer.load_or_create(tmp_path).mint("carol", ["compliance"])
+            signed_in = await client.post(
+                "/console/sign-in/dev", data={"_csrf": login.group(1), "token": token}, follow_redirects=False
+            )
+            session_cookie = next(
+                v for v in signed_in.headers.get_list("set-cookie") if v.startswith("strongroom_console=")
+            )
+            flags = {part.strip().lower() for part in session_cookie.split(";")[1:]}
+            assert {"httponly", "secure", "samesite=lax", "path=/console", "max-age=28800"} <= flags
+            assert (
+                signed_in.headers["location"] == "/console/audit"
+                and "token" not in signed_in.headers["location"]
+            )
 
     asyncio.run(go())
