@@ -1,4 +1,5 @@
-"""The administrator's pages: the roles × models grant matrix with live edits, and the engine pool.
+"""The administrator's pages: the roles × models grant matrix and user-to-role assignments with
+live edits, and the engine pool.
 
 Needs ``admin:policy``, like ``/admin``. An edit is one ``PolicyChange`` through
 ``Authorizer.change``: atomic, recorded as ``admin_change`` with the officer as actor (fail
@@ -8,6 +9,7 @@ seconds through htmx; those refreshes are not audited (they show no audit data),
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from litestar import get, post
@@ -19,7 +21,7 @@ from gateway.auth.principal import Principal
 from gateway.console.console import Console
 from gateway.console.session_store import ConsoleSession
 from policies.errors import PolicyError
-from policies.policy import ALL_DOMAINS, INFERENCE_ACTIONS, Grant
+from policies.policy import ALL_DOMAINS, INFERENCE_ACTIONS, USER_PREFIX, Assignment, Grant, user_member
 from policies.policy_change import PolicyChange
 
 __all__ = ["ADMIN_PAGES"]
@@ -71,6 +73,7 @@ async def admin_page(request: HTMXRequest, action: FromQuery[str] = "chat") -> T
     session = await console.page(request, _ADMIN, f"console admin {action}")
     context = _matrix_context(console, session, action)
     context["engines"] = await _engines(console)
+    context["assignments"] = _assignments(console, session)
     return Template(template_name="admin.html", context=context)
 
 
@@ -83,23 +86,79 @@ async def change_grant(request: HTMXRequest) -> Template | Redirect:
     action = fields["action"] if fields["action"] in INFERENCE_ACTIONS else "chat"
     detail = f"console {fields['op'] or 'change'} {fields['role']!r} {action} {fields['model']!r}"
     session = await console.page(request, _ADMIN, detail)
-    notice, problem = "", ""
-    try:
-        if fields["op"] not in ("grant", "ungrant"):
-            raise PolicyError("op must be grant or ungrant")
-        grant = Grant(role=fields["role"], pattern=fields["model"], action=action, domain=ALL_DOMAINS)
-        change = PolicyChange(op=fields["op"], rule=grant)  # type: ignore[arg-type]
-        updated = await console.services.authorizer.change(
-            [change], session.principal.subject, console.services.audit_log
-        )
-        verb = "granted" if fields["op"] == "grant" else "revoked"
-        notice = f"Version {updated.version}: {session.principal.subject} {verb} {action} on {grant.pattern} to {grant.role}."
-    except PolicyError as exc:
-        problem = str(exc)
+    notice, problem = await _apply(
+        console,
+        session,
+        fields["op"],
+        ("grant", "ungrant"),
+        lambda: Grant(role=fields["role"], pattern=fields["model"], action=action, domain=ALL_DOMAINS),
+        f"{action} on {fields['model']} to {fields['role']}",
+    )
     if not request.htmx:
         return Redirect(f"/console/admin?action={action}", status_code=303)
     context = _matrix_context(console, session, action, notice=notice, problem=problem)
     return Template(template_name="grant_matrix.html", context=context, status_code=400 if problem else 200)
+
+
+@post("/admin/assignments", status_code=200)
+async def change_assignment(request: HTMXRequest) -> Template | Redirect:
+    """Give a user (a token ``sub``) a role, or take it away, in the administrator's own domain."""
+    console = Console.of(request)
+    form = await request.form()
+    fields = {name: str(form.get(name) or "").strip() for name in ("op", "user", "role")}
+    session = await console.page(
+        request, _ADMIN, f"console {fields['op'] or 'change'} {fields['user']!r} {fields['role']!r}"
+    )
+    domain = session.principal.tenant or ALL_DOMAINS
+    notice, problem = await _apply(
+        console,
+        session,
+        fields["op"],
+        ("assign", "unassign"),
+        lambda: Assignment(member=user_member(fields["user"]), role=fields["role"], domain=domain),
+        f"{fields['role']} to {fields['user']}",
+    )
+    if not request.htmx:
+        return Redirect("/console/admin", status_code=303)
+    context = {
+        "csrf": session.csrf_token,
+        "assignments": _assignments(console, session),
+        "notice": notice,
+        "problem": problem,
+    }
+    return Template(template_name="assignments.html", context=context, status_code=400 if problem else 200)
+
+
+async def _apply(
+    console: Console,
+    session: ConsoleSession,
+    op: str,
+    ops: tuple[str, str],
+    rule: Callable[[], Grant | Assignment],
+    what: str,
+) -> tuple[str, str]:
+    """One audited policy change by this officer: (notice, problem) for the page."""
+    try:
+        if op not in ops:
+            raise PolicyError(f"op must be {ops[0]} or {ops[1]}")
+        change = PolicyChange(op=op, rule=rule())  # type: ignore[arg-type]
+        updated = await console.services.authorizer.change(
+            [change], session.principal.subject, console.services.audit_log
+        )
+    except PolicyError as exc:
+        return "", exc.message
+    verb = {"grant": "granted", "ungrant": "revoked", "assign": "assigned", "unassign": "unassigned"}[op]
+    return f"Version {updated.version}: {session.principal.subject} {verb} {what}.", ""
+
+
+def _assignments(console: Console, session: ConsoleSession) -> list[tuple[str, str, str]]:
+    """(user, role, domain) of every user assignment the administrator's domain covers."""
+    domain = session.principal.tenant
+    return sorted(
+        (a.member[len(USER_PREFIX) :], a.role, a.domain)
+        for a in console.services.authorizer.policy.assignments
+        if a.member.startswith(USER_PREFIX) and (domain is None or a.domain == domain)
+    )
 
 
 @get("/admin/engines")
@@ -115,4 +174,4 @@ async def _engines(console: Console) -> list[dict[str, object]]:
     return console.services.engines.describe()
 
 
-ADMIN_PAGES = [admin_page, change_grant, engines_fragment]
+ADMIN_PAGES = [admin_page, change_grant, change_assignment, engines_fragment]

@@ -114,6 +114,10 @@ ZH: dict[str, str] = {
     "No engines configured.": "未配置推理引擎。",
     "Back to the console": "返回控制台",
     "Language": "语言",
+    "Users and roles": "用户与角色",
+    "Remove": "移除",
+    "Assign": "分配",
+    "No user has a role from the policy yet.": "尚无用户被策略分配角色。",
 }
 
 

@@ -21,6 +21,7 @@ from audit.record import AuditContent
 from gateway.auditor import Auditor
 from gateway.auth.config import AuthConfig, IssuerConfig
 from gateway.auth.dev_issuer import DevIssuer
+from gateway.auth.principal import Principal
 from gateway.auth.token_verifier import TokenVerifier
 from gateway.console.config import ConsoleConfig
 from gateway.console.console import Console
@@ -312,3 +313,45 @@ def test_cookies_are_httponly_samesite_and_secure_under_tls(tmp_path: Path) -> N
             )
 
     asyncio.run(go())
+
+
+def test_an_admin_assigns_a_user_a_role_and_takes_it_back(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            csrf = await _sign_in(client, tmp_path, "root", "admin")
+            authorizer = client.app.state.services.authorizer  # type: ignore[attr-defined]
+            erin = Principal(subject="erin", roles=(), issuer="test")
+            assert not authorizer.allowed(erin, "chat", "demo-chat")
+            form = {"_csrf": csrf, "op": "assign", "user": "erin", "role": "analyst"}
+            assigned = await client.post(
+                "/console/admin/assignments", data=form, headers={"hx-request": "true"}
+            )
+            assert assigned.status_code == 200 and "root assigned analyst to erin" in assigned.text
+            assert authorizer.allowed(erin, "chat", "demo-chat")
+            bad = {**form, "user": "has space"}
+            refused = await client.post(
+                "/console/admin/assignments", data=bad, headers={"hx-request": "true"}
+            )
+            assert refused.status_code == 400 and "invalid" in refused.text
+            form["op"] = "unassign"
+            removed = await client.post(
+                "/console/admin/assignments", data=form, headers={"hx-request": "true"}
+            )
+            assert removed.status_code == 200 and not authorizer.allowed(erin, "chat", "demo-chat")
+        changes = (await _reopened_changes(tmp_path))[-2:]
+        assert [(c.subject, c.detail.split()[0]) for c in changes] == [
+            ("root", "assign"),
+            ("root", "unassign"),
+        ]
+
+    asyncio.run(go())
+
+
+async def _reopened_changes(tmp_path: Path) -> list[AuditEvent]:
+    log = await AuditLog.open(AuditConfig(), tmp_path, heartbeat=False, record_lifecycle=False)
+    try:
+        page = await log.search(AuditQuery(event_type="admin_change", limit=1000))
+        return [r.event for r in page.records]
+    finally:
+        await log.close()
