@@ -16,7 +16,7 @@ from litestar import Request
 
 from audit.event import Decision, EventType
 from gateway.console.config import ConsoleConfig
-from gateway.console.errors import CsrfError, NotSignedInError, PageForbiddenError
+from gateway.console.errors import CsrfError, NotSignedInError, PageForbiddenError, PageNotFoundError
 from gateway.console.oidc_client import OidcClient
 from gateway.console.pending_sign_ins import PendingSignIns
 from gateway.console.session_store import ConsoleSession, SessionStore
@@ -58,8 +58,6 @@ class Console:
     def of(request: Request[Any, Any, Any]) -> Console:
         console: Console | None = getattr(request.app.state, "console", None)
         if console is None:
-            from gateway.console.errors import PageNotFoundError
-
             raise PageNotFoundError("the console is disabled")
         return console
 
