@@ -62,9 +62,22 @@ class Console:
         return console
 
     async def session(self, request: Request[Any, Any, Any]) -> ConsoleSession:
-        session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        session_id = request.cookies.get(SESSION_COOKIE)
+        session = self.sessions.get(session_id)
         if session is None:
             raise NotSignedInError("no live session")
+        if await self.services.verifier.is_revoked(session.principal, since=session.created_at):
+            # Revoking the officer's token (or subject) ends the console session too, at the next click.
+            self.sessions.end(session_id)
+            await self.record(
+                request,
+                session.principal,
+                EventType.AUTHENTICATION_FAILURE,
+                Decision.DENY,
+                status=401,
+                reason="console session ended: token revoked",
+            )
+            raise NotSignedInError("token revoked")
         if request.method not in ("GET", "HEAD"):
             await check_csrf(request, session.csrf_token)
         return session

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -355,3 +356,18 @@ async def _reopened_changes(tmp_path: Path) -> list[AuditEvent]:
         return [r.event for r in page.records]
     finally:
         await log.close()
+
+
+def test_revoking_the_officers_subject_ends_the_console_session(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            await _sign_in(client, tmp_path, "carol", "compliance")
+            assert (await client.get("/console/audit")).status_code == 200
+            await state["verifier"]._revocations.revoke_subject("carol", before=time.time() + 1)
+            ended = await client.get("/console/audit", follow_redirects=False)
+            assert ended.status_code == 303 and ended.headers["location"] == "/console/sign-in"
+            page = await state["log"].search(AuditQuery(subject="carol", event_type="authentication_failure"))
+            assert [r.event.reason for r in page.records] == ["console session ended: token revoked"]
+
+    asyncio.run(go())
