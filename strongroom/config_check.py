@@ -144,7 +144,7 @@ class ConfigCheck:
         ]
         yield from missing
         if tls.cert_file is None:
-            yield "server.engine_tls.cert_file: https engines require a client certificate (mutual TLS)"
+            yield _Warning("server.engine_tls.cert_file: unset; engines off loopback require mutual TLS")
         elif not missing:
             from gateway.tls_context import engine_client_context
 
@@ -155,8 +155,6 @@ class ConfigCheck:
 
     def _audit(self) -> Iterator[str]:
         audit = self.settings.audit
-        if audit.backend == "postgres" and not audit.postgres_dsn:
-            yield 'audit.postgres_dsn: backend = "postgres" needs a DSN (env STRONGROOM_AUDIT__POSTGRES_DSN)'
         if not audit.create_signing_key:
             yield from self._file("audit.signing_key_file", audit.signing_key_file)
         if audit.public_key_file is not None:
@@ -203,10 +201,6 @@ class ConfigCheck:
         if keys.provider == "pkcs11":
             if not Path(keys.pkcs11_module).is_file():
                 yield f"keys.pkcs11_module: PKCS#11 module not found: {keys.pkcs11_module}"
-            if keys.pkcs11_token_label is None:
-                yield 'keys.pkcs11_token_label: required for provider = "pkcs11"'
-            if keys.pkcs11_pin_env is None:
-                yield 'keys.pkcs11_pin_env: required for provider = "pkcs11"'
             yield from self._env("keys.pkcs11_pin_env", keys.pkcs11_pin_env, "the HSM user PIN")
             return
         if self._needs_master_key():

@@ -1,0 +1,149 @@
+"""``strongroom config check``: one line per problem, exit 1; the same checks stop ``serve``."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from strongroom.config import load_settings
+from strongroom.config_check import ConfigCheck
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _check(tmp_path: Path, toml: str, role: str = "serve", **environ: str) -> list[str]:
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(f'data_dir = "{tmp_path / "data"}"\n{toml}')
+    settings = load_settings(cfg, environ={})
+    return ConfigCheck(settings, role, environ).problems()  # type: ignore[arg-type]
+
+
+def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "strongroom", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **(env or {})},
+        timeout=60,
+    )
+
+
+def test_embedded_defaults_and_the_shipped_example_pass(tmp_path: Path) -> None:
+    assert _check(tmp_path, "") == []
+    done = _cli(
+        "config",
+        "check",
+        "--strict",
+        "--config",
+        str(REPO / "deploy" / "strongroom.example.toml"),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok: ")
+
+
+def test_every_problem_is_listed_at_once_one_line_each(tmp_path: Path) -> None:
+    problems = _check(
+        tmp_path,
+        '[server]\nhost = "0.0.0.0"\ntls = { cert_file = "tls/gw.crt", key_file = "tls/gw.key" }\n'
+        '[keys]\nprovider = "pkcs11"\npkcs11_module = "/nonexistent/libvendor.so"\n'
+        'pkcs11_token_label = "strongroom"\npkcs11_pin_env = "HSM_PIN"\n'
+        "[audit]\ncreate_signing_key = false\n",
+    )
+    keys = sorted(p.split(":", 1)[0] for p in problems if not p.is_warning)
+    assert keys == [
+        "audit.signing_key_file",
+        "keys.pkcs11_module",
+        "keys.pkcs11_pin_env",  # $HSM_PIN unset
+        "server.host",  # the dev issuer is on off loopback
+        "server.tls.cert_file",
+        "server.tls.key_file",
+    ]
+    assert all("\n" not in p for p in problems)
+
+
+def test_standalone_engine_needs_mutual_tls_off_loopback_and_its_token(tmp_path: Path) -> None:
+    problems = _check(tmp_path, '[engine_listener]\nhost = "0.0.0.0"\n', role="engine")
+    assert [p.split(":", 1)[0] for p in problems] == ["engine_listener.host", "server.engine_token_env"]
+    assert _check(tmp_path, "", role="engine", STRONGROOM_ENGINE_TOKEN="t" * 32) == []
+
+
+def test_a_key_the_process_would_not_create_is_required(tmp_path: Path) -> None:
+    model = tmp_path / "data" / "models" / "m"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    toml = '[[engine.models]]\nname = "m"\npath = "models/m"\n'
+    (problem,) = _check(tmp_path, toml)
+    assert problem.startswith("keys.key_file: file not found")
+    # Demo models only: serve creates a dev key on first start, nothing is missing.
+    assert _check(tmp_path, "") == []
+
+
+def test_a_missing_model_is_a_warning_the_others_still_serve(tmp_path: Path) -> None:
+    (problem,) = _check(
+        tmp_path, '[keys]\nrequire_sealed = false\n[[engine.models]]\nname = "m"\npath = "models/m"\n'
+    )
+    assert problem.is_warning and problem.startswith("engine.models.0 (m): out of service")
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_connect_reaches_redis_and_postgres_and_never_prints_a_password(tmp_path: Path) -> None:
+    cfg = load_settings(None, environ={"STRONGROOM_REDIS_URL": "redis://127.0.0.1:6379/15"})
+    assert ConfigCheck(cfg, "serve", {}).problems(connect=True) == []
+    port = _closed_port()
+    bad = load_settings(
+        None,
+        environ={
+            "STRONGROOM_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+            "STRONGROOM_AUDIT__BACKEND": "postgres",
+            "STRONGROOM_AUDIT__POSTGRES_DSN": "host=127.0.0.1 user=postgres dbname=no_such_db password=sekrit-pw",
+        },
+    )
+    problems = ConfigCheck(bad, "serve", {}).problems(connect=True)
+    assert [p.split(":", 1)[0] for p in problems] == ["redis_url", "audit.postgres_dsn"]
+    assert "no_such_db" in problems[1] and not any("sekrit-pw" in p for p in problems)
+
+
+def test_cli_exits_1_with_one_line_per_problem_and_serve_refuses_the_same(tmp_path: Path) -> None:
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(
+        '[keys]\nprovider = "pkcs11"\npkcs11_module = "/nonexistent/lib.so"\n'
+        'pkcs11_token_label = "strongroom"\npkcs11_pin_env = "HSM_PIN"\n'
+    )
+    done = _cli("config", "check", "--config", str(cfg), cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "error: keys.pkcs11_module: PKCS#11 module not found: /nonexistent/lib.so",
+        "error: keys.pkcs11_pin_env: environment variable $HSM_PIN is unset or empty (the HSM user PIN)",
+    ]
+    served = _cli("serve", "--config", str(cfg), "--port", str(_closed_port()), cwd=tmp_path)
+    assert served.returncode == 1
+    assert "Traceback" not in served.stderr
+    assert "keys.pkcs11_module: PKCS#11 module not found" in served.stderr
+    assert not (tmp_path / "data").exists(), "a refused start must not create the data directory"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("audit", "search", "--since", "yesterday"),
+        ("config", "show", "--config", "{bad}"),
+    ],
+)
+def test_cli_errors_are_one_line_never_a_traceback(tmp_path: Path, args: tuple[str, ...]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[server]\nport = "x"\n')
+    done = _cli(*(a.format(bad=bad) for a in args), cwd=tmp_path)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("Error: ")
