@@ -267,6 +267,8 @@ def unregister(config_path: str | None, seal_id: str) -> None:
 )
 def unseal(config_path: str | None, model_dir: str, dst: str, export: bool) -> None:
     """Export MODEL_DIR as plaintext into DST (needs --export)."""
+    if not export:
+        raise click.ClickException("unsealing writes plaintext weights to disk: add --export to confirm")
     try:
         unseal_model(
             model_dir, dst, _provider(config_path), export=export, process=f"cli-unseal:{os.getpid()}"

@@ -138,12 +138,14 @@ def test_cli_exits_1_with_one_line_per_problem_and_serve_refuses_the_same(tmp_pa
     [
         ("audit", "search", "--since", "yesterday"),
         ("config", "show", "--config", "{bad}"),
+        ("models", "unseal", "{tmp}", "{tmp}/plain"),
     ],
 )
 def test_cli_errors_are_one_line_never_a_traceback(tmp_path: Path, args: tuple[str, ...]) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[server]\nport = "x"\n')
-    done = _cli(*(a.format(bad=bad) for a in args), cwd=tmp_path)
+    done = _cli(*(a.format(bad=bad, tmp=tmp_path) for a in args), cwd=tmp_path)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("Error: ")
+    assert "export=True" not in done.stderr  # a CLI user has a flag, not a keyword argument
