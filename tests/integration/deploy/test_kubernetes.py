@@ -271,3 +271,53 @@ def test_a_pod_missing_a_secret_fails_with_one_line_per_problem(
     assert len(lines) == 2, lines
     assert any(line.startswith("error: audit.signing_key_file: file not found") for line in lines)
     assert any(line.startswith("error: server.engine_tls.key_file: file not found") for line in lines)
+
+
+def test_generated_pki_carries_the_gateway_engine_mutual_tls(secret_dirs: Path) -> None:
+    """The gateway's engine client and the engine's listener, built by the code that serves, from
+    the material k8s_secrets.py wrote, complete a handshake for an engine's pod DNS name; a client
+    without the gateway's certificate is refused."""
+    import socket
+    import ssl
+    import threading
+
+    from gateway.config import EngineTlsConfig
+    from gateway.listener_config import TlsConfig
+    from gateway.tls_context import engine_client_context, listener_context
+
+    gateway, engine = secret_dirs / "gateway", secret_dirs / "engine"
+    server = listener_context(
+        TlsConfig(cert_file="tls.crt", key_file="tls.key", client_ca_file="ca.crt", client_cert="required"),
+        lambda p: engine / p,
+        "engine_listener.tls",
+    )
+    client = engine_client_context(
+        EngineTlsConfig(ca_file="ca.crt", cert_file="engine-client.crt", key_file="engine-client.key"),
+        lambda p: gateway / p,
+    )
+    anonymous = engine_client_context(EngineTlsConfig(ca_file="ca.crt"), lambda p: gateway / p)
+    host = "strongroom-engine-1.strongroom-engine.strongroom.svc.cluster.local"
+
+    def handshake(ctx: ssl.SSLContext) -> str | None:
+        a, b = socket.socketpair()
+        served: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                with server.wrap_socket(b, server_side=True) as s:
+                    s.recv(1)
+            except (ssl.SSLError, OSError) as exc:
+                served.append(exc)
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        try:
+            with ctx.wrap_socket(a, server_hostname=host) as s:
+                s.sendall(b"x")
+        except (ssl.SSLError, OSError):
+            pass
+        thread.join(timeout=10)
+        return type(served[0]).__name__ if served else None
+
+    assert handshake(client) is None
+    assert handshake(anonymous) is not None
