@@ -39,10 +39,23 @@ class AuditConfig(msgspec.Struct, frozen=True, kw_only=True):
     """A signed checkpoint is written at least this often (also when idle, so truncation shows)."""
     checkpoint_every: int = 1000
     """...and after at most this many records."""
+    signing_key_provider: Literal["file", "pkcs11"] = "file"
+    """Where the checkpoint signing key lives: ``signing_key_file``, or a PKCS#11 token (HSM).
+    Gateways sharing one PostgreSQL log must all use the same key (one file secret, or one token)."""
     signing_key_file: str = "keys/audit-signing-key.pem"
-    """Ed25519 private key (PKCS#8 PEM) that signs checkpoints."""
+    """Ed25519 private key (PKCS#8 PEM) that signs checkpoints. Several gateways: an absolute path
+    to one secret mounted into each, with ``create_signing_key = false``."""
     create_signing_key: bool = True
-    """Dev mode: create the signing key (mode 0600) when missing. Turn off in production."""
+    """Dev mode: create the signing key (file mode 0600, or on the token) when missing. Turn off in
+    production, where a missing key must stop start-up rather than start a second signer."""
+    signing_pkcs11_module: str = "/usr/lib/softhsm/libsofthsm2.so"
+    """PKCS#11 module (.so) of the HSM holding the signing key, for ``signing_key_provider = "pkcs11"``."""
+    signing_pkcs11_token_label: str | None = None
+    """Label of the token holding the signing key; required for ``signing_key_provider = "pkcs11"``."""
+    signing_pkcs11_pin_env: str | None = None
+    """Environment variable holding the token's user PIN (no default PIN); required for "pkcs11"."""
+    signing_pkcs11_key_id: str = "strongroom-audit"
+    """Key id of the signing key on the token (objects "<key id>/sign/v1"; not the model master key)."""
     content_default: ContentMode = "none"
     """What to keep of prompts and completions when no rule matches."""
     content_rules: tuple[ContentRule, ...] = ()
@@ -104,6 +117,14 @@ class AuditConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("audit.retention_days must be >= 365 (PCI DSS v4 10.5.1)")
         if not 0 < self.retention_online_days <= self.retention_days:
             raise ValueError("audit.retention_online_days must be in (0, retention_days]")
+        if self.signing_key_provider == "pkcs11" and not (
+            self.signing_pkcs11_token_label and self.signing_pkcs11_pin_env
+        ):
+            raise ValueError(
+                "audit.signing_key_provider = 'pkcs11' needs signing_pkcs11_token_label and signing_pkcs11_pin_env"
+            )
+        if not self.signing_pkcs11_key_id or "/" in self.signing_pkcs11_key_id:
+            raise ValueError("audit.signing_pkcs11_key_id must be non-empty and contain no '/'")
         if not self.postgres_schema.isidentifier():
             raise ValueError("audit.postgres_schema must be a plain identifier")
         if not self.witness_postgres_schema.isidentifier():

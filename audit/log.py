@@ -122,9 +122,7 @@ class AuditLog:
         Refuses a signing key that is not the pinned one, and (unless ``check_witness`` is False,
         as for ``audit verify``, which reports it instead) a store behind its witness.
         """
-        signer = CheckpointSigner.load(
-            cfg.resolve(data_dir, cfg.signing_key_file), create=cfg.create_signing_key
-        )
+        signer = CheckpointSigner.open(cfg, data_dir)
         trusted = trusted_key(cfg, data_dir, signer.verifier)
         if trusted.verifier.key_id != signer.key_id:
             raise AuditConfigError(

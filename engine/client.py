@@ -38,7 +38,7 @@ from engine.errors import (
     RequestAbortedError,
     UnknownModelError,
 )
-from engine.protocol import DeltaEvent, EngineInfo, ErrorEvent, GenerateRequest, StreamEvent
+from engine.protocol import DeltaEvent, EngineInfo, ErrorEvent, GenerateRequest, StreamEvent, TokenCount
 
 _BY_CODE: dict[str, type[EngineError]] = {
     cls.code: cls
@@ -62,6 +62,13 @@ _PROBE_TIMEOUT_S = 5.0
 _HEALTH_TIMEOUT_S = 2.0
 # What a broken, silent or garbled engine connection raises while we talk to it.
 _TRANSPORT_ERRORS = (OSError, EOFError, TimeoutError, ValueError)
+
+
+def _refusal(status: int, body: bytes) -> EngineError:
+    try:
+        return _error_of(msgspec.json.decode(body, type=ErrorEvent))
+    except msgspec.MsgspecError:
+        return EngineUnavailableError(f"engine answered {status}")
 
 
 def _error_of(event: ErrorEvent) -> EngineError:
@@ -324,14 +331,29 @@ class EngineClient:
                 raise EngineUnavailableError(f"engine {self.base_url} failed: {type(exc).__name__}") from exc
             try:
                 if resp.status != 200:
-                    try:
-                        event = msgspec.json.decode(body, type=ErrorEvent)
-                    except msgspec.MsgspecError:
-                        raise EngineUnavailableError(f"engine answered {resp.status}") from None
-                    raise _error_of(event)
+                    raise _refusal(resp.status, body)
                 yield self._events(resp)
             finally:
                 await self._finish(resp)
+
+    async def count_tokens(self, request: GenerateRequest) -> int:
+        """The prompt tokens ``request`` would have in this engine: its model's own chat template
+        and tokenizer, counted before anything is reserved or queued."""
+        async with self._slots:
+            try:
+                resp = await self._send("POST", "/engine/v1/tokens", _encoder.encode(request))
+                try:
+                    body = await resp.read()
+                finally:
+                    await self._finish(resp)
+            except _TRANSPORT_ERRORS as exc:
+                raise EngineUnavailableError(f"engine {self.base_url} failed: {type(exc).__name__}") from exc
+        if resp.status != 200:
+            raise _refusal(resp.status, body)
+        try:
+            return msgspec.json.decode(body, type=TokenCount).num_tokens
+        except msgspec.MsgspecError:
+            raise EngineUnavailableError(f"engine {self.base_url} sent an unreadable token count") from None
 
     async def _events(self, resp: _Response) -> AsyncIterator[DeltaEvent]:
         try:

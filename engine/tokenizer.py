@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
 from engine.chat_template import ChatTemplate
 from engine.checkpoint import Checkpoint
-from engine.errors import ModelLoadError
+from engine.errors import InvalidRequestError, ModelLoadError
+from engine.special_token_escape import Literal, SpecialTokenEscape
 
 __all__ = ["Tokenizer"]
 
@@ -36,6 +38,8 @@ class Tokenizer:
         self.chat_template = chat_template
         self.bos_token_id = tokenizer.token_to_id(bos_token) if bos_token else None
         self.eos_token_id = tokenizer.token_to_id(eos_token) if eos_token else None
+        specials = [t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special]
+        self._escape = SpecialTokenEscape([*specials, bos_token or "", eos_token or ""])
 
     @classmethod
     def from_checkpoint(cls, ckpt: Checkpoint) -> Tokenizer:
@@ -66,7 +70,29 @@ class Tokenizer:
         # A rendered chat template already starts with BOS; adding another one changes the output.
         if add_special_tokens and self.bos_token and text.startswith(self.bos_token):
             add_special_tokens = False
-        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+        return _encode(self._tokenizer, text, add_special_tokens)
+
+    def encode_chat(self, messages: list[dict[str, Any]], *, add_special_tokens: bool = True) -> list[int]:
+        """The chat template with the generation prompt, as token ids; special-token strings
+        inside the messages are encoded as plain text (``engine.special_token_escape``)."""
+        if self.chat_template is None:
+            raise InvalidRequestError("this model has no chat template", param="messages")
+        escaped = self._escape.escape(messages)
+        rendered = self.chat_template.render(escaped.messages, add_generation_prompt=True)
+        ids: list[int] = []
+        for i, piece in enumerate(SpecialTokenEscape.split(rendered, escaped)):
+            if isinstance(piece, Literal):
+                ids += _encode(self._plain_text, piece.text, False)
+            else:
+                ids += self.encode(piece, add_special_tokens=add_special_tokens and i == 0)
+        return ids
+
+    @cached_property
+    def _plain_text(self) -> HFTokenizer:
+        """A copy that reads special-token strings as ordinary text (built on first need)."""
+        plain = HFTokenizer.from_str(self._tokenizer.to_str())
+        plain.encode_special_tokens = True
+        return plain
 
     def decode(self, token_ids: list[int], *, skip_special_tokens: bool = True) -> str:
         return str(self._tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens))
@@ -91,3 +117,15 @@ def _template_source(ckpt: Checkpoint, config: dict[str, Any]) -> str | None:
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("default") or next(iter(named.values()), None)
     return template if isinstance(template, str) else None
+
+
+GIL_FREE_CHARS = 8192
+"""Texts longer than this are encoded through ``encode_batch``, which releases the GIL while it
+works (``encode`` holds it: a 1 MB prompt held it for ~0.9 s, so the engine server's event loop,
+and its health answers, stalled even with the encoding in a worker thread)."""
+
+
+def _encode(tokenizer: HFTokenizer, text: str, add_special_tokens: bool) -> list[int]:
+    if len(text) > GIL_FREE_CHARS:
+        return list(tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
+    return list(tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)

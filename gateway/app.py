@@ -87,8 +87,9 @@ async def metrics_endpoint(request: Request[Any, Any, Any], services: Services) 
 async def admin_engines(
     request: Request[Any, Any, Any], services: Services, principal: Principal
 ) -> Response[bytes]:
-    """The engine pool as the gateway sees it: health, models, load."""
-    if not services.authorizer.allowed(principal, "admin:policy", "*"):
+    """The engine pool as the gateway sees it: health, models, load (for global administrators:
+    engines serve every tenant)."""
+    if not services.authorizer.control_scope(principal, "admin:policy").is_global:
         ctx = context_of(request, "/admin/engines")
         ctx.principal = principal
         await services.inference.auditor.record(

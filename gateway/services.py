@@ -21,7 +21,8 @@ from gateway.metrics_access import MetricsAccess
 from gateway.quota import Quotas
 from gateway.telemetry import Telemetry
 from gateway.tls_context import engine_client_context
-from policies import Authorizer
+from policies import Authorizer, PolicyTamperedError
+from policies.policy_seal import PolicySeal, tamper_event
 
 if TYPE_CHECKING:
     from strongroom.config import Settings
@@ -38,6 +39,23 @@ def _redis_client(url: str) -> Redis:
         retry=Retry(NoBackoff(), 0),
         health_check_interval=10,
     )
+
+
+async def _open_authorizer(settings: Settings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
+    """The policy, sealed with the audit signing key; a store that fails its seal stops start-up
+    (there is no verified policy to serve) and the refusal is audited."""
+    try:
+        return Authorizer.open(
+            settings.access,
+            settings.data_path,
+            redis=redis,
+            seal=PolicySeal(audit_log.signer),
+            audit=audit_log,
+        )
+    except PolicyTamperedError as exc:
+        await audit_log.append(tamper_event(exc, action="gateway refused to start"))
+        await audit_log.close()
+        raise
 
 
 class Services:
@@ -92,7 +110,7 @@ class Services:
         metrics_access = MetricsAccess(settings.telemetry, settings.server, os.environ)
         audit_log = await AuditLog.open(settings.audit, data_dir)
         verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
-        authorizer = Authorizer.open(settings.access, data_dir, redis=redis)
+        authorizer = await _open_authorizer(settings, audit_log, redis)
         await authorizer.start()
         quotas = Quotas(settings.quota, redis=redis)
         filters = FilterPipeline.from_config(settings.filters, data_dir)
@@ -150,6 +168,7 @@ class Services:
         await self.engines.aclose()
         await self.authorizer.stop()
         await self.verifier.aclose()
+        await self.quotas.aclose()
         await self.audit_log.close()
         if self.redis is not None:
             await self.redis.aclose()

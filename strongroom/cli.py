@@ -169,12 +169,12 @@ def config() -> None:
 @config.command("show")
 @config_option
 def config_show(config_path: str | None) -> None:
-    """Print the effective settings (defaults < file < environment) as JSON."""
+    """Print the effective settings (defaults < file < environment) as JSON, secrets redacted."""
     import msgspec
 
-    from strongroom.redaction import redact_settings
+    from strongroom.redaction import redacted
 
-    shown = redact_settings(msgspec.to_builtins(load_settings(config_path)))
+    shown = redacted(msgspec.to_builtins(load_settings(config_path)))
     click.echo(msgspec.json.format(msgspec.json.encode(shown), indent=2))
 
 

@@ -1,46 +1,46 @@
-"""What ``config show`` prints instead of a secret: the settings that may carry one, masked.
+"""Secrets taken out of settings before they are shown (``strongroom config show``).
 
-Secrets are meant to come from the environment (``STRONGROOM_AUDIT__POSTGRES_DSN``), and the
-effective settings merge the environment in, so every value that can hold a password is masked
-here, in one place: DSN and URL passwords, libpq ``password=`` pairs and OTLP header values.
+Settings hold secrets in three shapes, and each is caught whatever its section is called, so a
+key added later is covered too:
+
+    a password inside a string    postgresql://app:<redacted>@db/audit   password=<redacted>
+    a field named for a secret    *password*, *passphrase*, *secret*, *pin*, *token*, *api_key*
+                                  (a string value; ``*_env`` / ``*_file`` name where a secret
+                                  lives, which is not itself secret, and stay)
+    header maps                   every value of a ``*headers`` table (``authorization``, API keys)
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MASK", "redact_settings"]
+__all__ = ["REDACTED", "redacted"]
 
-MASK = "***"
-_SECRET_STRINGS = (
-    ("redis_url",),
-    ("audit", "postgres_dsn"),
-    ("audit", "witness_postgres_dsn"),
+REDACTED = "<redacted>"
+
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<secret>[^@/\s]*)@")
+_KV_PASSWORD = re.compile(
+    r"(?P<head>\b(?:password|passwd|pwd|sslpassword|pin|token|secret)\s*=\s*)"
+    r"(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&;]+)",
+    re.IGNORECASE,
 )
-_LIBPQ_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"password|passwd|passphrase|secret|(?:^|_)pin(?:_|$)|token|api_?key|credential")
+_REFERENCE_SUFFIXES = ("_env", "_file", "_files", "_path", "_label", "_prefix", "_id")
 
 
-def _mask_dsn(value: str) -> str:
-    value = _LIBPQ_PASSWORD.sub(rf"\1{MASK}", value)
-    parts = urlsplit(value)
-    if parts.password is None:
-        return value
-    host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
-
-
-def redact_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``msgspec.to_builtins(settings)`` with every secret masked."""
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in settings.items()}
-    for path in _SECRET_STRINGS:
-        holder = out if len(path) == 1 else out.get(path[0], {})
-        value = holder.get(path[-1])
-        if isinstance(value, str):
-            holder[path[-1]] = _mask_dsn(value)
-    telemetry = out.get("telemetry", {})
-    if isinstance(telemetry.get("otlp_headers"), dict):
-        telemetry["otlp_headers"] = dict.fromkeys(telemetry["otlp_headers"], MASK)
-    return out
+def redacted(value: Any, key: str = "") -> Any:
+    """``value`` (plain data: dicts, lists, scalars) with every secret replaced by ``<redacted>``."""
+    if isinstance(value, dict):
+        if key.lower().endswith("headers"):
+            return {k: REDACTED for k in value}
+        return {k: redacted(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redacted(v, key) for v in value]
+    if isinstance(value, str):
+        name = key.lower()
+        if value and _SECRET_NAME.search(name) and not name.endswith(_REFERENCE_SUFFIXES):
+            return REDACTED
+        value = _URL_PASSWORD.sub(rf"\g<head>:{REDACTED}@", value)
+        return _KV_PASSWORD.sub(rf"\g<head>{REDACTED}", value)
+    return value
