@@ -4,6 +4,7 @@
     STRONGROOM_REDIS_URL=rediss://:pw@redis.db:6380/0 \\
     STRONGROOM_AUDIT__POSTGRES_DSN='host=pg.db dbname=strongroom user=strongroom_audit password=...' \\
     STRONGROOM_AUDIT__WITNESS_POSTGRES_DSN='host=pg.db dbname=strongroom user=strongroom_witness password=...' \\
+    STRONGROOM_ACCESS__POSTGRES_DSN='host=pg.db dbname=strongroom user=strongroom_policy password=...' \\
     python scripts/k8s_secrets.py --out /secure/strongroom-secrets --namespace strongroom --engines 2
     kubectl -n strongroom create secret generic strongroom-gateway --from-file=/secure/strongroom-secrets/gateway
     kubectl -n strongroom create secret generic strongroom-engine --from-file=/secure/strongroom-secrets/engine
@@ -34,6 +35,7 @@ _ENV = {
     "redis-url": "STRONGROOM_REDIS_URL",
     "audit-postgres-dsn": "STRONGROOM_AUDIT__POSTGRES_DSN",
     "audit-witness-dsn": "STRONGROOM_AUDIT__WITNESS_POSTGRES_DSN",
+    "access-postgres-dsn": "STRONGROOM_ACCESS__POSTGRES_DSN",
 }
 
 

@@ -155,13 +155,21 @@ class ConfigCheck:
 
     def _audit(self) -> Iterator[str]:
         audit = self.settings.audit
-        if not audit.create_signing_key:
+        if audit.signing_key_provider == "pkcs11":
+            yield from self._pkcs11(
+                "audit.signing_pkcs11", audit.signing_pkcs11_module, audit.signing_pkcs11_pin_env
+            )
+        elif not audit.create_signing_key:
             yield from self._file("audit.signing_key_file", audit.signing_key_file)
         if audit.public_key_file is not None:
             yield from self._file("audit.public_key_file", audit.public_key_file)
         shared = self.settings.redis_url is not None and not self.settings.server.is_loopback
         if shared and audit.backend == "sqlite":
             yield _Warning("audit.backend: replicas sharing Redis need the postgres backend, not sqlite")
+        if shared and audit.backend == "postgres" and self.settings.access.backend == "sqlite":
+            yield _Warning(
+                "access.backend: gateways sharing a PostgreSQL audit log need the postgres policy store"
+            )
 
     # -- the engine ----------------------------------------------------------------------------
 
@@ -199,13 +207,16 @@ class ConfigCheck:
     def _keys(self) -> Iterator[str]:
         keys = self.settings.keys
         if keys.provider == "pkcs11":
-            if not Path(keys.pkcs11_module).is_file():
-                yield f"keys.pkcs11_module: PKCS#11 module not found: {keys.pkcs11_module}"
-            yield from self._env("keys.pkcs11_pin_env", keys.pkcs11_pin_env, "the HSM user PIN")
+            yield from self._pkcs11("keys.pkcs11", keys.pkcs11_module, keys.pkcs11_pin_env)
             return
         if self._needs_master_key():
             yield from self._file("keys.key_file", keys.key_file)
         yield from self._env("keys.passphrase_env", keys.passphrase_env, "the key file's passphrase")
+
+    def _pkcs11(self, prefix: str, module: str, pin_env: str | None) -> Iterator[str]:
+        if not Path(module).is_file():
+            yield f"{prefix}_module: PKCS#11 module not found: {module}"
+        yield from self._env(f"{prefix}_pin_env", pin_env, "the HSM user PIN")
 
     # -- services (--connect) ------------------------------------------------------------------
 
@@ -224,6 +235,8 @@ class ConfigCheck:
         dsns = {"audit.witness_postgres_dsn": audit.witness_postgres_dsn}
         if audit.backend == "postgres":
             dsns["audit.postgres_dsn"] = audit.postgres_dsn
+        if s.access.backend == "postgres":
+            dsns["access.postgres_dsn"] = s.access.postgres_dsn
         for key, dsn in dsns.items():
             if dsn is None:
                 continue

@@ -76,6 +76,7 @@ def _tls_material(tmp_path: Path) -> Path:
         "STRONGROOM_REDIS_URL": "redis://x",
         "STRONGROOM_AUDIT__POSTGRES_DSN": "host=x",
         "STRONGROOM_AUDIT__WITNESS_POSTGRES_DSN": "host=x",
+        "STRONGROOM_ACCESS__POSTGRES_DSN": "host=x",
     }
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():

@@ -99,6 +99,7 @@ GATEWAY_KEYS = [
     "redis-url",
     "audit-postgres-dsn",
     "audit-witness-dsn",
+    "access-postgres-dsn",
     "audit-public-key-fingerprint",
     "metrics-token",
 ]
@@ -162,6 +163,7 @@ def secret_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "STRONGROOM_REDIS_URL": "redis://127.0.0.1:6379/15",
         "STRONGROOM_AUDIT__POSTGRES_DSN": "host=127.0.0.1 user=postgres dbname=test",
         "STRONGROOM_AUDIT__WITNESS_POSTGRES_DSN": "host=127.0.0.1 user=postgres dbname=test",
+        "STRONGROOM_ACCESS__POSTGRES_DSN": "host=127.0.0.1 user=postgres dbname=test",
     }
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "k8s_secrets.py"), "--out", str(out), "--engines", "2"],

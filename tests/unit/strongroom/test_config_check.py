@@ -149,3 +149,16 @@ def test_cli_errors_are_one_line_never_a_traceback(tmp_path: Path, args: tuple[s
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("Error: ")
     assert "export=True" not in done.stderr  # a CLI user has a flag, not a keyword argument
+
+
+def test_an_audit_key_in_the_hsm_needs_its_module_and_pin_not_a_file(tmp_path: Path) -> None:
+    problems = _check(
+        tmp_path,
+        '[audit]\ncreate_signing_key = false\nsigning_key_provider = "pkcs11"\n'
+        'signing_pkcs11_module = "/nonexistent/hsm.so"\nsigning_pkcs11_token_label = "audit"\n'
+        'signing_pkcs11_pin_env = "AUDIT_PIN"\n',
+    )
+    assert [p.split(":", 1)[0] for p in problems] == [
+        "audit.signing_pkcs11_module",
+        "audit.signing_pkcs11_pin_env",
+    ]
