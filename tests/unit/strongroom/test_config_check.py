@@ -134,21 +134,27 @@ def test_cli_exits_1_with_one_line_per_problem_and_serve_refuses_the_same(tmp_pa
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "says"),
     [
-        ("audit", "search", "--since", "yesterday"),
-        ("config", "show", "--config", "{bad}"),
-        ("models", "unseal", "{tmp}", "{tmp}/plain"),
+        (("audit", "search", "--since", "yesterday"), "invalid time 'yesterday'"),
+        (("audit", "tail"), "no audit log at"),
+        (("config", "show", "--config", "{bad}"), "Expected `int`, got `str`"),
+        (("models", "unseal", "{tmp}", "{tmp}/plain"), "add --export to confirm"),
     ],
 )
-def test_cli_errors_are_one_line_never_a_traceback(tmp_path: Path, args: tuple[str, ...]) -> None:
+def test_cli_errors_are_one_line_never_a_traceback(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[server]\nport = "x"\n')
+    if args[:2] == ("audit", "search"):
+        _cli("audit", "public-key", cwd=tmp_path)  # a log to search
     done = _cli(*(a.format(bad=bad, tmp=tmp_path) for a in args), cwd=tmp_path)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("Error: ")
+    assert says in done.stderr
     assert "export=True" not in done.stderr  # a CLI user has a flag, not a keyword argument
+    if args == ("audit", "tail"):
+        assert not (tmp_path / "data").exists(), "reading a log must not create one"
 
 
 def test_an_audit_key_in_the_hsm_needs_its_module_and_pin_not_a_file(tmp_path: Path) -> None:
