@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +31,8 @@ Role = Literal["serve", "engine"]
 # Demo models `serve` writes on first start (engine/demo.py; not imported: it loads torch).
 _DEMO_MODEL_NAMES = ("demo-chat", "demo-base")
 _CONNECT_TIMEOUT_S = 3
+_RENEW_WITHIN = timedelta(days=14)
+_CONTENT_KEY_BYTES = 32
 
 
 class Problem(str):
@@ -96,6 +99,24 @@ class ConfigCheck:
                 listener_context(tls, self.settings.resolve, key)
             except ConfigError as exc:
                 yield str(exc)
+                return
+            yield from self._validity(f"{key}.cert_file", tls.cert_file)
+
+    def _validity(self, key: str, path: str | None) -> Iterator[str]:
+        """An expired (or not yet valid) leaf certificate is an error; one expiring soon a warning."""
+        if path is None:
+            return
+        from cryptography import x509
+
+        try:
+            cert = x509.load_pem_x509_certificate(self.settings.resolve(path).read_bytes())
+        except ValueError:
+            return  # a chain the TLS context accepted but this parser does not: left to the handshake
+        now = datetime.now(UTC)
+        if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+            yield f"{key}: certificate valid only {cert.not_valid_before_utc:%Y-%m-%d} to {cert.not_valid_after_utc:%Y-%m-%d}"
+        elif cert.not_valid_after_utc - now < _RENEW_WITHIN:
+            yield _Warning(f"{key}: certificate expires {cert.not_valid_after_utc:%Y-%m-%d}; renew it")
 
     # -- the gateway (`serve`) -----------------------------------------------------------------
 
@@ -152,6 +173,8 @@ class ConfigCheck:
                 engine_client_context(tls, self.settings.resolve)
             except ConfigError as exc:
                 yield str(exc)
+                return
+            yield from self._validity("server.engine_tls.cert_file", tls.cert_file)
 
     def _audit(self) -> Iterator[str]:
         audit = self.settings.audit
@@ -163,6 +186,13 @@ class ConfigCheck:
             yield from self._file("audit.signing_key_file", audit.signing_key_file)
         if audit.public_key_file is not None:
             yield from self._file("audit.public_key_file", audit.public_key_file)
+        for key, path in (
+            ("audit.content_hmac_key_file", audit.content_hmac_key_file),
+            ("audit.content_key_file", audit.content_key_file),
+        ):
+            resolved = self.settings.resolve(path)  # created on first use when missing
+            if resolved.is_file() and resolved.stat().st_size != _CONTENT_KEY_BYTES:
+                yield f"{key}: {resolved} must hold exactly {_CONTENT_KEY_BYTES} bytes"
         shared = self.settings.redis_url is not None and not self.settings.server.is_loopback
         if shared and audit.backend == "sqlite":
             yield _Warning("audit.backend: replicas sharing Redis need the postgres backend, not sqlite")

@@ -168,3 +168,57 @@ def test_an_audit_key_in_the_hsm_needs_its_module_and_pin_not_a_file(tmp_path: P
         "audit.signing_pkcs11_module",
         "audit.signing_pkcs11_pin_env",
     ]
+
+
+def _self_signed(folder: Path, *, start_days: int, end_days: int) -> None:
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now + dt.timedelta(days=start_days))
+        .not_valid_after(now + dt.timedelta(days=end_days))
+        .sign(key, hashes.SHA256())
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gw.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "gw.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("start_days", "end_days", "is_warning", "says"),
+    [(-30, -1, False, "certificate valid only"), (-30, 3, True, "certificate expires"), (-1, 90, None, "")],
+)
+def test_certificates_out_of_date_or_expiring_soon_are_named(
+    tmp_path: Path, start_days: int, end_days: int, is_warning: bool | None, says: str
+) -> None:
+    _self_signed(tmp_path / "data" / "tls", start_days=start_days, end_days=end_days)
+    problems = _check(tmp_path, '[server]\ntls = { cert_file = "tls/gw.crt", key_file = "tls/gw.key" }\n')
+    if is_warning is None:
+        assert problems == []
+        return
+    (problem,) = problems
+    assert problem.is_warning is is_warning and problem.startswith(f"server.tls.cert_file: {says}")
+
+
+def test_an_audit_content_key_of_the_wrong_size_is_an_error(tmp_path: Path) -> None:
+    keys = tmp_path / "data" / "keys"
+    keys.mkdir(parents=True)
+    (keys / "audit-content.key").write_bytes(b"\n" * 33)  # an editor's newline, say
+    (problem,) = _check(tmp_path, "")
+    assert problem.startswith("audit.content_key_file:") and "exactly 32 bytes" in problem
