@@ -323,3 +323,22 @@ def test_generated_pki_carries_the_gateway_engine_mutual_tls(secret_dirs: Path) 
 
     assert handshake(client) is None
     assert handshake(anonymous) is not None
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"gateway": {"replicas": 1}}, "replicas"),
+        ({"engine": {"models": []}}, "models"),
+        (
+            {"auth": {"issuers": [{"issuer": "https://idp", "audiences": ["a"], "algorithms": ["RS256"]}]}},
+            "issuers",
+        ),
+        ({"image": {"tag": "latest"}}, "tag"),
+    ],
+)
+def test_values_schema_refuses_a_release_that_could_not_start_or_be_highly_available(
+    values: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(helm_python.HelmError, match=says):
+        render_kubernetes.render(values)
