@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import json
 import os
 import socket
 from pathlib import Path
@@ -110,13 +111,25 @@ def init(config_path: str | None, passphrase: bool) -> None:
         raise _fail(exc) from None
 
 
+_json_option = click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+
+
 @keys.command("show")
 @_config_option
-def show(config_path: str | None) -> None:
+@_json_option
+def show(config_path: str | None, as_json: bool) -> None:
     """List key versions and their state (ids and public keys only)."""
     try:
         for info in _provider(config_path).versions():
-            click.echo(f"{info.ref}\t{info.status.value}\t{info.signing_public_key or '-'}")
+            if as_json:
+                row = {
+                    "ref": str(info.ref),
+                    "status": info.status.value,
+                    "signing_public_key": info.signing_public_key,
+                }
+                click.echo(json.dumps(row))
+            else:
+                click.echo(f"{info.ref}\t{info.status.value}\t{info.signing_public_key or '-'}")
     except KeysError as exc:
         raise _fail(exc) from None
 
@@ -214,14 +227,27 @@ def register(config_path: str | None, model_dir: str) -> None:
 
 @models.command("list")
 @_config_option
-def list_sealings(config_path: str | None) -> None:
+@_json_option
+def list_sealings(config_path: str | None, as_json: bool) -> None:
     """Every registered sealing: model, version, seal id, manifest digest, path; pins marked."""
     try:
         body = _registry(config_path, _provider(config_path)).read()
     except KeysError as exc:
         raise _fail(exc) from None
     for s in sorted(body.sealings, key=lambda s: (s.model_id, s.version)):
-        pinned = "\tpinned" if body.pins.get(s.model_id) == s.seal_id else ""
+        is_pinned = body.pins.get(s.model_id) == s.seal_id
+        if as_json:
+            row = {
+                "model_id": s.model_id,
+                "version": s.version,
+                "seal_id": s.seal_id,
+                "manifest_sha256": s.manifest_sha256,
+                "path": s.path,
+                "pinned": is_pinned,
+            }
+            click.echo(json.dumps(row))
+            continue
+        pinned = "\tpinned" if is_pinned else ""
         click.echo(f"{s.model_id}\tv{s.version}\t{s.seal_id}\tsha256:{s.manifest_sha256}\t{s.path}{pinned}")
 
 
