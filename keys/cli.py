@@ -11,7 +11,9 @@ import hashlib
 import json
 import os
 import socket
+import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -111,6 +113,32 @@ def init(config_path: str | None, passphrase: bool) -> None:
         raise _fail(exc) from None
 
 
+class _ProgressBar:
+    """A byte-count progress bar on stderr, drawn only on a terminal: a log or a pipe gets the
+    result line alone. Used as the ``progress`` callback of sealing and verifying."""
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+        self._bar: Any = None
+        self._shown = 0
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if not sys.stderr.isatty():
+                return
+            self._bar = click.progressbar(length=total, label=self._label, file=sys.stderr)
+            self._bar.__enter__()
+        self._bar.update(done - self._shown)
+        self._shown = done
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+
 _json_option = click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 
 
@@ -169,7 +197,10 @@ def seal(config_path: str | None, src: str, dst: str, model_id: str | None) -> N
         provider = _provider(config_path)
         registry = _registry(config_path, provider)
         name = model_id or Path(dst).name
-        manifest = seal_model(src, dst, name, provider, registry=registry, sealed_by=_operator())
+        with _ProgressBar(f"sealing {name}") as bar:
+            manifest = seal_model(
+                src, dst, name, provider, registry=registry, sealed_by=_operator(), progress=bar
+            )
         sealing = registry.check(manifest.model_id, manifest.seal_id, _digest(dst), dst)
     except KeysError as exc:
         raise _fail(exc) from None
@@ -194,7 +225,9 @@ def verify(config_path: str | None, model_dir: str, name: str | None) -> None:
         if expected is None:
             expected = read_verified_manifest(Path(model_dir), provider)[0].model_id
         admit = admission(expected, _registry(config_path, provider))
-        report = verify_model(model_dir, provider, process=f"cli-verify:{os.getpid()}", admit=admit)
+        with _ProgressBar(f"verifying {expected}") as bar:
+            process = f"cli-verify:{os.getpid()}"
+            report = verify_model(model_dir, provider, process=process, admit=admit, progress=bar)
     except KeysError as exc:
         raise _fail(exc) from None
     click.echo(
