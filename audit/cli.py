@@ -44,9 +44,19 @@ def _settings(config_path: str | None) -> tuple[AuditConfig, Path]:
 
 
 def _with_log(
-    config_path: str | None, action: Callable[[AuditLog], Awaitable[T]], *, check_witness: bool = True
+    config_path: str | None,
+    action: Callable[[AuditLog], Awaitable[T]],
+    *,
+    check_witness: bool = True,
+    may_create: bool = False,
 ) -> T:
     cfg, data_dir = _settings(config_path)
+    store = cfg.resolve(data_dir, cfg.sqlite_path)
+    if cfg.backend == "sqlite" and not may_create and not store.exists():
+        # Reading a log must never start a new one (and a new signing key) in the wrong directory.
+        raise click.ClickException(
+            f"no audit log at {store}: pass the gateway's --config (data_dir is {data_dir})"
+        )
 
     async def run() -> T:
         log = await AuditLog.open(
@@ -234,9 +244,11 @@ def export(config_path: str | None, output: str, fmt: str, first_seq: int, last_
 def public_key(config_path: str | None, fingerprint: bool) -> None:
     """Print the checkpoint-signing public key (PEM), to pin it and verify offline."""
     if fingerprint:
-        click.echo(_with_log(config_path, lambda log: _const(log.signer.verifier.fingerprint)))
+        click.echo(
+            _with_log(config_path, lambda log: _const(log.signer.verifier.fingerprint), may_create=True)
+        )
         return
-    pem = _with_log(config_path, lambda log: _const(log.signer.public_key_pem()))
+    pem = _with_log(config_path, lambda log: _const(log.signer.public_key_pem()), may_create=True)
     click.echo(pem.decode(), nl=False)
 
 

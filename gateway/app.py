@@ -15,6 +15,8 @@ from litestar.exceptions import HTTPException
 from audit.event import Decision, EventType
 from gateway.auditor import Auditor, RequestSink
 from gateway.auth.principal import Principal
+from gateway.console.console import Console
+from gateway.console.router import console_template_config
 from gateway.errors import (
     AuditUnavailable,
     GatewayError,
@@ -115,10 +117,11 @@ async def admin_engines(
 
 
 def _extra_routers() -> list[Any]:
+    from gateway.console.router import build_console_router
     from gateway.routes.admin import build_admin_router
     from gateway.routes.audit import build_audit_router
 
-    return [build_admin_router(), build_audit_router()]
+    return [build_admin_router(), build_audit_router(), build_console_router()]
 
 
 def _authorizer(services: Services) -> Any:
@@ -156,6 +159,7 @@ def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncGenerator[None, None]:
         app.state.services = await services_factory()
+        app.state.console = Console.create(app.state.services)
         _keep_collector_off_the_request_path()
         try:
             yield
@@ -178,6 +182,7 @@ def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_
         debug=False,
         logging_config=None,
         openapi_config=None,
+        template_config=console_template_config(),
     )
 
     def auditor() -> Auditor | None:

@@ -44,6 +44,7 @@ class Auditor:
         completion_tokens: int = 0,
         model_manifest: str = "",
         content: AuditContent | None = None,
+        detail: str = "",
     ) -> int:
         p = ctx.principal
         event = AuditEvent(
@@ -67,6 +68,7 @@ class Auditor:
             latency_ms=round(ctx.elapsed_ms(), 3),
             engine_instance=ctx.engine_instance,
             end_user=ctx.end_user,
+            detail=detail,
         )
         try:
             # Content only when there is some: any AuditSink takes the plain call.

@@ -9,7 +9,7 @@ metadata read, an error before any decision), this layer writes it, before the f
 leaves. A handler may also leave its record to be written then (``RequestSink.append_on_answer``:
 an allowed ``/audit`` access), so it carries the status the caller gets. If that record cannot be
 written the answer becomes the audit-unavailable 503. Only the probes' own answers (GET /healthz,
-/readyz, /metrics: 200 or 503) go unrecorded.
+/readyz, /metrics: 200 or 503) and the console's static files go unrecorded.
 """
 
 from __future__ import annotations
@@ -120,8 +120,13 @@ class RequestMiddleware:
 
 
 def _is_probe(method: str, path: str, status: int) -> bool:
-    # Load balancers and scrapers ask every few seconds; a record each would bury the real ones.
-    return method in ("GET", "HEAD") and path in _PROBES and status in (200, 503)
+    # Load balancers and scrapers ask every few seconds, browsers fetch the console's scripts and
+    # styles with every page; a record each would bury the real ones.
+    if method not in ("GET", "HEAD"):
+        return False
+    return (path in _PROBES and status in (200, 503)) or (
+        path.startswith("/console/static/") and status in (200, 304)
+    )
 
 
 _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
