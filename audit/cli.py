@@ -1,8 +1,9 @@
 """``strongroom audit``: tail, search, verify, export, public-key, archive.
 
-Commands open the log without lifecycle records or idle checkpoints, so they can run beside a
-live gateway (the chain writer re-reads the head on a conflict). Searches and exports made
-here are themselves audited, under the operating-system user.
+Commands run beside a live gateway: they read through a read-only view of the store and append
+through the gateway that owns the log (``OperatorLog``), so they never checkpoint, truncate or
+delete anything it writes, and a command that only reads leaves the log as it found it.
+Searches and exports made here are themselves audited, under the operating-system user.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import msgspec
 
 from audit.bundle import verify_bundle
 from audit.config import AuditConfig
+from audit.errors import AuditError
 from audit.event import AuditEvent, Decision, EventType
-from audit.log import AuditLog
+from audit.operator_log import OperatorLog
 from audit.query import AuditQuery
 from audit.record import AuditRecord, iso_to_us
 from audit.signer import CheckpointVerifier
@@ -41,20 +43,23 @@ def _settings(config_path: str | None) -> tuple[AuditConfig, Path]:
     return settings.audit, settings.data_path
 
 
-def _with_log(config_path: str | None, action: Callable[[AuditLog], Awaitable[T]]) -> T:
+def _with_log(config_path: str | None, action: Callable[[OperatorLog], Awaitable[T]]) -> T:
     cfg, data_dir = _settings(config_path)
 
     async def run() -> T:
-        log = await AuditLog.open(cfg, data_dir, heartbeat=False, record_lifecycle=False)
+        log = OperatorLog(cfg, data_dir)
         try:
             return await action(log)
         finally:
             await log.close()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except AuditError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
-async def _audit_access(log: AuditLog, what: str) -> None:
+async def _audit_access(log: OperatorLog, what: str) -> None:
     await log.append(
         AuditEvent(
             event_type=EventType.AUDIT_ACCESS,
@@ -136,7 +141,7 @@ def search(config_path: str | None, as_json: bool, **filters: str | int | None) 
     """Search records; prints a cursor for the next page when there is one."""
     query = msgspec.convert(filters, AuditQuery)
 
-    async def run(log: AuditLog) -> tuple[list[AuditRecord], str | None]:
+    async def run(log: OperatorLog) -> tuple[list[AuditRecord], str | None]:
         await _audit_access(log, f"search {msgspec.json.encode(query).decode()}")
         page = await log.search(query)
         return page.records, page.next_cursor
@@ -167,12 +172,8 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
 
     trusted = None if public_key is None else CheckpointVerifier.from_pem(Path(public_key).read_bytes())
 
-    async def run(log: AuditLog) -> VerifyReport:
-        if trusted is not None:
-            from audit.bundle import verify_store
-
-            return await log.run_reader(lambda: verify_store(log.store, trusted))
-        return await log.verify()
+    async def run(log: OperatorLog) -> VerifyReport:
+        return await log.verify(trusted)
 
     report = _with_log(config_path, run)
     _print_report(report)
@@ -197,7 +198,7 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
 def export(config_path: str | None, output: str, fmt: str, first_seq: int, last_seq: int | None) -> None:
     """Export a contiguous range (JSONL bundles are sealed and verify offline)."""
 
-    async def run(log: AuditLog) -> int:
+    async def run(log: OperatorLog) -> int:
         await _audit_access(log, f"export {fmt} {first_seq}..{last_seq or 'end'} to {output}")
         return await log.export(Path(output), fmt=fmt, first_seq=first_seq, last_seq=last_seq)
 
@@ -224,10 +225,9 @@ def archive_command(config_path: str | None) -> None:
 
     With PostgreSQL this needs the schema owner's DSN: the gateway's append-only role cannot delete.
     """
-    _, data_dir = _settings(config_path)
 
-    async def run(log: AuditLog) -> tuple[str, bool, str]:
-        entry = await log.archive(data_dir)
+    async def run(log: OperatorLog) -> tuple[str, bool, str]:
+        entry = await log.archive()
         report = await log.verify_archives()
         moved = (
             "nothing old enough"

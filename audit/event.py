@@ -26,6 +26,8 @@ class EventType(enum.StrEnum):
     SERVICE_STOP = "service_stop"
     AUDIT_OUTAGE = "audit_outage"
     """Written by the log itself once the store is back after refusing appends."""
+    AUDIT_RECOVERY = "audit_recovery"
+    """Written by the log itself when it opens after its previous writer stopped uncleanly."""
 
 
 class Decision(enum.StrEnum):

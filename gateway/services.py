@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
 from audit.log import AuditLog
+from audit.writer_socket import WriterSocket
 from engine.client import EngineClient
 from filters import FilterPipeline
 from gateway.auditor import Auditor
@@ -25,6 +28,9 @@ if TYPE_CHECKING:
     from strongroom.config import Settings
 
 __all__ = ["Services"]
+
+_REDIS_PROBE_TIMEOUT_S = 0.5
+"""A readiness probe answers within this even when Redis hangs."""
 
 
 def _redis_client(url: str) -> Redis:
@@ -54,6 +60,7 @@ class Services:
         filters: FilterPipeline,
         engines: EnginePool,
         inference: InferenceService,
+        writer_socket: WriterSocket | None = None,
     ) -> None:
         self.settings = settings
         self.telemetry = telemetry
@@ -65,6 +72,7 @@ class Services:
         self.filters = filters
         self.engines = engines
         self.inference = inference
+        self.writer_socket = writer_socket
 
     @classmethod
     async def create(cls, settings: Settings, engine_urls: tuple[str, ...] | None = None) -> Services:
@@ -79,6 +87,11 @@ class Services:
         if not token:
             raise ConfigError(f"${settings.server.engine_token_env} must hold the engine token")
         audit_log = await AuditLog.open(settings.audit, data_dir)
+        writer_socket = None
+        if settings.audit.backend == "sqlite":
+            # Operator commands beside this gateway append through it: it holds the writer lock.
+            db_path = settings.audit.resolve(data_dir, settings.audit.sqlite_path)
+            writer_socket = await WriterSocket.start(audit_log, db_path, data_dir)
         verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
         authorizer = Authorizer.open(settings.access, data_dir, redis=redis)
         await authorizer.start()
@@ -116,12 +129,29 @@ class Services:
             filters=filters,
             engines=engines,
             inference=inference,
+            writer_socket=writer_socket,
         )
+
+    async def readiness(self) -> dict[str, bool | None]:
+        """What a load balancer needs: the engine, the audit store and Redis (None: not configured)."""
+        redis_ok: bool | None = None
+        if self.redis is not None:
+            try:
+                redis_ok = bool(await asyncio.wait_for(self.redis.ping(), _REDIS_PROBE_TIMEOUT_S))
+            except (TimeoutError, RedisError, OSError):
+                redis_ok = False
+        return {
+            "engine": self.engines.is_ready,
+            "audit": not self.audit_log.problem(),
+            "redis": redis_ok,
+        }
 
     async def aclose(self) -> None:
         await self.engines.aclose()
         await self.authorizer.stop()
         await self.verifier.aclose()
+        if self.writer_socket is not None:
+            await self.writer_socket.close()
         await self.audit_log.close()
         if self.redis is not None:
             await self.redis.aclose()

@@ -39,13 +39,13 @@ def _open(config_path: str | None) -> tuple[Any, Authorizer]:
 
 
 def _change(config_path: str | None, changes: Sequence[PolicyChange], actor: str | None) -> None:
-    from audit.log import AuditLog
+    from audit.operator_log import OperatorLog
 
     settings, authorizer = _open(config_path)
     who = actor or f"cli:{getpass.getuser()}"
 
     async def run() -> int:
-        log = await AuditLog.open(settings.audit, settings.data_path, heartbeat=False, record_lifecycle=False)
+        log = OperatorLog(settings.audit, settings.data_path)  # through the gateway when one runs
         try:
             policy = await authorizer.change(changes, who, log)
         finally:
