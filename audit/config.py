@@ -62,6 +62,9 @@ class AuditConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Minimum total retention (PCI DSS 10.5.1: 12 months); archives are never deleted before this."""
     second_sink_path: str | None = None
     """Optional JSONL file that receives outage notices while the primary store is down."""
+    writer_lock_wait_s: float = 10.0
+    """SQLite: how long a starting gateway waits for the log's writer lock (held by the previous
+    gateway while it stops, or briefly by a CLI command) before it refuses to start."""
 
     def __post_init__(self) -> None:
         if self.backend == "postgres" and not self.postgres_dsn:
@@ -72,6 +75,8 @@ class AuditConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("audit.checkpoint_every must be >= 1")
         if self.max_pending < 1 or self.append_timeout_s <= 0:
             raise ValueError("audit.max_pending must be >= 1 and audit.append_timeout_s > 0")
+        if not 0 <= self.writer_lock_wait_s <= 600:
+            raise ValueError("audit.writer_lock_wait_s must be in [0, 600]")
         if self.max_batch < 1:
             raise ValueError("audit.max_batch must be >= 1")
         if self.retention_days < 365:

@@ -18,6 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
+import msgspec
+
 from audit.archive import ArchiveReport, verify_archives
 from audit.bundle import export_bundle, export_csv, verify_store
 from audit.config import AuditConfig
@@ -87,7 +89,8 @@ class OperatorLog:
     async def _own_writer(self) -> AuditLog:
         if self._writer is None:
             self._writer = await AuditLog.open(
-                self._cfg,
+                # No waiting for the lock: a gateway that holds it is asked through its socket.
+                msgspec.structs.replace(self._cfg, writer_lock_wait_s=0.0),
                 self._data_dir,
                 heartbeat=False,
                 record_lifecycle=False,

@@ -107,8 +107,10 @@ class SqliteStore:
         *,
         rewind_at_frames: int = _REWIND_AT_FRAMES,
         preallocate_wal_bytes: int = _PREALLOCATE_WAL_BYTES,
+        lock_wait_s: float = 0.0,
     ) -> None:
         self._path = path
+        self._lock_wait_s = lock_wait_s
         self._rewind_at_frames = rewind_at_frames
         self._preallocate_wal_bytes = preallocate_wal_bytes
         self._local = threading.local()
@@ -165,7 +167,7 @@ class SqliteStore:
                 raise AuditUnavailableError(f"no audit log at {self._path}")
             return self.head()
         self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._writer_lock = WriterLock.acquire(self._path)
+        self._writer_lock = WriterLock.acquire(self._path, wait_s=self._lock_wait_s)
         try:
             free = _free_bytes(self._path.parent)
             if free < MIN_FREE_BYTES:

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 from audit.errors import AuditWriterBusyError
 
 __all__ = ["WriterLock", "lock_path"]
+
+_POLL_S = 0.02
+"""How often a waiting writer tries the lock again (``flock`` has no timeout of its own)."""
 
 
 def lock_path(db_path: Path) -> Path:
@@ -34,21 +38,27 @@ class WriterLock:
         return f"WriterLock({str(self.path)!r}, held={self._fd is not None})"
 
     @classmethod
-    def acquire(cls, db_path: Path) -> WriterLock:
-        """Take the lock or raise ``AuditWriterBusyError`` naming the process that holds it."""
+    def acquire(cls, db_path: Path, *, wait_s: float = 0.0) -> WriterLock:
+        """Take the lock, waiting up to ``wait_s``; else ``AuditWriterBusyError`` naming the holder."""
         path = lock_path(db_path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise AuditWriterBusyError(
-                f"the audit log {db_path} is written by another process (pid {holder})"
-            ) from None
-        except OSError:
-            os.close(fd)
-            raise
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(_POLL_S)
+                    continue
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise AuditWriterBusyError(
+                    f"the audit log {db_path} is written by another process (pid {holder})"
+                ) from None
+            except OSError:
+                os.close(fd)
+                raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         return cls(path, fd)

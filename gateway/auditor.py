@@ -34,7 +34,9 @@ class Auditor:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
         model_manifest: str = "",
+        served: bool = False,
     ) -> int:
+        """``served``: the client already has (part of) its answer, e.g. a stream's final record."""
         p = ctx.principal
         event = AuditEvent(
             event_type=event_type,
@@ -58,7 +60,7 @@ class Auditor:
             engine_instance=ctx.engine_instance,
         )
         try:
-            return await self._sink.append(event)
+            return await self._sink.append(event, served=served)
         except AuditUnavailableError as exc:
             log.error("audit log unavailable, refusing request %s: %s", ctx.request_id, type(exc).__name__)
             raise AuditUnavailable("the audit log is unavailable; the request was not served") from exc

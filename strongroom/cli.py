@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from typing import Any
 
@@ -26,6 +27,9 @@ config_option = click.option(
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Strongroom: an on-prem LLM gateway with a security and compliance layer."""
+    # Keys, audit log, policies, sealed models: everything under the data directory is the
+    # service user's alone (files 0600, folders 0700), the engine it starts included.
+    os.umask(0o077)
 
 
 @main.command()
