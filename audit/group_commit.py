@@ -75,6 +75,9 @@ class _Pending:
 _FAILURE_BACKOFF_S = 0.05
 """After a failed commit, a due checkpoint alone retries no sooner than this (appends still wake it)."""
 
+_FAILURE_RETRY_S = 0.5
+"""While failing, the writer tries again (the outage record first) at least this often."""
+
 _WAKE = object()
 """Queued by ``close`` so a writer blocked in the queue looks at the closing flag."""
 
@@ -214,8 +217,13 @@ class GroupCommit:
         timeout = (
             self._writer.seconds_to_checkpoint() if self._heartbeat or self._writer.num_unsealed else None
         )
-        if self._is_failing and timeout is not None:
-            timeout = max(timeout, _FAILURE_BACKOFF_S)
+        if self._is_failing:
+            # Retry on our own: a replica that reports itself not ready gets no traffic to do it.
+            timeout = (
+                _FAILURE_RETRY_S
+                if timeout is None
+                else min(max(timeout, _FAILURE_BACKOFF_S), _FAILURE_RETRY_S)
+            )
         if self._queue.empty() and not self._is_failing:
             self._idle()
         items: list[_Pending] = []
