@@ -166,15 +166,9 @@ class SqliteStore:
             if not self._path.exists():
                 raise AuditUnavailableError(f"no audit log at {self._path}")
             return self.head()
-        self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        free = require_free_space(self._path.parent)
         self._writer_lock = WriterLock.acquire(self._path, wait_s=self._lock_wait_s)
         try:
-            free = _free_bytes(self._path.parent)
-            if free < MIN_FREE_BYTES:
-                raise AuditUnavailableError(
-                    f"only {free >> 20} MiB free under {self._path.parent}: the audit log needs at least "
-                    f"{MIN_FREE_BYTES >> 20} MiB to start"
-                )
             # Created private before SQLite opens it: the -wal and -shm files get the same mode.
             self._db_fd = os.open(self._path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
             conn = self._conn()
@@ -399,6 +393,14 @@ class SqliteStore:
             self._writer_lock = None
 
 
-def _free_bytes(directory: Path) -> int:
+def require_free_space(directory: Path) -> int:
+    """Create ``directory`` (0700) and return its free bytes; refuse below ``MIN_FREE_BYTES``."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = os.statvfs(directory)
-    return st.f_bavail * st.f_frsize
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise AuditUnavailableError(
+            f"only {free >> 20} MiB free under {directory}: the audit log needs at least "
+            f"{MIN_FREE_BYTES >> 20} MiB to start"
+        )
+    return free

@@ -50,6 +50,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = load_settings(config_path)
     settings.data_path.mkdir(parents=True, exist_ok=True)
+    _check_audit_volume(settings)
     _exit_on_sigterm()
     host = host or settings.server.host
     port = port or settings.server.port
@@ -69,6 +70,19 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _check_audit_volume(settings: Any) -> None:
+    """A volume too small for the SQLite audit log stops ``serve`` with one line, before the engine."""
+    if settings.audit.backend != "sqlite":
+        return
+    from audit.errors import AuditUnavailableError
+    from audit.sqlite_store import require_free_space
+
+    try:
+        require_free_space(settings.audit.resolve(settings.data_path, settings.audit.sqlite_path).parent)
+    except AuditUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _exit_on_sigterm() -> None:
