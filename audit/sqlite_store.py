@@ -193,7 +193,7 @@ class SqliteStore:
         """
         for path, file_id in self._file_ids.items():
             try:
-                st = path.stat()
+                st = os.stat(path)
             except OSError as exc:
                 raise AuditUnavailableError(f"sqlite audit store: {path.name} is gone: {exc}") from exc
             if (st.st_dev, st.st_ino) != file_id:
@@ -253,7 +253,6 @@ class SqliteStore:
     def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
         if self._is_read_only:
             raise AuditUnavailableError("sqlite audit store opened read-only")
-        self.check_files()
         conn = self._conn()
         if self._rewind_due_since is not None and time.monotonic() - self._rewind_due_since > _REWIND_GRACE_S:
             self._rewind(conn)  # never idle (saturated): this batch pays for it
@@ -271,7 +270,7 @@ class SqliteStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            self.check_files()  # replaced during the commit: it went to a file nobody reads
+            self.check_files()  # replaced before or during the commit: it went to a file nobody reads
         except sqlite3.IntegrityError as exc:
             raise StoreConflictError(str(exc)) from exc
         except sqlite3.Error as exc:
