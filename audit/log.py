@@ -118,9 +118,6 @@ class AuditLog:
         commit, on the event loop (metrics, benchmarks). After an unclean stop the records since
         the newest signed checkpoint are verified first (``recovery``), and the recovery recorded.
         """
-        signer = CheckpointSigner.load(
-            cfg.resolve(data_dir, cfg.signing_key_file), create=cfg.create_signing_key
-        )
         store = store if store is not None else open_store(cfg, data_dir)
         keys = content_keys or FileContentKeys(
             cfg.resolve(data_dir, cfg.content_hmac_key_file), cfg.resolve(data_dir, cfg.content_key_file)
@@ -133,16 +130,21 @@ class AuditLog:
         loop = asyncio.get_running_loop()
         try:
             head = await loop.run_in_executor(read_pool, store.open, uuid.uuid4().hex)
+        except AuditError:  # e.g. another writer holds the lock: its own type, for the caller to tell
+            read_pool.shutdown()
+            raise
         except Exception as exc:
             read_pool.shutdown()
             raise AuditUnavailableError(f"cannot open the audit store: {exc}") from exc
-        if head.checkpoint is not None and head.checkpoint.key_id != signer.key_id:
-            read_pool.shutdown()
-            await loop.run_in_executor(None, store.close)
-            raise AuditConfigError(
-                f"audit log is signed by key {head.checkpoint.key_id}, configured key is {signer.key_id}"
-            )
         try:
+            # Only now, holding the writer lock: two first starts cannot race to create the key.
+            signer = CheckpointSigner.load(
+                cfg.resolve(data_dir, cfg.signing_key_file), create=cfg.create_signing_key
+            )
+            if head.checkpoint is not None and head.checkpoint.key_id != signer.key_id:
+                raise AuditConfigError(
+                    f"audit log is signed by key {head.checkpoint.key_id}, configured key is {signer.key_id}"
+                )
             recovered = await loop.run_in_executor(read_pool, recover, store, signer.verifier, head)
         except BaseException:
             read_pool.shutdown()

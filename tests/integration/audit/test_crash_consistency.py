@@ -241,7 +241,10 @@ class Gateway:
         async with httpx.AsyncClient(timeout=1) as client:
             while True:
                 if Path(f"{self.log}.rc").exists():
-                    raise AssertionError(f"gateway exited:\n{self.log.read_text()[-3000:]}")
+                    errors = [
+                        ln for ln in self.log.read_text().splitlines() if "Error" in ln and "File" not in ln
+                    ]
+                    raise AssertionError(f"gateway {self.log.name} exited: {errors[-5:]}")
                 try:
                     if (await client.get(f"{self.url}/readyz")).status_code == 200:
                         return
@@ -279,6 +282,7 @@ def run(work: Path, *, iterations: int, seed: int) -> Outcome:
 
         async def go() -> None:
             gateway = harness.start_gateway()
+            await gateway.wait_ready()  # the first start creates the keys; nothing else races it
             for k in range(iterations):
                 following = harness.start_gateway()  # waits for the writer lock meanwhile
                 await harness.iteration(gateway, k)
