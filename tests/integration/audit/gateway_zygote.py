@@ -48,8 +48,10 @@ def _child(request: dict[str, object]) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        with contextlib.suppress(OSError), open(log + ".rc", "w") as f:
-            f.write(str(code))
+        with contextlib.suppress(OSError):  # whole or not at all: the harness polls for it
+            with open(log + ".rc.tmp", "w") as f:
+                f.write(str(code))
+            os.replace(log + ".rc.tmp", log + ".rc")
         os._exit(code)
 
 
