@@ -24,7 +24,7 @@ from audit.checkpoint import Checkpoint, ExportSeal
 from audit.record import RecordRow, genesis_hash, us_to_iso
 from audit.signer import CheckpointSigner, CheckpointVerifier
 from audit.store import AuditStore
-from audit.verifier import ChainVerifier, VerifyReport, _Bad, verify_stream
+from audit.verifier import ChainVerifier, VerifyReport, Witnessed, _Bad, verify_stream
 
 FORMAT = "strongroom-audit-export/1"
 _PAGE = 1000
@@ -52,14 +52,24 @@ def iter_checkpoints(store: AuditStore) -> Iterator[Checkpoint]:
         after = page[-1].index
 
 
-def verify_store(store: AuditStore, verifier: CheckpointVerifier) -> VerifyReport:
-    """Walk the live log (after its archived segments) against the trusted key."""
+def verify_store(
+    store: AuditStore, verifier: CheckpointVerifier, *, witnessed: Witnessed | None = None
+) -> VerifyReport:
+    """Walk the live log (after its archived segments) against the trusted key and the witnessed
+    checkpoints; the segment files themselves are ``archive.verify_archives``'s."""
     head = store.head()
     archives = store.archives()
     start_seq, start_prev = (0, genesis_hash(head.log_id))
     if archives:
         start_seq, start_prev = archives[-1].last_seq, archives[-1].head
-    chain = ChainVerifier(verifier, head.log_id, start_seq=start_seq, start_prev=start_prev)
+    chain = ChainVerifier(
+        verifier,
+        head.log_id,
+        start_seq=start_seq,
+        start_prev=start_prev,
+        is_whole_log=True,
+        witnessed=witnessed,
+    )
     chain, bad = verify_stream(chain, iter_rows(store, start_seq), iter_checkpoints(store))
     return chain.report(bad=bad)
 

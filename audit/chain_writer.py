@@ -3,6 +3,8 @@
 Only one ``ChainWriter`` call runs at a time (the log's single writer thread). The in-memory
 head is a cache of the store's: after any failure it is reloaded before the next batch, and a
 conflict (another process appended first) re-seals the batch on the fresh head and retries.
+A store shared by several gateways (``SharedAuditStore``) hands the head to the writer under
+its lock instead, so the batch is sealed on the true head and never conflicts.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from audit.errors import AuditUnavailableError
 from audit.event import AuditEvent, Decision, EventType
 from audit.record import AuditContent, EncodedEvent, RecordRow, encode_event, seal_row, us_to_iso
 from audit.signer import CheckpointSigner
-from audit.store import AuditStore, StoreConflictError, StoreHead
+from audit.store import AuditStore, SharedAuditStore, StoreConflictError, StoreHead
+from audit.witness import Witness
 
 _MAX_CONFLICT_RETRIES = 5
 
@@ -46,6 +49,14 @@ class _Outage(NamedTuple):
     """Appends refused after the client had its answer: streams ended with an error, not [DONE]."""
 
 
+class _Sealed(NamedTuple):
+    """A batch chained onto a head, ready to insert."""
+
+    rows: list[RecordRow]
+    head: StoreHead
+    checkpoint: Checkpoint | None
+
+
 class _Uncertain(NamedTuple):
     """A batch whose commit raised: the store may or may not have kept it (e.g. lost COMMIT ack)."""
 
@@ -63,9 +74,12 @@ class ChainWriter:
         guard: ContentGuard,
         head: StoreHead,
         clock: Callable[[], float],
+        witness: Witness | None = None,
     ) -> None:
         self._cfg = cfg
+        self._witness = witness
         self._store = store
+        self._shared_store = store if isinstance(store, SharedAuditStore) else None
         self._signer = signer
         self._guard = guard
         self._clock = clock
@@ -134,36 +148,76 @@ class ChainWriter:
 
     def commit(self, entries: Sequence[Entry], *, checkpoint: bool, final: bool = False) -> list[int]:
         """Seal and store ``entries``; returns their sequence numbers once durable."""
+        if self._shared_store is not None:
+            return self._commit_shared(self._shared_store, entries, checkpoint or final, final)
         for _ in range(_MAX_CONFLICT_RETRIES):
             if self._is_stale:
                 self._head = self._store.head()
                 self._is_stale = False
                 self._settle_uncertain()
-            batch = list(entries)
-            if self._outage is not None:
-                batch.insert(0, self._outage_entry(self._outage))
-            rows, new_head = self._seal(batch)
-            new_checkpoint = self._checkpoint(new_head, final) if checkpoint or final else None
+            sealed = self._prepare(entries, checkpoint or final, final)
             try:
-                self._store.append(rows, new_checkpoint)
+                self._store.append(sealed.rows, sealed.checkpoint)
             except StoreConflictError:
                 self._is_stale = True
                 continue
             except Exception:
-                self._is_stale = True
-                real = rows[1:] if self._outage is not None else rows
-                if real:
-                    self._uncertain.append(_Uncertain(real[0].seq, real[-1].seq, real[-1].hash))
+                self._failed(sealed)
                 raise
-            self._head = new_head._replace(checkpoint=new_checkpoint or self._head.checkpoint)
-            if new_checkpoint is not None:
-                self._last_checkpoint_at = self._clock()
-            seqs = [row.seq for row in rows]
-            if self._outage is not None:
-                self._outage = None
-                seqs = seqs[1:]
-            return seqs
+            return self._committed(sealed)
         raise AuditUnavailableError("audit store: too many concurrent writers")
+
+    def _commit_shared(
+        self, store: SharedAuditStore, entries: Sequence[Entry], with_checkpoint: bool, final: bool
+    ) -> list[int]:
+        sealed: list[_Sealed] = []
+
+        def seal(head: StoreHead) -> tuple[list[RecordRow], Checkpoint | None]:
+            self._head = head  # the true head, read under the store's lock
+            self._is_stale = False
+            if self._uncertain:
+                self._settle_uncertain()
+            sealed.append(self._prepare(entries, with_checkpoint, final))
+            return sealed[-1].rows, sealed[-1].checkpoint
+
+        for _ in range(_MAX_CONFLICT_RETRIES):
+            try:
+                store.append_at_head(seal)
+            except StoreConflictError:
+                continue  # a writer that skips the lock (an older release mid-upgrade) got there first
+            except Exception:
+                if sealed:
+                    self._failed(sealed[-1])
+                self._is_stale = True
+                raise
+            return self._committed(sealed[-1])
+        self._is_stale = True
+        raise AuditUnavailableError("audit store: too many concurrent writers")
+
+    def _prepare(self, entries: Sequence[Entry], with_checkpoint: bool, final: bool) -> _Sealed:
+        batch = list(entries)
+        if self._outage is not None:
+            batch.insert(0, self._outage_entry(self._outage))
+        rows, new_head = self._seal(batch)
+        return _Sealed(rows, new_head, self._checkpoint(new_head, final) if with_checkpoint else None)
+
+    def _failed(self, sealed: _Sealed) -> None:
+        self._is_stale = True
+        real = sealed.rows[1:] if self._outage is not None else sealed.rows
+        if real:
+            self._uncertain.append(_Uncertain(real[0].seq, real[-1].seq, real[-1].hash))
+
+    def _committed(self, sealed: _Sealed) -> list[int]:
+        self._head = sealed.head._replace(checkpoint=sealed.checkpoint or self._head.checkpoint)
+        if sealed.checkpoint is not None:
+            self._last_checkpoint_at = self._clock()
+            if self._witness is not None:
+                self._witness.publish_later(sealed.checkpoint)  # durable in the store first: never ahead
+        seqs = [row.seq for row in sealed.rows]
+        if self._outage is not None:
+            self._outage = None
+            seqs = seqs[1:]
+        return seqs
 
     def _settle_uncertain(self) -> None:
         """Find out which failed commits the store kept after all; the outage record names them.

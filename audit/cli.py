@@ -21,7 +21,7 @@ import msgspec
 
 from audit.bundle import verify_bundle
 from audit.config import AuditConfig
-from audit.errors import AuditError
+from audit.errors import AuditConfigError, AuditIntegrityError, AuditUnavailableError
 from audit.event import AuditEvent, Decision, EventType
 from audit.operator_log import OperatorLog
 from audit.query import AuditQuery
@@ -55,7 +55,7 @@ def _with_log(config_path: str | None, action: Callable[[OperatorLog], Awaitable
 
     try:
         return asyncio.run(run())
-    except AuditError as exc:
+    except AuditUnavailableError as exc:  # no log yet, or the gateway refused the access record
         raise click.ClickException(str(exc)) from None
 
 
@@ -104,7 +104,8 @@ def _print_report(report: VerifyReport) -> None:
     if report.ok:
         click.echo(
             f"OK: {report.num_records} records, {report.num_checkpoints} checkpoints, "
-            f"last seq {report.last_seq}, signed through {report.sealed_seq}"
+            f"last seq {report.last_seq}, signed through {report.sealed_seq}, "
+            f"witnessed through {report.witnessed_seq}"
         )
         return
     click.echo(f"FAILED at record {report.first_bad_seq}: {report.problem}", err=True)
@@ -159,25 +160,42 @@ def search(config_path: str | None, as_json: bool, **filters: str | int | None) 
     "--public-key",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="Trusted Ed25519 key (PEM).",
+    help="Trusted Ed25519 key (PEM), outside the data directory; overrides audit.public_key_file.",
 )
 def verify(config_path: str | None, bundle: str | None, public_key: str | None) -> None:
-    """Verify the live log, or with --file an exported bundle offline (needs --public-key)."""
+    """Verify the live log (archives, records, checkpoints, witnesses), or with --file a bundle offline.
+
+    Exit status: 0 verified, 1 failed, 3 newest checkpoint stale and not final, 4 verified but
+    against an unpinned key with create_signing_key off (production): authenticity not vouched for.
+    """
+    cfg, _ = _settings(config_path)
+    key_path = Path(public_key) if public_key is not None else None
     if bundle is not None:
-        if public_key is None:
+        key_path = key_path or (Path(cfg.public_key_file) if cfg.public_key_file else None)
+        if key_path is None:
             raise click.UsageError("--file needs --public-key: a bundle is never trusted for its own key")
-        verifier = CheckpointVerifier.from_pem(Path(public_key).read_bytes())
+        verifier = CheckpointVerifier.from_pem(key_path.read_bytes())
+        if cfg.public_key_fingerprint not in (None, verifier.fingerprint):
+            raise click.UsageError(f"{key_path} is not the key pinned by audit.public_key_fingerprint")
         _print_report(verify_bundle(Path(bundle), verifier))
         return
 
-    trusted = None if public_key is None else CheckpointVerifier.from_pem(Path(public_key).read_bytes())
-
     async def run(log: OperatorLog) -> VerifyReport:
-        return await log.verify(trusted)
+        return await log.verify(key_path)
 
-    report = _with_log(config_path, run)
+    try:
+        report = _with_log(config_path, run)
+    except (AuditConfigError, AuditIntegrityError) as exc:
+        click.echo(f"FAILED: {exc}", err=True)
+        sys.exit(1)
     _print_report(report)
-    cfg, _ = _settings(config_path)
+    if not report.key_pinned:
+        click.echo(
+            "WARNING: no trusted public key is pinned (audit.public_key_file, "
+            "audit.public_key_fingerprint or --public-key): the log was checked against the key in "
+            "its own data directory, which proves it consistent, not authentic",
+            err=True,
+        )
     if report.newest_checkpoint_time and not report.newest_checkpoint_final:
         age_s = time.time() - iso_to_us(report.newest_checkpoint_time) / 1e6
         if age_s > 2 * cfg.checkpoint_interval_s:
@@ -187,6 +205,8 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
                 err=True,
             )
             sys.exit(3)
+    if not report.key_pinned and not cfg.create_signing_key:
+        sys.exit(4)
 
 
 @audit.command()
@@ -208,8 +228,12 @@ def export(config_path: str | None, output: str, fmt: str, first_seq: int, last_
 
 @audit.command("public-key")
 @config_option
-def public_key(config_path: str | None) -> None:
-    """Print the checkpoint-signing public key (PEM), for offline verification."""
+@click.option("--fingerprint", is_flag=True, help="Print the key's sha256 fingerprint, for pinning.")
+def public_key(config_path: str | None, fingerprint: bool) -> None:
+    """Print the checkpoint-signing public key (PEM), to pin it and verify offline."""
+    if fingerprint:
+        click.echo(_with_log(config_path, lambda log: _const(log.signer.verifier.fingerprint)))
+        return
     pem = _with_log(config_path, lambda log: _const(log.signer.public_key_pem()))
     click.echo(pem.decode(), nl=False)
 

@@ -24,7 +24,7 @@ from typing import ParamSpec, TypeVar
 
 from audit.aggregates import AuditAggregates, aggregate
 from audit.archive import ArchiveReport, archive_older_than, online_cutoff_us, verify_archives
-from audit.bundle import export_bundle, export_csv, verify_store
+from audit.bundle import export_bundle, export_csv
 from audit.chain_writer import ChainWriter, Entry
 from audit.config import AuditConfig
 from audit.content_guard import ContentGuard, ContentKeyProvider, FileContentKeys
@@ -43,7 +43,10 @@ from audit.recovery import recover
 from audit.signer import CheckpointSigner
 from audit.sink import AuditSink
 from audit.store import ArchiveEntry, AuditStore, open_store
+from audit.trusted_key import TrustedKey, trusted_key
+from audit.verification import verify_log
 from audit.verifier import VerifyReport
+from audit.witness import Witness, open_witness
 
 _log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -68,9 +71,14 @@ class AuditLog:
         record_lifecycle: bool,
         final_on_close: bool,
         on_batch: Callable[[BatchTiming], None] | None,
+        trusted: TrustedKey,
+        witness: Witness | None,
     ) -> None:
         self.config = cfg
         self.signer = signer
+        self.trusted = trusted
+        """The key ``verify`` checks signatures with (pinned, or this log's own: see ``trusted_key``)."""
+        self.witness = witness
         self.guard = guard
         self._store = store
         self._writer = writer
@@ -109,15 +117,26 @@ class AuditLog:
         record_lifecycle: bool = True,
         final_on_close: bool | None = None,
         on_batch: Callable[[BatchTiming], None] | None = None,
+        check_witness: bool = True,
     ) -> AuditLog:
         """Open (creating if needed) the log. The CLI passes heartbeat/record_lifecycle False.
 
         ``final_on_close`` (default: ``record_lifecycle``): the last checkpoint says the writer
         stopped cleanly; only a sole writer may say so. Closing writes a checkpoint only when
         something was appended since the last one. ``on_batch`` sees the timing of every group
-        commit, on the event loop (metrics, benchmarks). After an unclean stop the records since
-        the newest signed checkpoint are verified first (``recovery``), and the recovery recorded.
+        commit, on the event loop (metrics, benchmarks). Refuses a signing key that is not the
+        pinned one, and (unless ``check_witness`` is False, as for ``audit verify``, which reports
+        it instead) a store behind its witness. After an unclean stop the records since the newest
+        signed checkpoint are verified first (``recovery``), and the recovery recorded.
         """
+        signer = CheckpointSigner.open(cfg, data_dir)
+        trusted = trusted_key(cfg, data_dir, signer.verifier)
+        if trusted.verifier.key_id != signer.key_id:
+            raise AuditConfigError(
+                f"audit signing key {signer.key_id} is not the pinned key {trusted.verifier.key_id} "
+                f"({trusted.source}): were the key files replaced?"
+            )
+        witness = open_witness(cfg, data_dir, signer)
         store = store if store is not None else open_store(cfg, data_dir)
         keys = content_keys or FileContentKeys(
             cfg.resolve(data_dir, cfg.content_hmac_key_file), cfg.resolve(data_dir, cfg.content_key_file)
@@ -136,22 +155,25 @@ class AuditLog:
         except Exception as exc:
             read_pool.shutdown()
             raise AuditUnavailableError(f"cannot open the audit store: {exc}") from exc
+        witness_note = ""
         try:
-            # Only now, holding the writer lock: two first starts cannot race to create the key.
-            signer = CheckpointSigner.load(
-                cfg.resolve(data_dir, cfg.signing_key_file), create=cfg.create_signing_key
-            )
             if head.checkpoint is not None and head.checkpoint.key_id != signer.key_id:
                 raise AuditConfigError(
                     f"audit log is signed by key {head.checkpoint.key_id}, configured key is {signer.key_id}"
                 )
+            if witness is not None and check_witness:
+                witness_note = await loop.run_in_executor(
+                    read_pool, witness.check_store, store, signer.verifier
+                )
             recovered = await loop.run_in_executor(read_pool, recover, store, signer.verifier, head)
         except BaseException:
             read_pool.shutdown()
-            await loop.run_in_executor(None, store.close)
+            await asyncio.to_thread(store.close)  # releases the writer lock
+            if witness is not None:
+                await asyncio.to_thread(witness.close)
             raise
         guard = ContentGuard(cfg, keys)
-        writer = ChainWriter(cfg, store, signer, guard, head, clock)
+        writer = ChainWriter(cfg, store, signer, guard, head, clock, witness)
         log = cls(
             cfg,
             store,
@@ -165,11 +187,15 @@ class AuditLog:
             record_lifecycle=record_lifecycle,
             final_on_close=record_lifecycle if final_on_close is None else final_on_close,
             on_batch=on_batch,
+            trusted=trusted,
+            witness=witness,
         )
         if recovered is not None:
             await log.append(recovered)
         if record_lifecycle:
-            await log.append(AuditEvent(event_type=EventType.SERVICE_START, decision=Decision.ALLOW))
+            await log.append(
+                AuditEvent(event_type=EventType.SERVICE_START, decision=Decision.ALLOW, detail=witness_note)
+            )
         return log
 
     @property
@@ -212,8 +238,10 @@ class AuditLog:
         return ""
 
     async def checkpoint(self) -> None:
-        """Seal everything appended so far now (also used by tests instead of waiting 60 s)."""
+        """Seal everything appended so far now, witnessed (also used by tests instead of waiting 60 s)."""
         await self._group.barrier()
+        if self.witness is not None:
+            await asyncio.to_thread(self.witness.flush)
 
     async def close(self) -> None:
         if self._is_closing:
@@ -228,6 +256,8 @@ class AuditLog:
         self._read_pool.shutdown()
         await asyncio.to_thread(self._maintenance_pool.shutdown)
         await asyncio.to_thread(self._store.close)
+        if self.witness is not None:
+            await asyncio.to_thread(self.witness.close)
 
     def _maintenance(self) -> None:
         """On the writer thread after a checkpoint: store housekeeping goes to the maintenance thread.
@@ -325,9 +355,9 @@ class AuditLog:
 
         return await self._read(scan)
 
-    async def verify(self) -> VerifyReport:
-        """Walk the whole online log against this log's own public key."""
-        return await self._read(verify_store, self._store, self.signer.verifier)
+    async def verify(self, trusted: TrustedKey | None = None) -> VerifyReport:
+        """Verify archives, online records and witnesses against ``trusted`` (default: ``self.trusted``)."""
+        return await self._read(verify_log, self._store, trusted or self.trusted, self.witness)
 
     async def export(
         self, path: Path, *, fmt: str = "jsonl", first_seq: int = 1, last_seq: int | None = None
@@ -357,7 +387,7 @@ class AuditLog:
         )
 
     async def verify_archives(self) -> ArchiveReport:
-        return await self._read(verify_archives, self._store, self.signer.verifier)
+        return await self._read(verify_archives, self._store, self.trusted.verifier)
 
     @property
     def store(self) -> AuditStore:

@@ -21,17 +21,20 @@ from pathlib import Path
 import msgspec
 
 from audit.archive import ArchiveReport, verify_archives
-from audit.bundle import export_bundle, export_csv, verify_store
+from audit.bundle import export_bundle, export_csv
 from audit.config import AuditConfig
 from audit.errors import AuditQueryError, AuditWriterBusyError
 from audit.event import AuditEvent
 from audit.log import AuditLog
 from audit.query import AuditPage, AuditQuery, decode_cursor, encode_cursor
 from audit.record import AuditRecord, record_from_row
-from audit.signer import CheckpointSigner, CheckpointVerifier
+from audit.signer import CheckpointSigner
 from audit.sqlite_store import SqliteStore
 from audit.store import ArchiveEntry, AuditStore, open_store
+from audit.trusted_key import TrustedKey, trusted_key
+from audit.verification import verify_log
 from audit.verifier import VerifyReport
+from audit.witness import open_witness
 from audit.writer_socket import WriterRequest, ask_writer
 
 __all__ = ["OperatorLog"]
@@ -115,8 +118,8 @@ class OperatorLog:
     def signer(self) -> CheckpointSigner:
         """The checkpoint-signing key (never created here: only a writer creates it)."""
         if self._signer is None:
-            self._signer = CheckpointSigner.load(
-                self._cfg.resolve(self._data_dir, self._cfg.signing_key_file), create=False
+            self._signer = CheckpointSigner.open(
+                msgspec.structs.replace(self._cfg, create_signing_key=False), self._data_dir
             )
         return self._signer
 
@@ -132,13 +135,24 @@ class OperatorLog:
         next_cursor = encode_cursor(records[-1].seq) if len(rows) > query.limit else None
         return AuditPage(records=records, next_cursor=next_cursor)
 
-    async def verify(self, trusted: CheckpointVerifier | None = None) -> VerifyReport:
+    def trusted(self, public_key_path: Path | None = None) -> TrustedKey:
+        """The pinned key (``--public-key`` over the configuration), else the log's own, unpinned."""
+        return trusted_key(self._cfg, self._data_dir, self.signer.verifier, public_key_path=public_key_path)
+
+    async def verify(self, public_key_path: Path | None = None) -> VerifyReport:
+        """Archives, online records, checkpoints and witnesses against the trusted key."""
         store = await self._read_store()
-        return await asyncio.to_thread(verify_store, store, trusted or self.signer.verifier)
+        trusted = self.trusted(public_key_path)
+        witness = open_witness(self._cfg, self._data_dir, self.signer)
+        try:
+            return await asyncio.to_thread(verify_log, store, trusted, witness)
+        finally:
+            if witness is not None:
+                await asyncio.to_thread(witness.close)
 
     async def verify_archives(self) -> ArchiveReport:
         store = await self._read_store()
-        return await asyncio.to_thread(verify_archives, store, self.signer.verifier)
+        return await asyncio.to_thread(verify_archives, store, self.trusted().verifier)
 
     async def export(self, path: Path, *, fmt: str, first_seq: int, last_seq: int | None) -> int:
         """Export what is committed now; a JSONL bundle's seal signs the exact range it holds."""

@@ -3,10 +3,17 @@
 The gateway connects as a role holding only INSERT and SELECT (``postgres_role.sql``); the
 schema (``postgres_schema.sql``) is installed by its owner through ``install_schema``.
 Durability comes from ``synchronous_commit = on``, forced per session.
+
+Several gateways append to one chain: each batch is sealed inside a transaction that first takes
+a transaction-scoped advisory lock named after the schema, then reads the head. The database
+thus orders the writers (no UPDATE privilege needed, unlike a locked head row); the primary keys
+on ``seq`` and ``idx`` remain the backstop against any writer that skips the lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import threading
 from collections.abc import Sequence
 from importlib import resources
@@ -14,12 +21,13 @@ from importlib import resources
 import msgspec
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from audit.checkpoint import Checkpoint
 from audit.errors import AuditUnavailableError
 from audit.query import AuditQuery, where_clause
 from audit.record import RecordRow, genesis_hash
-from audit.store import ArchiveEntry, StoreConflictError, StoreHead
+from audit.store import ArchiveEntry, SealBatch, StoreConflictError, StoreHead
 
 _COLUMNS = "seq, time_us, event_type, decision, subject, tenant, model, roles, findings, event, content, prev_hash, hash"
 
@@ -31,6 +39,20 @@ _ROW = "(" + ",".join(["%s"] * 13) + ")"
 
 _MAX_PARAMS = 65_535
 """The protocol's limit of bind parameters in one statement."""
+
+_HEAD = (
+    "SELECT r.seq, r.hash, (SELECT body FROM audit_checkpoints ORDER BY idx DESC LIMIT 1), a.last_seq, a.head"
+    " FROM (SELECT 1) AS one"
+    " LEFT JOIN (SELECT seq, hash FROM audit_records ORDER BY seq DESC LIMIT 1) AS r ON true"
+    " LEFT JOIN (SELECT last_seq, head FROM audit_archives ORDER BY last_seq DESC LIMIT 1) AS a ON true"
+)
+"""The chain head, the newest checkpoint and the newest archive in one round trip."""
+
+
+def writer_lock_key(schema: str) -> int:
+    """The advisory lock that serializes appends to ``schema``'s chain (a signed 64-bit key)."""
+    digest = hashlib.sha256(f"strongroom.audit.append\n{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def _script(name: str, **identifiers: str) -> sql.Composed:
@@ -55,6 +77,9 @@ class PostgresStore:
         self._local = threading.local()
         self._connections: list[psycopg.Connection[tuple[object, ...]]] = []
         self._lock = threading.Lock()
+        # BEGIN and the lock in one simple-protocol round trip; the key is ours, never input.
+        self._begin_locked = f"BEGIN; SELECT pg_advisory_xact_lock({writer_lock_key(schema)})".encode()
+        self._cached_log_id: str | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self._schema!r}, dsn=<redacted>)"
@@ -100,20 +125,75 @@ class PostgresStore:
         return self.head()
 
     def head(self) -> StoreHead:
-        log_id = str(self._rows("SELECT value FROM audit_meta WHERE key = 'log_id'", ())[0][0])
-        last = self._rows("SELECT seq, hash FROM audit_records ORDER BY seq DESC LIMIT 1", ())
-        cps = self._rows("SELECT body FROM audit_checkpoints ORDER BY idx DESC LIMIT 1", ())
-        checkpoint = msgspec.json.decode(str(cps[0][0]), type=Checkpoint) if cps else None
-        if last:
-            seq, digest = int(str(last[0][0])), str(last[0][1])
-        else:
-            archived = self._rows(
-                "SELECT last_seq, head FROM audit_archives ORDER BY last_seq DESC LIMIT 1", ()
+        log_id = self._log_id()
+        return self._head_from(log_id, self._rows(_HEAD, ())[0])
+
+    def _log_id(self) -> str:
+        if self._cached_log_id is None:
+            self._cached_log_id = str(
+                self._rows("SELECT value FROM audit_meta WHERE key = 'log_id'", ())[0][0]
             )
-            seq, digest = (
-                (int(str(archived[0][0])), str(archived[0][1])) if archived else (0, genesis_hash(log_id))
+        return self._cached_log_id
+
+    @staticmethod
+    def _head_from(log_id: str, found: tuple[object, ...]) -> StoreHead:
+        seq, digest, body, archived_seq, archived_head = found
+        checkpoint = msgspec.json.decode(str(body), type=Checkpoint) if body is not None else None
+        if seq is not None:
+            return StoreHead(log_id=log_id, seq=int(str(seq)), hash=str(digest), checkpoint=checkpoint)
+        if archived_seq is not None:
+            return StoreHead(
+                log_id=log_id, seq=int(str(archived_seq)), hash=str(archived_head), checkpoint=checkpoint
             )
-        return StoreHead(log_id=log_id, seq=seq, hash=digest, checkpoint=checkpoint)
+        return StoreHead(log_id=log_id, seq=0, hash=genesis_hash(log_id), checkpoint=checkpoint)
+
+    def append_at_head(self, seal: SealBatch) -> None:
+        """Three round trips: BEGIN with the lock, the head, then the insert pipelined with COMMIT.
+        The lock is held for the last two (and the commit's flush), only while this batch goes in.
+        """
+        log_id = self._log_id()
+        conn: psycopg.Connection[tuple[object, ...]] | None = None
+        try:
+            conn = self._conn()
+            conn.execute(self._begin_locked)
+            found = conn.execute(_HEAD.encode()).fetchone()
+            assert found is not None  # the query always yields one row
+            rows, checkpoint = seal(self._head_from(log_id, found))
+            with conn.pipeline():
+                self._insert(conn, rows, checkpoint)
+                conn.execute(b"COMMIT")
+        except BaseException as exc:
+            if (
+                conn is not None
+                and not conn.broken
+                and conn.info.transaction_status != TransactionStatus.IDLE
+            ):
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(b"ROLLBACK")
+            if isinstance(exc, psycopg.errors.UniqueViolation):
+                raise StoreConflictError(str(exc)) from exc
+            if isinstance(exc, psycopg.Error):
+                raise AuditUnavailableError(f"postgres audit store: {type(exc).__name__}") from exc
+            raise
+
+    def _insert(
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        rows: Sequence[RecordRow],
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        with conn.cursor() as cur:
+            if len(rows) * len(RecordRow._fields) > _MAX_PARAMS:
+                cur.executemany((_INSERT + _ROW).encode(), rows)
+            elif rows:
+                cur.execute(
+                    (_INSERT + ",".join([_ROW] * len(rows))).encode(), [v for row in rows for v in row]
+                )
+            if checkpoint is not None:
+                cur.execute(
+                    "INSERT INTO audit_checkpoints (idx, seq, body) VALUES (%s, %s, %s)",
+                    (checkpoint.index, checkpoint.seq, msgspec.json.encode(checkpoint).decode()),
+                )
 
     def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
         """One statement, so one round trip: in autocommit it is its own transaction (atomic,
@@ -142,13 +222,8 @@ class PostgresStore:
         """A batch too big for one statement's parameters (``max_batch`` above ~5,000)."""
         try:
             conn = self._conn()
-            with conn.transaction(), conn.cursor() as cur:
-                cur.executemany((_INSERT + _ROW).encode(), rows)
-                if checkpoint is not None:
-                    cur.execute(
-                        "INSERT INTO audit_checkpoints (idx, seq, body) VALUES (%s, %s, %s)",
-                        (checkpoint.index, checkpoint.seq, msgspec.json.encode(checkpoint).decode()),
-                    )
+            with conn.transaction():
+                self._insert(conn, rows, checkpoint)
         except psycopg.errors.UniqueViolation as exc:
             raise StoreConflictError(str(exc)) from exc
         except psycopg.Error as exc:

@@ -1,4 +1,9 @@
-"""Ed25519 signing of checkpoints, and verification with a trusted public key only."""
+"""Ed25519 signing of checkpoints, and verification with a trusted public key only.
+
+The signing key is a PKCS#8 PEM file (``audit.signing_key_file``; for several gateways, one
+secret mounted into each) or a key inside a PKCS#11 token (``audit.signing_key_provider =
+"pkcs11"``, see ``token_signing_key.py``). Either way all writers of one log sign with one key.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,34 @@ import base64
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from audit.checkpoint import signing_bytes
+from audit.config import AuditConfig
 from audit.errors import AuditConfigError
+
+
+class SigningKey(Protocol):
+    """An Ed25519 private key that signs, in memory (``Ed25519PrivateKey``) or in a token."""
+
+    def sign(self, data: bytes) -> bytes: ...
+
+    def public_key(self) -> Ed25519PublicKey: ...
 
 
 def key_id_of(public_key: Ed25519PublicKey) -> str:
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def fingerprint_of(public_key: Ed25519PublicKey) -> str:
+    """The full SHA-256 of the raw key, for pinning (``key_id`` is a short label, not a pin)."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 class CheckpointVerifier:
@@ -27,6 +47,7 @@ class CheckpointVerifier:
     def __init__(self, public_key: Ed25519PublicKey) -> None:
         self._public_key = public_key
         self.key_id = key_id_of(public_key)
+        self.fingerprint = fingerprint_of(public_key)
 
     @classmethod
     def from_pem(cls, pem: bytes) -> CheckpointVerifier:
@@ -47,13 +68,22 @@ class CheckpointVerifier:
 
 
 class CheckpointSigner:
-    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+    def __init__(self, private_key: SigningKey) -> None:
         self._private_key = private_key
         self.verifier = CheckpointVerifier(private_key.public_key())
         self.key_id = self.verifier.key_id
 
     def __repr__(self) -> str:
         return f"CheckpointSigner(key_id={self.key_id!r})"
+
+    @classmethod
+    def open(cls, cfg: AuditConfig, data_dir: Path) -> CheckpointSigner:
+        """The signer ``cfg`` configures: the key file (relative to ``data_dir``) or the token."""
+        if cfg.signing_key_provider == "pkcs11":
+            from audit.token_signing_key import TokenSigningKey
+
+            return cls(TokenSigningKey.connect(cfg))
+        return cls.load(cfg.resolve(data_dir, cfg.signing_key_file), create=cfg.create_signing_key)
 
     @classmethod
     def load(cls, path: Path, *, create: bool) -> CheckpointSigner:

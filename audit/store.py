@@ -7,9 +7,9 @@ keeps one connection per thread.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from audit.checkpoint import Checkpoint
 from audit.config import AuditConfig
@@ -79,6 +79,21 @@ class AuditStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+SealBatch = Callable[[StoreHead], tuple[Sequence[RecordRow], Checkpoint | None]]
+"""Chains a batch onto the head it is given: the rows (and checkpoint) to insert after it."""
+
+
+@runtime_checkable
+class SharedAuditStore(AuditStore, Protocol):
+    """A store several gateways append to at once (PostgreSQL): the database orders them."""
+
+    def append_at_head(self, seal: SealBatch) -> None:
+        """In one transaction under a lock the database holds until commit: read the head, let
+        ``seal`` chain the batch onto it, insert. Writers queue at the lock instead of racing for
+        sequence numbers, so the chain has no gap or fork however many gateways write."""
+        ...
 
 
 def open_store(cfg: AuditConfig, data_dir: Path) -> AuditStore:

@@ -3,6 +3,7 @@
     .venv/bin/python bench/audit_throughput.py [--backend sqlite|postgres] [--records 50000]
         [--stages] [--gc on|freeze|off] [--out PATH]
     .venv/bin/python bench/audit_throughput.py --disk-floor [--dir DIR]
+    .venv/bin/python bench/audit_throughput.py --backend postgres --writers 2 [--records 20000]
 
 1. sustained: ``--concurrency`` closed-loop appenders for ``--records`` records -> records/s.
 2. latency: open-loop arrivals at each ``--rates`` value (requests/s) for ``--seconds`` each,
@@ -13,6 +14,8 @@
    per SQL statement, so headline numbers come from runs without it.
 4. ``--disk-floor``: no SQLite, only the disk under ``--dir``: p50-p99.9 of a small write made
    durable (in place + fdatasync, append + fdatasync / fsync, O_DSYNC): the floor under any commit.
+5. ``--writers N`` (postgres): N writer processes on one schema, as N gateways would append to
+   one chain, against one writer alone in the same run (``audit_writers.py``).
 Every latency phase reports the CPU the rest of the machine used meanwhile (``other_cpu_cores``,
 ``steal_cores``): on a shared 2-core VM that decides whether a run is comparable.
 Writes bench/results/audit_throughput[_postgres|_disk_floor].json (or ``--out``) with command,
@@ -47,7 +50,7 @@ from audit.log import AuditLog
 from audit.postgres_store import PostgresStore
 from audit.record import RecordRow
 from audit.sqlite_store import SqliteStore
-from audit.store import AuditStore
+from audit.store import AuditStore, SealBatch, StoreHead
 
 COMMIT = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 IS_DIRTY = bool(
@@ -182,11 +185,19 @@ class TimedPostgresStore(PostgresStore):
         super().__init__(dsn, schema)
         self._profile = profile
 
-    def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
+    def append_at_head(self, seal: SealBatch) -> None:
+        """The chain writer's path on PostgreSQL (lock, head, insert, commit), timed as one store call."""
         begin = time.perf_counter()
-        super().append(rows, checkpoint)
-        if rows:
-            self._profile.note_store(rows[0].seq, begin, None, time.perf_counter())
+        first_seqs: list[int] = []
+
+        def timed_seal(head: StoreHead) -> tuple[Sequence[RecordRow], Checkpoint | None]:
+            rows, checkpoint = seal(head)
+            first_seqs.extend(row.seq for row in rows[:1])
+            return rows, checkpoint
+
+        super().append_at_head(timed_seal)
+        if first_seqs:
+            self._profile.note_store(first_seqs[0], begin, None, time.perf_counter())
 
 
 async def sustained(log: AuditLog, num_records: int, concurrency: int) -> float:
@@ -506,7 +517,23 @@ if __name__ == "__main__":
     )
     parser.add_argument("--floor-cycles", type=int, default=3, help="phases per mode in --disk-floor")
     parser.add_argument("--floor-sizes", default="4096,20600", help="bytes per write in --disk-floor")
+    parser.add_argument("--writers", type=int, default=0, help="postgres: writer processes on one schema")
     args = parser.parse_args()
+    if args.writers:
+        from bench.audit_writers import shared_writers
+
+        load_before = os.getloadavg()
+        data_dir = Path(tempfile.mkdtemp(prefix="audit-bench-", dir=args.dir))
+        shared = shared_writers(args.dsn, data_dir, args.writers, args.records, args.concurrency)
+        result = {
+            "benchmark": "audit_throughput_shared_writers",
+            **shared,
+            **_provenance(load_before, data_dir),
+        }
+        out = args.out or Path(__file__).parent / "results" / "audit_throughput_postgres_writers.json"
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+        sys.exit(0)
     if args.disk_floor:
         floor = disk_floor(args)
         out = args.out or Path(__file__).parent / "results" / "audit_throughput_disk_floor.json"

@@ -1,5 +1,7 @@
 """Per-entity precision, recall and F2 of our detectors on the labelled zh+en corpus, and of
-Microsoft Presidio's pattern recognizers (no NLP model) on the same corpus, in the same run.
+Microsoft Presidio's pattern recognizers (no NLP model) on the same corpus, in the same run;
+then the evasion corpus (``bench/filters_evasion.py``): recall on evasions, input and streamed,
+look-alikes flagged and the false-positive rate on benign financial texts.
 
     .venv/bin/python -m bench.filters_quality --num 6000 --seed 0
 """
@@ -34,7 +36,7 @@ Prediction = tuple[str, int, int]
 
 def ours(samples: list[Sample]) -> list[list[Prediction]]:
     detectors = builtin_detectors()
-    scanner = Scanner(detectors, timeout_s=10.0)
+    scanner = Scanner(detectors)
     actions = {d.name: Action.FLAG for d in detectors}
     out = []
     for sample in samples:
@@ -115,10 +117,70 @@ def score(
     return table
 
 
+def evasion_figures(seed: int) -> dict[str, Any]:
+    """The evasion corpus (``bench/filters_evasion.py``) through the packaged policy's
+    ``check_request``: recall on evasions, look-alikes flagged, precision, benign false positives,
+    and recall on single-message evasions streamed as a response in 1-5 character chunks."""
+    import random
+    from pathlib import Path
+
+    from bench.filters_evasion import Case, benign, evasions, look_alikes
+    from bench.filters_evasion import score as score_cases
+    from filters import FilterConfig, FilterContext, FilterPipeline
+
+    pipeline = FilterPipeline.from_config(FilterConfig(), Path("."))
+    ctx = FilterContext(roles=("user",), model="bench")
+    rng = random.Random(seed)
+
+    def found(case: Case) -> set[str]:
+        return {f.type for f in pipeline.check_request(case.texts, ctx).findings}
+
+    def streamed(case: Case) -> set[str]:
+        sf, text, i = pipeline.stream(ctx), case.texts[0], 0
+        while i < len(text):
+            size = rng.randint(1, 5)
+            sf.feed(text[i : i + size])
+            i += size
+        sf.finish()
+        return {f.type for f in sf.findings}
+
+    cases = {
+        "evasions": evasions(seed, 600),
+        "look_alikes": look_alikes(seed, 600),
+        "benign": benign(seed, 1000),
+    }
+    recall = score_cases(cases["evasions"], found, expect=True)
+    flagged = score_cases(cases["look_alikes"], found, expect=False)
+    fps = score_cases(cases["benign"], found, expect=False)
+    single = [c for c in cases["evasions"] if len(c.messages) == 1]
+    in_stream = score_cases(single, streamed, expect=True)
+    by_type: dict[str, dict[str, float]] = {}
+    for kind in sorted({c.type for c in cases["evasions"]}):
+        of_kind = [c for c in cases["evasions"] if c.type == kind]
+        by_type[kind] = {"recall": score_cases(of_kind, found, expect=True).rate}
+    return {
+        "seed": seed,
+        "num_evasions": recall.num_cases,
+        "num_look_alikes": flagged.num_cases,
+        "num_benign": fps.num_cases,
+        "evasion_recall": recall.rate,
+        "evasion_recall_by_type": by_type,
+        "streamed_evasion_recall": in_stream.rate,
+        "look_alikes_flagged": flagged.rate,
+        "precision": round(recall.num_hits / max(1, recall.num_hits + flagged.num_hits), 4),
+        "benign_false_positive_rate": fps.rate,
+        "missed_examples": recall.missed,
+        "benign_flagged_examples": fps.missed,
+    }
+
+
 @click.command()
 @click.option("--num", default=6000, show_default=True)
 @click.option("--seed", default=0, show_default=True)
-def main(num: int, seed: int) -> None:
+@click.option(
+    "--out", default="filters_quality.json", show_default=True, help="File name under bench/results."
+)
+def main(num: int, seed: int, out: str) -> None:
     samples = generate(num, seed)
     types = tuple(sorted({e.type for s in samples for e in s.entities}))
     result: dict[str, Any] = {
@@ -145,8 +207,9 @@ def main(num: int, seed: int) -> None:
         for t in types
         if t in CHECKSUM_BACKED or t in ("phone", "cn_mobile", "email")
     }
+    result["evasion"] = evasion_figures(seed)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "filters_quality.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    (RESULTS / out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(result, indent=2, ensure_ascii=False))
 
 

@@ -37,6 +37,7 @@ class _Pending:
     token_ids: list[int]
     params: SamplingParams
     tenant: str | None
+    subject: str | None
     priority: int
 
 
@@ -121,8 +122,19 @@ class AsyncEngine:
             raise InvalidRequestError(f"model {model} has no chat template", param="messages")
         return template.render(messages, add_generation_prompt=True)
 
+    def chat_prompt(self, model: str, messages: list[dict[str, Any]]) -> list[int]:
+        """The chat template applied, as token ids: special tokens only where the template put them."""
+        tokenizer = self.core.model(model).tokenizer
+        if tokenizer.chat_template is None:
+            raise InvalidRequestError(f"model {model} has no chat template", param="messages")
+        return tokenizer.encode_chat(messages)
+
     def tokenize(self, model: str, text: str) -> list[int]:
         return self.core.model(model).tokenizer.encode(text)
+
+    def count_tokens(self, model: str, prompt: str) -> int:
+        """Prompt tokens of ``prompt`` exactly as ``generate`` will count them."""
+        return len(self.core.prompt_token_ids(model, prompt))
 
     def stats(self) -> dict[str, int | float]:
         # Unlocked on purpose: counters may be one step stale, but the loop never waits for a step.
@@ -136,6 +148,7 @@ class AsyncEngine:
         params: SamplingParams,
         *,
         tenant: str | None = None,
+        subject: str | None = None,
         priority: int = 0,
     ) -> AsyncIterator[StreamDelta]:
         """Deltas of all ``params.n`` completions as they come; the stream ends when all finished.
@@ -148,7 +161,7 @@ class AsyncEngine:
             if request_id in self._streams:
                 raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
             self._streams[request_id] = stream
-            self._pending.append(_Pending(request_id, model, token_ids, params, tenant, priority))
+            self._pending.append(_Pending(request_id, model, token_ids, params, tenant, subject, priority))
             self._cond.notify_all()
         open_indices = set(range(params.n))
         try:
@@ -218,7 +231,13 @@ class AsyncEngine:
                 continue
             try:
                 core.add_tokenized(
-                    p.request_id, p.model, p.token_ids, p.params, tenant=p.tenant, priority=p.priority
+                    p.request_id,
+                    p.model,
+                    p.token_ids,
+                    p.params,
+                    tenant=p.tenant,
+                    subject=p.subject,
+                    priority=p.priority,
                 )
             except EngineError as exc:
                 with self._cond:

@@ -38,7 +38,7 @@ from engine.errors import (
     RequestAbortedError,
     UnknownModelError,
 )
-from engine.protocol import DeltaEvent, EngineInfo, ErrorEvent, GenerateRequest, StreamEvent
+from engine.protocol import DeltaEvent, EngineInfo, ErrorEvent, GenerateRequest, StreamEvent, TokenCount
 
 _BY_CODE: dict[str, type[EngineError]] = {
     cls.code: cls
@@ -62,6 +62,13 @@ _PROBE_TIMEOUT_S = 5.0
 _HEALTH_TIMEOUT_S = 2.0
 # What a broken, silent or garbled engine connection raises while we talk to it.
 _TRANSPORT_ERRORS = (OSError, EOFError, TimeoutError, ValueError)
+
+
+def _refusal(status: int, body: bytes) -> EngineError:
+    try:
+        return _error_of(msgspec.json.decode(body, type=ErrorEvent))
+    except msgspec.MsgspecError:
+        return EngineUnavailableError(f"engine answered {status}")
 
 
 def _error_of(event: ErrorEvent) -> EngineError:
@@ -141,6 +148,12 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
         if self._closed is not None:
             await asyncio.shield(self._closed)
+
+    def abort(self, reason: str) -> None:
+        """End the connection now: a reader waiting on it fails at once instead of at its timeout."""
+        self._end(EOFError(reason))
+        if self.transport is not None:
+            self.transport.abort()
 
     def _end(self, exc: BaseException) -> None:
         if self.error is None:
@@ -238,8 +251,16 @@ class EngineClient:
     """Talks to one engine instance. Safe to share between concurrent requests."""
 
     def __init__(
-        self, base_url: str, token: str, *, connect_timeout_s: float = 2.0, read_timeout_s: float = 600.0
+        self,
+        base_url: str,
+        token: str,
+        *,
+        connect_timeout_s: float = 2.0,
+        read_timeout_s: float = 600.0,
+        ssl_context: ssl.SSLContext | None = None,
     ):
+        """``ssl_context`` for an https URL: the CAs that sign the engine's certificate and our client
+        certificate (mutual TLS); None verifies against the system's CAs and presents none."""
         self.base_url = base_url.rstrip("/")
         url = urlsplit(self.base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
@@ -248,12 +269,17 @@ class EngineClient:
             raise ValueError("the engine token must not contain line breaks")
         self._host = url.hostname
         self._port = url.port or (443 if url.scheme == "https" else 80)
-        self._ssl = ssl.create_default_context() if url.scheme == "https" else None
+        if url.scheme == "https":
+            self._ssl: ssl.SSLContext | None = ssl_context or ssl.create_default_context()
+        else:
+            self._ssl = None
         self._path_prefix = url.path
         self._common_headers = f"host: {url.netloc}\r\nauthorization: Bearer {token}\r\n".encode("latin-1")
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()
+        """Connections carrying a request now (so ``reset`` can end them)."""
         self._slots = asyncio.Semaphore(_MAX_CONNECTIONS)
         self._is_closed = False
 
@@ -265,6 +291,15 @@ class EngineClient:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.aclose()
+
+    def reset(self, reason: str) -> None:
+        """Abort every connection, idle or carrying a request: the engine was found dead or hung.
+
+        Requests in flight fail with EngineUnavailableError now (a 503, or an error event ending
+        the stream) rather than when their read timeout runs out; the next call connects anew."""
+        idle, self._idle = self._idle, []
+        for conn in [*idle, *self._busy]:
+            conn.abort(reason)
 
     async def info(self) -> EngineInfo:
         try:
@@ -278,9 +313,9 @@ class EngineClient:
         except msgspec.MsgspecError as exc:
             raise EngineUnavailableError(f"engine {self.base_url} sent an unreadable info: {exc}") from None
 
-    async def is_ready(self) -> bool:
+    async def is_ready(self, timeout_s: float = _HEALTH_TIMEOUT_S) -> bool:
         try:
-            status, _ = await self._get("/engine/v1/health", _HEALTH_TIMEOUT_S)
+            status, _ = await self._get("/engine/v1/health", timeout_s)
         except _TRANSPORT_ERRORS:
             return False
         return status == 200
@@ -296,14 +331,29 @@ class EngineClient:
                 raise EngineUnavailableError(f"engine {self.base_url} failed: {type(exc).__name__}") from exc
             try:
                 if resp.status != 200:
-                    try:
-                        event = msgspec.json.decode(body, type=ErrorEvent)
-                    except msgspec.MsgspecError:
-                        raise EngineUnavailableError(f"engine answered {resp.status}") from None
-                    raise _error_of(event)
+                    raise _refusal(resp.status, body)
                 yield self._events(resp)
             finally:
                 await self._finish(resp)
+
+    async def count_tokens(self, request: GenerateRequest) -> int:
+        """The prompt tokens ``request`` would have in this engine: its model's own chat template
+        and tokenizer, counted before anything is reserved or queued."""
+        async with self._slots:
+            try:
+                resp = await self._send("POST", "/engine/v1/tokens", _encoder.encode(request))
+                try:
+                    body = await resp.read()
+                finally:
+                    await self._finish(resp)
+            except _TRANSPORT_ERRORS as exc:
+                raise EngineUnavailableError(f"engine {self.base_url} failed: {type(exc).__name__}") from exc
+        if resp.status != 200:
+            raise _refusal(resp.status, body)
+        try:
+            return msgspec.json.decode(body, type=TokenCount).num_tokens
+        except msgspec.MsgspecError:
+            raise EngineUnavailableError(f"engine {self.base_url} sent an unreadable token count") from None
 
     async def _events(self, resp: _Response) -> AsyncIterator[DeltaEvent]:
         try:
@@ -313,7 +363,8 @@ class EngineClient:
                     raise _error_of(event)
                 yield event
         except _TRANSPORT_ERRORS as exc:  # msgspec.DecodeError is a ValueError
-            raise EngineUnavailableError(f"engine {self.base_url} failed: {type(exc).__name__}") from exc
+            why = f"{type(exc).__name__}: {exc}" if isinstance(exc, EOFError) else type(exc).__name__
+            raise EngineUnavailableError(f"engine {self.base_url} failed: {why}") from exc
 
     async def _get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
         async with self._slots, asyncio.timeout(timeout_s):
@@ -353,6 +404,7 @@ class EngineClient:
         return conn
 
     async def _exchange(self, conn: _Connection, data: bytes) -> _Response:
+        self._busy.add(conn)
         try:
             conn.send(data)
             while (end := conn.buffer.find(b"\r\n\r\n")) < 0:
@@ -361,11 +413,13 @@ class EngineClient:
                 await conn.receive(self._read_timeout_s)
             return _Response(conn, conn.consume(end, then_skip=4), self._read_timeout_s)
         except BaseException:
+            self._busy.discard(conn)
             await conn.aclose()
             raise
 
     async def _finish(self, resp: _Response) -> None:
         """Pool the connection if its answer was read to the end, else close it (aborts a stream)."""
+        self._busy.discard(resp.conn)
         reusable = resp.is_complete and resp.is_reusable and resp.conn.is_reusable
         if reusable and not self._is_closed and len(self._idle) < _MAX_IDLE:
             self._idle.append(resp.conn)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
+from engine.cache_scope import CACHE_SCOPES
 from engine.errors import EngineConfigError
 
 __all__ = ["DTYPES", "EngineConfig", "ModelSpec"]
@@ -26,12 +27,25 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Weight and KV-cache dtype: float32, float16, bfloat16, or auto (the checkpoint's own)."""
     max_model_len: int | None = None
     """Longest prompt plus output; None takes the checkpoint's max_position_embeddings."""
+    prefix_cache_scope: str = "subject"
+    """Who shares cached prompt prefixes, and so could learn by timing what another sent:
+    "subject" (each tenant and subject alone), "tenant" (everyone of a tenant; tokens without
+    one stay alone) or "global" (everyone). Wider scopes reuse more; choose them only for
+    models whose prompts are not confidential between users."""
+    sealed_model_id: str | None = None
+    """A sealed checkpoint serves only under the model id it was sealed as; None requires that id
+    to equal ``name``. Set it to serve a sealing under another name on purpose."""
 
     def __post_init__(self) -> None:
         if not self.name or any(c.isspace() for c in self.name):
             raise EngineConfigError(f"model name must be non-empty without spaces: {self.name!r}")
         if self.dtype not in DTYPES:
             raise EngineConfigError(f"model {self.name}: dtype must be one of {DTYPES}, not {self.dtype!r}")
+        if self.prefix_cache_scope not in CACHE_SCOPES:
+            raise EngineConfigError(
+                f"model {self.name}: prefix_cache_scope must be one of {CACHE_SCOPES},"
+                f" not {self.prefix_cache_scope!r}"
+            )
         if self.max_model_len is not None and self.max_model_len < 2:
             raise EngineConfigError(f"model {self.name}: max_model_len must be >= 2")
 
@@ -63,7 +77,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_num_batched_tokens: int = 2048
     """Per-step token budget (decode tokens plus prefill chunks), across all models."""
     enable_prefix_caching: bool = True
-    """Reuse the KV of full blocks whose prefix was already computed (per model and tenant)."""
+    """Reuse the KV of full blocks whose prefix was already computed (per model, and within each
+    model's ``prefix_cache_scope``)."""
     num_threads: int | None = None
     """torch intra-op threads on CPU; None leaves torch's default."""
     seed: int = 0

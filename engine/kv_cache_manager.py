@@ -136,5 +136,4 @@ class KVCacheManager:
 
     @staticmethod
     def _root(seq: Sequence) -> bytes:
-        salt = seq.tenant or ""
-        return hashlib.sha256(f"strongroom-kv\0{seq.model}\0{salt}".encode()).digest()
+        return hashlib.sha256(f"strongroom-kv\0{seq.model}\0{seq.cache_salt}".encode()).digest()

@@ -81,8 +81,7 @@ class LLM:
             raise InvalidRequestError(f"model {name} has no chat template", param="messages")
         prompts: list[Prompt] = []
         for conversation in conversations:
-            text = hosted.tokenizer.chat_template.render(conversation, add_generation_prompt=True)  # type: ignore[arg-type]
-            prompts.append(hosted.tokenizer.encode(text, add_special_tokens=False))
+            prompts.append(hosted.tokenizer.encode_chat(conversation, add_special_tokens=False))  # type: ignore[arg-type]
         return self._run(prompts, params or SamplingParams(), name)
 
     def _model(self, model: str | None) -> str:

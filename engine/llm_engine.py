@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from engine.block_pool import BlockPool
+from engine.cache_scope import cache_salt
 from engine.config import EngineConfig, ModelSpec
 from engine.errors import (
     EngineConfigError,
@@ -98,6 +99,7 @@ class LLMEngine:
             )
             for name, m in self.models.items()
         }
+        self._cache_scopes = {spec.name: spec.prefix_cache_scope for spec in config.models}
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
         self._requests: dict[str, list[Sequence]] = {}
         self._outputs: dict[int, SequenceOutput] = {}
@@ -158,10 +160,13 @@ class LLMEngine:
         params: SamplingParams,
         *,
         tenant: str | None = None,
+        subject: str | None = None,
         priority: int = 0,
     ) -> list[Sequence]:
         ids = self.prompt_token_ids(model, prompt)
-        return self.add_tokenized(request_id, model, ids, params, tenant=tenant, priority=priority)
+        return self.add_tokenized(
+            request_id, model, ids, params, tenant=tenant, subject=subject, priority=priority
+        )
 
     def add_tokenized(
         self,
@@ -171,11 +176,14 @@ class LLMEngine:
         params: SamplingParams,
         *,
         tenant: str | None = None,
+        subject: str | None = None,
         priority: int = 0,
     ) -> list[Sequence]:
+        """``tenant`` and ``subject`` pick the prefix cache the request may share (``engine.cache_scope``)."""
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
         hosted = self.model(model)
+        salt = cache_salt(self._cache_scopes[model], tenant, subject)
         self._arrivals += 1
         seqs = [
             Sequence(
@@ -184,7 +192,7 @@ class LLMEngine:
                 ids,
                 params,
                 index=i,
-                tenant=tenant,
+                cache_salt=salt,
                 priority=priority,
                 arrival=self._arrivals,
             )
@@ -343,6 +351,7 @@ class LLMEngine:
             "preemptions": self.scheduler.num_preemptions,
             "steps": self.num_steps,
             "device_wait_s": self.device_wait_s,
+            "prefix_cache_hit_tokens": kv.num_cache_hit_tokens,
             "prefix_cache_hit_rate": kv.num_cache_hit_tokens / kv.num_cache_query_tokens
             if kv.num_cache_query_tokens
             else 0.0,

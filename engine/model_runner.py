@@ -3,7 +3,8 @@
 Inputs are the scheduled sequences' new tokens laid end to end (see
 ``engine.attention.metadata``); only sequences whose step reaches their last known token get a
 logits row, in the order they were scheduled. On CUDA, pure decode steps replay captured graphs
-(``engine.cuda_graph_runner``); every other step runs eagerly. A decode row whose input token
+(``engine.cuda_graph_runner``), and so does a lone sequence's short prefill
+(``engine.prefill_graphs``); every other step runs eagerly. A decode row whose input token
 is still on the device (asynchronous scheduling) names its row in the previous step's sampled
 tokens, and the runner scatters those into its inputs on the device.
 """
@@ -18,6 +19,7 @@ from engine.attention.metadata import AttentionMetadata
 from engine.cuda_graph_runner import CudaGraphRunner
 from engine.device_transfer import scatter_rows, to_device
 from engine.hosted_model import HostedModel
+from engine.prefill_graphs import PrefillGraphs
 from engine.scheduler import ScheduledSeq
 
 __all__ = ["ModelRunner", "RunnerOutput"]
@@ -39,11 +41,13 @@ class ModelRunner:
         *,
         cuda_graphs: bool = False,
         max_num_seqs: int = 64,
+        max_prefill_graph_tokens: int = 512,
     ) -> None:
         self.hosted = hosted
         self.block_size = block_size
         self.device = device
         self.graphs: CudaGraphRunner | None = None
+        self.prefill_graphs: PrefillGraphs | None = None
         if cuda_graphs and device.type == "cuda":
             self.graphs = CudaGraphRunner(
                 hosted.model,
@@ -53,6 +57,14 @@ class ModelRunner:
                 device=device,
             )
             self.graphs.capture_all()
+            self.prefill_graphs = PrefillGraphs(
+                hosted.model,
+                max_blocks=-(-hosted.max_model_len // block_size),
+                block_size=block_size,
+                device=device,
+                max_tokens=min(hosted.max_model_len, max_prefill_graph_tokens),
+            )
+            self.prefill_graphs.capture_all()
 
     @torch.inference_mode()
     def execute(
@@ -68,6 +80,15 @@ class ModelRunner:
         """
         if self.graphs is not None and self._is_graph_step(self.graphs, items):
             return self._execute_graph(self.graphs, items, pending, sources)
+        if self.prefill_graphs is not None and self._is_prefill_graph_step(
+            self.prefill_graphs, items, sources
+        ):
+            item = items[0]
+            end = item.start + item.num_new_tokens
+            logits = self.prefill_graphs.run(
+                item.seq.token_ids[item.start : end], item.start, item.seq.block_ids
+            )
+            return RunnerOutput(logits)
         token_ids, positions, meta = self._prepare(items)
         if pending is not None and sources is not None:
             dst = [meta.host_query_starts[i] for i, s in enumerate(sources) if s >= 0]
@@ -80,6 +101,17 @@ class ModelRunner:
         if isinstance(hidden, torch.Tensor):
             hidden = hidden[to_device(last, torch.long, self.device)]
         return RunnerOutput(self.hosted.model.compute_logits(hidden))  # type: ignore[operator]
+
+    @staticmethod
+    def _is_prefill_graph_step(
+        graphs: PrefillGraphs, items: list[ScheduledSeq], sources: list[int] | None
+    ) -> bool:
+        """One sequence's last prefill chunk (it samples), short enough for a captured bucket, with
+        every input token on the host (no placeholder: those only precede a decode step)."""
+        if len(items) != 1 or (sources is not None and sources[0] >= 0):
+            return False
+        item = items[0]
+        return item.is_sampling and 1 < item.num_new_tokens <= graphs.max_tokens
 
     @staticmethod
     def _is_graph_step(graphs: CudaGraphRunner, items: list[ScheduledSeq]) -> bool:

@@ -8,6 +8,7 @@ in a pool, so either drops in behind ``EngineClient``.
                               ◀── 200, NDJSON: one StreamEvent per line
                                   DeltaEvent ... DeltaEvent(finish_reason set) | ErrorEvent
                               ◀── 4xx/5xx, ErrorEvent  (rejected before the first token)
+    POST /engine/v1/tokens    GenerateRequest ──▶ ◀── TokenCount (its prompt tokens; nothing runs)
     GET  /engine/v1/info      ◀── EngineInfo (instance id, models, pool stats)
     GET  /engine/v1/health    ◀── 200 once every model is loaded, 503 before
 
@@ -32,6 +33,7 @@ __all__ = [
     "LogprobEntry",
     "ModelCard",
     "StreamEvent",
+    "TokenCount",
 ]
 
 
@@ -53,7 +55,10 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     prompt_token_ids: list[int] | None = None
     messages: list[ChatMessage] | None = None
     tenant: str | None = None
-    """Salts the prefix cache so one tenant cannot probe another's prompts by timing."""
+    """The caller's tenant; with ``subject``, salts the prefix cache (``engine.cache_scope``) so
+    nobody can probe another's prompts by timing."""
+    subject: str | None = None
+    """The caller (the token's subject)."""
     priority: int = 0
 
     def __repr__(self) -> str:
@@ -85,6 +90,13 @@ class ErrorEvent(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
 
 
 StreamEvent = DeltaEvent | ErrorEvent
+
+
+class TokenCount(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /engine/v1/tokens``: the prompt tokens a GenerateRequest would have, counted by the
+    model's own chat template and tokenizer (the gateway reserves quota with it)."""
+
+    num_tokens: int
 
 
 class ModelCard(msgspec.Struct, frozen=True, kw_only=True):

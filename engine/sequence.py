@@ -57,7 +57,7 @@ class Sequence:
         params: SamplingParams,
         *,
         index: int = 0,
-        tenant: str | None = None,
+        cache_salt: str = "",
         priority: int = 0,
         arrival: int = 0,
     ) -> None:
@@ -69,7 +69,8 @@ class Sequence:
         self.needs_host_tokens = params.logprobs is not None or params.uses_penalties
         """Sampling it reads back logprobs or the output so far: no step may be launched past it
         before its tokens are on the host (asynchronous scheduling)."""
-        self.tenant = tenant
+        self.cache_salt = cache_salt
+        """Starts its block-hash chain: only sequences with the same salt share cached blocks."""
         self.priority = priority
         """Smaller is served first (vLLM's convention); ties go to the earlier arrival."""
         self.arrival = arrival

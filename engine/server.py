@@ -24,12 +24,22 @@ from litestar.status_codes import HTTP_200_OK
 from audit.event import AuditEvent
 from engine.backend import EngineBackend
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError, UnknownModelError
-from engine.protocol import DeltaEvent, EngineInfo, ErrorEvent, GenerateRequest, LogprobEntry, ModelCard
+from engine.protocol import (
+    DeltaEvent,
+    EngineInfo,
+    ErrorEvent,
+    GenerateRequest,
+    LogprobEntry,
+    ModelCard,
+    TokenCount,
+)
 
 log = logging.getLogger("strongroom.engine")
 
 _STATUS = {UnknownModelError: 404, InvalidRequestError: 400}
 _encoder = msgspec.json.Encoder()
+_INLINE_COUNT_CHARS = 8_192
+"""Prompts up to this long are counted on the loop (tens of microseconds); longer ones in a thread."""
 
 
 def _status_of(exc: EngineError) -> int:
@@ -54,6 +64,20 @@ def _event_of(delta: Any) -> DeltaEvent:
     )
 
 
+async def _decoded(request: Request[Any, Any, Any]) -> GenerateRequest | Response[Any]:
+    try:
+        return msgspec.json.decode(await request.body(), type=GenerateRequest)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        return Response(
+            _encoder.encode(ErrorEvent(code="invalid_request", message=str(exc))), status_code=400
+        )
+
+
+def _error_response(exc: EngineError) -> Response[Any]:
+    body = ErrorEvent(code=exc.code, message=exc.message, param=exc.param)
+    return Response(_encoder.encode(body), status_code=_status_of(exc), media_type="application/json")
+
+
 class EngineServer:
     """Builds the litestar app around one backend."""
 
@@ -64,7 +88,9 @@ class EngineServer:
         *,
         failed_models: dict[str, str] | None = None,
         audit_events: list[AuditEvent] | None = None,
+        manifests: dict[str, str] | None = None,
     ):
+        """``manifests``: model name -> SHA-256 of its sealed manifest, carried into every record."""
         if not token:
             raise ValueError("the engine token must not be empty")
         self.backend = backend
@@ -72,6 +98,7 @@ class EngineServer:
         self._token = token.encode()
         self._failed = dict(failed_models or {})
         self._audit_events = audit_events if audit_events is not None else []
+        self._manifests = dict(manifests or {})
         self._ready = False
 
     def _guard(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -90,7 +117,7 @@ class EngineServer:
                 max_model_len=m.max_model_len,
                 has_chat_template=m.has_chat_template,
                 dtype=str(m.dtype),
-                manifest_sha256=getattr(m, "manifest_sha256", ""),
+                manifest_sha256=self._manifests.get(m.name, ""),
             )
             for m in infos
         ]
@@ -131,36 +158,59 @@ class EngineServer:
 
     def _prompt(self, req: GenerateRequest) -> str | list[int]:
         if req.messages is not None:
-            return self.backend.render_chat(req.model, [msgspec.to_builtins(m) for m in req.messages])
+            return self.backend.chat_prompt(req.model, [msgspec.to_builtins(m) for m in req.messages])
         if req.prompt_token_ids is not None:
             return req.prompt_token_ids
         if req.prompt is not None:
             return req.prompt
         raise InvalidRequestError("one of prompt, prompt_token_ids or messages is required", param="prompt")
 
+    async def count_tokens(self, req: GenerateRequest) -> int:
+        """The prompt tokens ``generate`` would charge for ``req``."""
+        if req.messages is not None and sum(len(m.content) for m in req.messages) > _INLINE_COUNT_CHARS:
+            prompt = await anyio.to_thread.run_sync(self._prompt, req)  # a long chat is encoded here
+        else:
+            prompt = self._prompt(req)
+        if isinstance(prompt, list):
+            return len(prompt)
+        if len(prompt) > _INLINE_COUNT_CHARS:  # a long prompt is tokenized off the loop
+            return await anyio.to_thread.run_sync(self.backend.count_tokens, req.model, prompt)
+        return self.backend.count_tokens(req.model, prompt)
+
     def app(self) -> Litestar:
         server = self
 
+        @post("/engine/v1/tokens", status_code=HTTP_200_OK)
+        async def tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+            req = await _decoded(request)
+            if isinstance(req, Response):
+                return req
+            try:
+                count = TokenCount(num_tokens=await server.count_tokens(req))
+            except EngineError as exc:
+                return _error_response(exc)
+            return Response(_encoder.encode(count), media_type="application/json")
+
         @post("/engine/v1/generate", status_code=HTTP_200_OK)
         async def generate(request: Request[Any, Any, Any]) -> Response[Any]:
-            try:
-                req = msgspec.json.decode(await request.body(), type=GenerateRequest)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                return Response(
-                    _encoder.encode(ErrorEvent(code="invalid_request", message=str(exc))), status_code=400
-                )
+            req = await _decoded(request)
+            if isinstance(req, Response):
+                return req
             try:
                 prompt = server._prompt(req)
                 stream = server.backend.generate(
-                    req.request_id, req.model, prompt, req.params, tenant=req.tenant, priority=req.priority
+                    req.request_id,
+                    req.model,
+                    prompt,
+                    req.params,
+                    tenant=req.tenant,
+                    subject=req.subject,
+                    priority=req.priority,
                 ).__aiter__()
                 # Pull the first delta here so validation errors become a plain HTTP error.
                 first = await stream.__anext__()
             except EngineError as exc:
-                body = ErrorEvent(code=exc.code, message=exc.message, param=exc.param)
-                return Response(
-                    _encoder.encode(body), status_code=_status_of(exc), media_type="application/json"
-                )
+                return _error_response(exc)
             except StopAsyncIteration:
                 body = ErrorEvent(code="engine_error", message="the engine produced no output")
                 return Response(_encoder.encode(body), status_code=500, media_type="application/json")
@@ -193,7 +243,7 @@ class EngineServer:
             await server.backend.shutdown()
 
         return Litestar(
-            route_handlers=[generate, info, health],
+            route_handlers=[generate, tokens, info, health],
             guards=[self._guard],
             on_startup=[on_startup],
             on_shutdown=[on_shutdown],

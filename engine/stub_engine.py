@@ -55,9 +55,13 @@ class StubEngine:
     def model_infos(self) -> list[StubModelInfo]:
         return list(self._models.values())
 
-    def render_chat(self, model: str, messages: list[dict[str, Any]]) -> str:
+    def chat_prompt(self, model: str, messages: list[dict[str, Any]]) -> str:
         self._check(model)
         return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+    def count_tokens(self, model: str, prompt: str) -> int:
+        self._check(model)
+        return max(1, len(prompt) // 4)
 
     def _check(self, model: str) -> StubModelInfo:
         info = self._models.get(model)
@@ -73,10 +77,11 @@ class StubEngine:
         params: SamplingParams,
         *,
         tenant: str | None = None,
+        subject: str | None = None,
         priority: int = 0,
     ) -> AsyncIterator[StubDelta]:
         info = self._check(model)
-        num_prompt = len(prompt) if isinstance(prompt, list) else max(1, len(prompt) // 4)
+        num_prompt = len(prompt) if isinstance(prompt, list) else self.count_tokens(model, prompt)
         if num_prompt + params.max_tokens > info.max_model_len:
             raise PromptTooLongError(
                 f"prompt ({num_prompt} tokens) plus max_tokens exceeds {info.max_model_len}", param="messages"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
 from engine.chat_template import ChatTemplate
 from engine.checkpoint import Checkpoint
-from engine.errors import ModelLoadError
+from engine.errors import InvalidRequestError, ModelLoadError
+from engine.special_token_escape import Literal, SpecialTokenEscape
 
 __all__ = ["Tokenizer"]
 
@@ -36,6 +38,8 @@ class Tokenizer:
         self.chat_template = chat_template
         self.bos_token_id = tokenizer.token_to_id(bos_token) if bos_token else None
         self.eos_token_id = tokenizer.token_to_id(eos_token) if eos_token else None
+        specials = [t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special]
+        self._escape = SpecialTokenEscape([*specials, bos_token or "", eos_token or ""])
 
     @classmethod
     def from_checkpoint(cls, ckpt: Checkpoint) -> Tokenizer:
@@ -67,6 +71,28 @@ class Tokenizer:
         if add_special_tokens and self.bos_token and text.startswith(self.bos_token):
             add_special_tokens = False
         return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def encode_chat(self, messages: list[dict[str, Any]], *, add_special_tokens: bool = True) -> list[int]:
+        """The chat template with the generation prompt, as token ids; special-token strings
+        inside the messages are encoded as plain text (``engine.special_token_escape``)."""
+        if self.chat_template is None:
+            raise InvalidRequestError("this model has no chat template", param="messages")
+        escaped = self._escape.escape(messages)
+        rendered = self.chat_template.render(escaped.messages, add_generation_prompt=True)
+        ids: list[int] = []
+        for i, piece in enumerate(SpecialTokenEscape.split(rendered, escaped)):
+            if isinstance(piece, Literal):
+                ids += self._plain_text.encode(piece.text, add_special_tokens=False).ids
+            else:
+                ids += self.encode(piece, add_special_tokens=add_special_tokens and i == 0)
+        return ids
+
+    @cached_property
+    def _plain_text(self) -> HFTokenizer:
+        """A copy that reads special-token strings as ordinary text (built on first need)."""
+        plain = HFTokenizer.from_str(self._tokenizer.to_str())
+        plain.encode_special_tokens = True
+        return plain
 
     def decode(self, token_ids: list[int], *, skip_special_tokens: bool = True) -> str:
         return str(self._tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens))

@@ -1,6 +1,6 @@
 """Content filtering for Strongroom: PII with checksums, keyword lists, secrets, prompt injection.
 
-The gateway builds one ``FilterPipeline`` and calls ``check_request`` / ``check_response`` /
+The gateway builds one ``FilterPipeline`` and calls ``acheck_request`` / ``acheck_response`` /
 ``stream``; everything else here is the machinery behind those three.
 """
 
@@ -10,7 +10,13 @@ from filters.action import Action, Direction
 from filters.config import FilterConfig
 from filters.context import FilterContext, FilterResult, Hit, StreamStep
 from filters.detector import Detector, Span
-from filters.errors import ContentBlockedError, DetectorFailedError, FilterError, PolicyError
+from filters.errors import (
+    ContentBlockedError,
+    DetectorFailedError,
+    FilterError,
+    PolicyError,
+    ScanBudgetError,
+)
 from filters.normalized import NormalizedText, normalize
 from filters.pipeline import FilterPipeline
 from filters.policy import FilterPolicy, parse_policy
@@ -31,6 +37,7 @@ __all__ = [
     "Hit",
     "NormalizedText",
     "PolicyError",
+    "ScanBudgetError",
     "Span",
     "StreamFilter",
     "StreamStep",

@@ -31,8 +31,22 @@ class PolicyError(FilterError):
     code = "filter_policy_invalid"
 
 
+class ScanBudgetError(FilterError):
+    """The text to filter is more than ``filters.max_scan_chars`` allows; refused unscanned (fail closed)."""
+
+    status_code = 413
+    code = "content_too_large"
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        super().__init__(
+            f"the text to filter exceeds the content filter's limit of {max_chars} characters"
+            " (filters.max_scan_chars)"
+        )
+
+
 class DetectorFailedError(FilterError):
-    """A detector raised or ran past its time budget; the pipeline fails closed on it."""
+    """A detector raised; the pipeline fails closed on it."""
 
     code = "filter_detector_failed"
 

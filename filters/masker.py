@@ -22,8 +22,12 @@ _KEEP_EDGES: dict[str, tuple[int, int]] = {
 }
 
 
-def mask(detector: str, value: str) -> str:
+def mask(detector: str, value: str, *, is_whole: bool = True) -> str:
+    """``is_whole`` False: the value is a piece of a match (cut by a message boundary), whose
+    edges are not the value's edges; every letter and digit is hidden."""
     value = "".join(ch for ch in value if unicodedata.category(ch) != "Cf")
+    if not is_whole:
+        return "".join("*" if ch.isalnum() else ch for ch in value)
     if detector == "email" and "@" in value:
         local, _, domain = value.rpartition("@")
         return local[:1] + "*" * (len(local) - 1) + "@" + domain

@@ -1,8 +1,11 @@
 """The normalized view of a text that every detector scans, with a map back to the original.
 
 Normalization is per character: NFKC (full-width digits and letters become ASCII), format
-characters (Unicode category Cf: zero-width space/joiners, bidi marks, soft hyphen) dropped,
-then case folded. Because each original character maps to its own run of normalized
+characters (Unicode category Cf: zero-width space/joiners, bidi marks, soft hyphen) and the other
+default-ignorable code points (the combining grapheme joiner U+034F, variation selectors U+FE0F
+and U+E0100.., Hangul fillers, Mongolian free variation selectors) dropped, then the one-to-one
+foldings of ``filters.confusables`` (every decimal digit to ASCII, dashes to ``-``, look-alike
+letters to the ASCII letter) and case folding. Because each original character maps to its own run of normalized
 characters, normalizing a concatenation equals concatenating the normalized parts, which the
 stream filter relies on.
 
@@ -31,11 +34,27 @@ import unicodedata
 import numpy as np
 import numpy.typing as npt
 
+from filters import confusables
+
 _SAME, _ONE_TO_ONE, _GENERAL = 0, 1, 2
 """Per code point: unchanged and simple; mapped to one other simple character; anything else."""
 
 # Hangul vowel and trailing jamo compose algorithmically (UAX #15), outside the decomposition data.
 _HANGUL_SECONDS = (*range(0x1161, 0x1176), *range(0x11A8, 0x11C3))
+
+# Default_Ignorable_Code_Point (Unicode DerivedCoreProperties.txt) outside category Cf: invisible
+# when rendered, so a value with one inside looks intact to a reader and must to a detector.
+_IGNORABLE_RANGES = (
+    (0x034F, 0x034F),  # combining grapheme joiner
+    (0x115F, 0x1160),  # Hangul choseong / jungseong fillers
+    (0x17B4, 0x17B5),  # Khmer inherent vowels
+    (0x180B, 0x180F),  # Mongolian free variation selectors
+    (0x3164, 0x3164),  # Hangul filler
+    (0xFE00, 0xFE0F),  # variation selectors 1-16
+    (0xFFA0, 0xFFA0),  # half-width Hangul filler
+    (0xFFF0, 0xFFF8),  # unassigned, reserved as ignorable
+    (0xE0000, 0xE0FFF),  # tags and variation selectors 17-256
+)
 
 
 class _FoldTable:
@@ -51,12 +70,12 @@ class _FoldTable:
         for cp in range(sys.maxunicode + 1):
             ch = chr(cp)
             category = unicodedata.category(ch)
-            if category in ("Cn", "Co"):
-                continue  # unassigned and private use: no decomposition, no case
-            if category == "Cf":
+            if category == "Cf" or any(lo <= cp <= hi for lo, hi in _IGNORABLE_RANGES):
                 self.table[cp] = None
                 changing_length.append(ch)
                 continue
+            if category in ("Cn", "Co"):
+                continue  # unassigned and private use: no decomposition, no case
             if unicodedata.combining(ch):
                 marks.add(cp)
             decomposition = unicodedata.decomposition(ch)
@@ -66,7 +85,7 @@ class _FoldTable:
                     seconds.add(int(parts[1], 16))
                 first_of[cp] = ord(unicodedata.normalize("NFKD", ch)[0])
             nfkc = unicodedata.normalize("NFKC", ch)
-            mapped = nfkc.casefold()
+            mapped = confusables.fold(nfkc)
             if nfkc != ch:
                 nfkc_images[cp] = nfkc
             if mapped != ch:
@@ -154,7 +173,7 @@ def _normalize_general(text: str, fold: _FoldTable) -> NormalizedText:
         # No character changes length on its own, so whole-string NFKC differs from the
         # per-character mapping only by composing a combining sequence (shorter) or
         # reordering combining marks (same length, same offsets for every detector's purpose).
-        folded = unicodedata.normalize("NFKC", text).casefold()
+        folded = confusables.fold(unicodedata.normalize("NFKC", text))
         if len(folded) == len(text):
             return NormalizedText(text, folded, None)
     return _normalize_slow(text, fold.table)

@@ -17,6 +17,7 @@ from pathlib import Path
 from opentelemetry import metrics
 
 from filters.config import FilterConfig
+from filters.control_tokens import ControlTokenDetector
 from filters.detector import Detector
 from filters.detectors import KeywordDetector, builtin_detectors
 from filters.detectors.keyword import read_terms
@@ -39,19 +40,15 @@ class PolicySource:
         extra_keyword_files: tuple[Path, ...] = (),
         *,
         extra_detectors: Sequence[Detector] = (),
-        scan_timeout_s: float,
         reload_interval_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
-        scan_clock: Callable[[], float] = time.perf_counter,
         meter_provider: metrics.MeterProvider | None = None,
     ) -> None:
         self.policy_path = policy_path
         self._extra = extra_keyword_files
         self._extra_detectors = tuple(extra_detectors)
-        self._timeout_s = scan_timeout_s
         self._interval = reload_interval_s
         self._clock = clock
-        self._scan_clock = scan_clock
         self._meter_provider = meter_provider
         self._reload_failures = metrics.get_meter(
             "strongroom.filters", meter_provider=meter_provider
@@ -69,7 +66,6 @@ class PolicySource:
         data_dir: str | Path,
         *,
         clock: Callable[[], float] = time.monotonic,
-        scan_clock: Callable[[], float] = time.perf_counter,
         meter_provider: metrics.MeterProvider | None = None,
     ) -> PolicySource:
         base = Path(data_dir)
@@ -77,10 +73,8 @@ class PolicySource:
         return cls(
             path,
             tuple(base / f for f in config.keyword_files),
-            scan_timeout_s=config.scan_timeout_ms / 1000,
             reload_interval_s=config.reload_interval_s,
             clock=clock,
-            scan_clock=scan_clock,
             meter_provider=meter_provider,
         )
 
@@ -120,12 +114,7 @@ class PolicySource:
         detectors = self._detectors(policy)
         return stamps, Ruleset(
             policy,
-            Scanner(
-                detectors,
-                timeout_s=self._timeout_s,
-                clock=self._scan_clock,
-                meter_provider=self._meter_provider,
-            ),
+            Scanner(detectors, meter_provider=self._meter_provider),
         )
 
     def _detectors(self, policy: FilterPolicy) -> list[Detector]:
@@ -138,6 +127,7 @@ class PolicySource:
             *builtin_detectors(),
             KeywordDetector("keyword", keyword_terms, priority=10, max_gap=policy.keywords.max_gap),
             KeywordDetector("prompt_injection", phrases, priority=5, max_gap=policy.injection.max_gap),
+            ControlTokenDetector(),
             *self._extra_detectors,
         ]
 

@@ -1,17 +1,15 @@
 """Runs the active detectors over one normalized text and settles overlaps.
 
-Fails closed: a detector that raises, or that finishes after the scan's time budget is spent,
-makes the whole outcome ``failed`` (the caller then blocks or redacts everything) and is
-counted in ``strongroom.filters`` ``filter.detector.failures``. Python cannot pre-empt a running
-regex, so the budget is checked after each detector; the patterns are written without nested
-unbounded repetition so that none can run away.
+Fails closed: a detector that raises makes the whole outcome ``failed`` (the caller then blocks
+or redacts everything) and is counted in ``strongroom.filters`` ``filter.detector.failures``.
+There is no time limit here: a wall-clock limit failed valid text whenever the machine was busy.
+Callers bound the work instead, by the characters they hand over (``filters.windowed_scan``,
+``filters.scan_budget``).
 """
 
 from __future__ import annotations
 
-import bisect
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from opentelemetry import metrics
@@ -39,19 +37,15 @@ class Scanner:
         self,
         detectors: Sequence[Detector],
         *,
-        timeout_s: float,
-        clock: Callable[[], float] = time.perf_counter,
         meter_provider: metrics.MeterProvider | None = None,
     ) -> None:
         """``meter_provider`` None means the global one the gateway installs."""
         self.detectors = tuple(detectors)
         meter = metrics.get_meter("strongroom.filters", meter_provider=meter_provider)
         self._failures = meter.create_counter(
-            "filter.detector.failures", description="Detectors that raised or ran out of time (fail closed)"
+            "filter.detector.failures", description="Detectors that raised (fail closed)"
         )
         self.names = tuple(d.name for d in self.detectors)
-        self._timeout_s = timeout_s
-        self._clock = clock
 
     def __repr__(self) -> str:
         return f"Scanner(detectors={self.names!r})"
@@ -67,7 +61,6 @@ class Scanner:
 
     def scan(self, text: str, actions: Mapping[str, Action]) -> ScanOutcome:
         found: list[tuple[int, int, int, str, Action]] = []
-        started = self._clock()
         for detector in self.detectors:
             action = actions[detector.name]
             if action is Action.OFF:
@@ -77,9 +70,6 @@ class Scanner:
             except Exception:
                 self._failures.add(1, {"detector": detector.name, "reason": "error"})
                 return ScanOutcome([], detector.name)
-            if self._clock() - started > self._timeout_s:
-                self._failures.add(1, {"detector": detector.name, "reason": "timeout"})
-                return ScanOutcome([], detector.name)
             found.extend((start, end, detector.priority, detector.name, action) for start, end in spans)
         return ScanOutcome(_settle(found), None)
 
@@ -87,20 +77,18 @@ class Scanner:
 def _settle(found: list[tuple[int, int, int, str, Action]]) -> list[Match]:
     """Keep the higher-priority, then longer, span wherever two overlap.
 
-    Kept spans are disjoint, so sorted by start they are sorted by end too: a candidate
-    overlaps one iff the last kept span starting before its end reaches past its start."""
+    Candidates are taken in that order and kept when none of their characters is taken yet: one
+    byte per character marks what is taken, so the cost is the candidates' total length (each at
+    most a detector's ``max_match_len``), linear in the text however many spans overlap."""
     if len(found) <= 1:
-        return [Match(s, e, name, action) for s, e, _, name, action in found]
+        return [Match(s, e, name, action) for s, e, _, name, action in found if e > s]
     found.sort(key=lambda f: (-f[2], f[0] - f[1], f[0]))
-    starts: list[int] = []
-    ends: list[int] = []
+    taken = bytearray(max(end for _, end, _, _, _ in found))
     kept: list[Match] = []
     for start, end, _, name, action in found:
-        i = bisect.bisect_left(starts, end)
-        if i and ends[i - 1] > start:
+        if end <= start or taken.find(1, start, end) != -1:
             continue
-        starts.insert(i, start)
-        ends.insert(i, end)
-        kept.insert(i, Match(start, end, name, action))
+        taken[start:end] = b"\x01" * (end - start)
+        kept.append(Match(start, end, name, action))
     kept.sort()
     return kept

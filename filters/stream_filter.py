@@ -31,6 +31,7 @@ from filters.finding_tally import FindingTally
 from filters.normalized import NormalizedText, normalize
 from filters.rewrite import FAILED_PLACEHOLDER, rewrite
 from filters.scanner import Match, Scanner
+from filters.windowed_scan import SEGMENT_CHARS
 
 _BLOCKED = StreamStep(release="", blocked=True)
 
@@ -62,10 +63,18 @@ class StreamFilter:
         return self._tally.findings()
 
     def feed(self, delta: str) -> StreamStep:
+        """Each step scans what is held back plus the new text; a long delta is taken in pieces
+        of ``SEGMENT_CHARS`` so that one step's cost stays bounded whatever the engine sends."""
         if self._blocked or self._finished:
             return _BLOCKED if self._blocked else StreamStep(release="", blocked=False)
-        self._buffer += delta
-        return self._advance(final=False)
+        released: list[str] = []
+        for begin in range(0, max(1, len(delta)), SEGMENT_CHARS):
+            self._buffer += delta[begin : begin + SEGMENT_CHARS]
+            step = self._advance(final=False)
+            if step.blocked:
+                return step
+            released.append(step.release)
+        return StreamStep(release="".join(released), blocked=False)
 
     def finish(self) -> StreamStep:
         """Flush what is held back at the end of the stream."""

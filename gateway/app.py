@@ -14,7 +14,7 @@ from litestar.exceptions import HTTPException
 
 from audit.event import Decision, EventType
 from gateway.auth.principal import Principal
-from gateway.errors import GatewayError, PermissionDeniedError, response_parts
+from gateway.errors import GatewayError, PermissionDeniedError, UnauthenticatedError, response_parts
 from gateway.request_middleware import RequestMiddleware
 from gateway.routes.openai import OPENAI_ROUTES, context_of
 from gateway.services import Services
@@ -72,8 +72,16 @@ async def readyz(services: Services) -> Response[bytes]:
 
 @get("/metrics")
 async def metrics_endpoint(request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
-    if not services.settings.telemetry.metrics_public:
-        await _principal(request, services)
+    if not services.metrics_access.allows(request.headers.get("authorization")):
+        reason = "metrics: missing or wrong scrape token"
+        await services.inference.auditor.record(
+            context_of(request, "/metrics"),
+            EventType.AUTHENTICATION_FAILURE,
+            Decision.DENY,
+            status=401,
+            reason=reason,
+        )
+        raise UnauthenticatedError(reason)
     text, content_type = Telemetry.prometheus_text()
     return Response(text, media_type=content_type)
 
@@ -82,8 +90,9 @@ async def metrics_endpoint(request: Request[Any, Any, Any], services: Services) 
 async def admin_engines(
     request: Request[Any, Any, Any], services: Services, principal: Principal
 ) -> Response[bytes]:
-    """The engine pool as the gateway sees it: health, models, load."""
-    if not services.authorizer.allowed(principal, "admin:policy", "*"):
+    """The engine pool as the gateway sees it: health, models, load (for global administrators:
+    engines serve every tenant)."""
+    if not services.authorizer.control_scope(principal, "admin:policy").is_global:
         ctx = context_of(request, "/admin/engines")
         ctx.principal = principal
         await services.inference.auditor.record(

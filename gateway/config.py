@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import msgspec
 
 from gateway.errors import ConfigError
+from gateway.listener_config import ConnectionLimits, TlsConfig, is_loopback_host
 
-__all__ = ["ServerConfig"]
+__all__ = ["EngineTlsConfig", "ServerConfig"]
+
+
+class EngineTlsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the gateway proves itself to https engines and checks them (mutual TLS)."""
+
+    ca_file: str | None = None
+    """PEM bundle of the CAs that sign the engines' certificates; None trusts the system's CAs."""
+    cert_file: str | None = None
+    """PEM client certificate the gateway presents to engines; relative to data_dir."""
+    key_file: str | None = None
+    """PEM private key of ``cert_file``."""
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ConfigError("server.engine_tls: cert_file and key_file go together")
 
 
 class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -16,11 +34,18 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Address the gateway binds; loopback by default so nothing is exposed until you choose to."""
     port: int = 8000
     """TCP port of the OpenAI-compatible API."""
+    tls: TlsConfig = msgspec.field(default_factory=TlsConfig)
+    """TLS on the gateway's listener (HTTPS), optionally with client certificates. Off by default;
+    terminate TLS here or in a proxy on the same host before binding off loopback."""
+    limits: ConnectionLimits = msgspec.field(default_factory=ConnectionLimits)
+    """Header and body read timeouts and connection caps of the gateway's listener."""
     max_body_bytes: int = 1_048_576
     """Largest accepted request body; larger bodies get 413 before they are parsed."""
     engine_urls: tuple[str, ...] = ()
-    """Remote engine instances (http://host:port). Empty: ``serve`` starts and supervises one local
-    engine on a loopback port."""
+    """Remote engine instances (https://host:port; http:// only on a loopback host). Empty: ``serve``
+    starts and supervises one local engine on a loopback port."""
+    engine_tls: EngineTlsConfig = msgspec.field(default_factory=EngineTlsConfig)
+    """Client certificate and CA for https engine_urls (engines off loopback require mutual TLS)."""
     engine_token_env: str = "STRONGROOM_ENGINE_TOKEN"  # noqa: S105 (a variable name, not a secret)
     """Environment variable holding the shared secret between gateway and engines. For a local
     engine a fresh random token is generated when it is unset."""
@@ -29,7 +54,18 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     engine_start_timeout_s: float = 300.0
     """How long ``serve`` waits for the local engine to load its models."""
     engine_refresh_s: float = 5.0
-    """How often the gateway re-reads each engine's model list and health."""
+    """How often the gateway re-reads each engine's model list, stats and key-operation events."""
+    engine_heartbeat_s: float = 0.25
+    """Pause between two health probes of one engine; an engine that answers again is back in
+    service within about this long."""
+    engine_heartbeat_timeout_s: float = 0.75
+    """A health probe with no answer within this long is a miss."""
+    engine_heartbeat_misses: int = 2
+    """Misses in a row that take an engine out of service and abort its requests in flight (a hung
+    engine is noticed within about misses x (heartbeat + timeout) seconds)."""
+    drain_s: float = 30.0
+    """On SIGTERM the gateway stops accepting connections and lets requests in flight finish for
+    at most this long before it closes them."""
     request_timeout_s: float = 600.0
     """Longest a single generation may take end to end."""
     allow_token_id_prompts: bool = False
@@ -42,6 +78,20 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"server.port must be in 1..65535, not {self.port}")
         if self.max_body_bytes < 1024:
             raise ConfigError("server.max_body_bytes must be at least 1024")
+        if self.engine_heartbeat_s <= 0 or self.engine_heartbeat_timeout_s <= 0:
+            raise ConfigError("server.engine_heartbeat_s and engine_heartbeat_timeout_s must be positive")
+        if self.engine_heartbeat_misses < 1:
+            raise ConfigError("server.engine_heartbeat_misses must be at least 1")
+        if self.drain_s < 0:
+            raise ConfigError("server.drain_s must not be negative")
         for url in self.engine_urls:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"server.engine_urls: {url!r} is not an http(s) URL")
+            if url.startswith("http://") and not is_loopback_host(urlsplit(url).hostname or ""):
+                # The token would cross the network in clear, and the engine refuses it anyway.
+                raise ConfigError(f"server.engine_urls: {url!r} must be https (http only on loopback)")
+
+    @property
+    def is_loopback(self) -> bool:
+        """Whether the gateway listens on this machine only."""
+        return is_loopback_host(self.host)

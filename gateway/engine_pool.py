@@ -1,8 +1,14 @@
 """The engine instances behind the gateway and which of them host which model.
 
-A background task refreshes each engine's model list; a request goes to the least-busy healthy
-engine that hosts its model. An engine that stops answering drops out until it answers again,
-so a dead engine costs a 503, never a hang.
+A request goes to the least-busy healthy engine that hosts its model. Two loops keep that true:
+
+- a heartbeat per engine (``Heartbeat``: a health probe every ``interval_s``, each bounded by
+  ``timeout_s``) takes an engine out of service after ``misses`` silent probes in a row, or at
+  once when the local supervisor reports its process gone, and aborts every request in flight on
+  it, so a dead or hung engine costs a fast 503 or a stream's error event, never a wait; the
+  same probe puts an engine back within one interval of its answering again;
+- a slower refresh re-reads each engine's model list, stats and key-operation events. A slow
+  answer there never takes an engine out of service: a busy engine is not a dead one.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
@@ -23,7 +29,20 @@ from engine.protocol import ModelCard
 
 log = logging.getLogger("strongroom.gateway")
 
-__all__ = ["EnginePool"]
+__all__ = ["EnginePool", "Heartbeat", "ProcessProbe"]
+
+ProcessProbe = Callable[[str], bool]
+"""False when the engine at this URL is known to have exited (the local supervisor knows at once)."""
+
+
+class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
+    interval_s: float = 0.25
+    """Pause between two health probes of one engine."""
+    timeout_s: float = 0.75
+    """A probe with no answer within this long is a miss."""
+    misses: int = 2
+    """Misses in a row that take an engine out of service (a hang is noticed within about
+    ``misses * (interval_s + timeout_s)``)."""
 
 
 class _Member:
@@ -36,30 +55,71 @@ class _Member:
         self.in_flight = 0
         self.stats: dict[str, float] = {}
         self.num_audited = 0
+        self.num_missed = 0
 
 
 class EnginePool:
     """Routes by model name over a fixed list of engine clients."""
 
     def __init__(
-        self, clients: Sequence[EngineClient], *, refresh_s: float = 5.0, audit: AuditSink | None = None
+        self,
+        clients: Sequence[EngineClient],
+        *,
+        refresh_s: float = 5.0,
+        heartbeat: Heartbeat | None = None,
+        is_process_alive: ProcessProbe | None = None,
+        audit: AuditSink | None = None,
     ) -> None:
         self._members = [_Member(c) for c in clients]
         self._audit = audit
         self._refresh_s = refresh_s
-        self._task: asyncio.Task[None] | None = None
+        self._heartbeat = heartbeat or Heartbeat()
+        self._is_process_alive = is_process_alive
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         await self.refresh()
-        self._task = asyncio.create_task(self._refresh_loop(), name="engine-pool-refresh")
+        self._tasks = [asyncio.create_task(self._refresh_loop(), name="engine-pool-refresh")]
+        self._tasks += [
+            asyncio.create_task(self._heartbeat_loop(m), name=f"engine-heartbeat-{i}")
+            for i, m in enumerate(self._members)
+        ]
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
         for m in self._members:
             await m.client.aclose()
+
+    async def _heartbeat_loop(self, member: _Member) -> None:
+        beat = self._heartbeat
+        while True:
+            await asyncio.sleep(beat.interval_s)
+            try:
+                await self._beat(member, beat)
+            except Exception:  # the loop must outlive any one bad answer
+                log.exception("engine heartbeat failed")
+
+    async def _beat(self, member: _Member, beat: Heartbeat) -> None:
+        url = member.client.base_url
+        exited = self._is_process_alive is not None and not self._is_process_alive(url)
+        if not exited and await member.client.is_ready(beat.timeout_s):
+            member.num_missed = 0
+            if not member.healthy:
+                await self._refresh_one(member, reviving=True)
+            return
+        member.num_missed += 1
+        if member.healthy and (exited or member.num_missed >= beat.misses):
+            why = "its process exited" if exited else f"{member.num_missed} health probes unanswered"
+            self._take_down(member, why)
+
+    def _take_down(self, member: _Member, why: str) -> None:
+        log.warning("engine %s is out of service: %s", member.client.base_url, why)
+        member.healthy = False
+        member.client.reset(f"engine out of service: {why}")
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -72,14 +132,17 @@ class EnginePool:
     async def refresh(self) -> None:
         await asyncio.gather(*(self._refresh_one(m) for m in self._members))
 
-    async def _refresh_one(self, member: _Member) -> None:
+    async def _refresh_one(self, member: _Member, *, reviving: bool = False) -> None:
+        """Re-read the model list; healthy again only when reviving (the heartbeat decides health)."""
         try:
             info = await member.client.info()
         except EngineError as exc:
-            if member.healthy:
-                log.warning("engine %s is down: %s", member.client.base_url, exc)
-            member.healthy = False
+            if not member.instance_id:
+                member.healthy = False  # never answered: not in service yet
+            log.warning("engine %s did not describe itself: %s", member.client.base_url, exc)
             return
+        if not (reviving or member.healthy or not member.instance_id):
+            return  # out of service: only the heartbeat brings it back
         if info.instance_id != member.instance_id:
             member.num_audited = 0
         await self._record_engine_events(member, info.instance_id, info.audit_events)

@@ -1,7 +1,8 @@
 """The inference pipeline: one function per OpenAI endpoint, from parsed body to engine and back.
 
-    authenticate ─▶ parse ─▶ model known? ─▶ authorize ─▶ reserve quota ─▶ filter request
-        ─▶ engine ─▶ filter response (streamed: hold-back window) ─▶ settle quota ─▶ audit ─▶ answer
+    authenticate ─▶ parse ─▶ authorize (else 404, as unknown) ─▶ model known? ─▶ count prompt
+        tokens (engine) ─▶ reserve quota ─▶ filter request ─▶ engine ─▶ filter response
+        (streamed: hold-back window) ─▶ settle quota ─▶ audit ─▶ answer
 
 Every exit, allowed or refused, writes its audit record before the client sees an answer;
 if the record cannot be written, the request gets 503 instead (fail closed). A streamed answer
@@ -27,9 +28,9 @@ from engine.client import EngineClient
 from engine.errors import EngineError, EngineUnavailableError
 from engine.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
 from engine.sampling_params import SamplingParams
-from filters import FilterContext, FilterPipeline
+from filters import FilterContext, FilterPipeline, ScanBudgetError
 from gateway.auditor import Auditor
-from gateway.auth import AuthenticationError, TokenVerifier
+from gateway.auth import AuthenticationError, RevocationUnavailableError, TokenVerifier
 from gateway.completion_builder import CompletionBuilder
 from gateway.engine_pool import EnginePool
 from gateway.errors import (
@@ -38,7 +39,6 @@ from gateway.errors import (
     GatewayError,
     ModelNotFoundError,
     NoEngineError,
-    PermissionDeniedError,
     UnauthenticatedError,
     http_error_of,
 )
@@ -106,6 +106,11 @@ class InferenceService:
                 ctx, EventType.AUTHENTICATION_FAILURE, Decision.DENY, status=401, reason=exc.reason
             )
             raise UnauthenticatedError(exc.reason) from None
+        except RevocationUnavailableError as exc:
+            await self.auditor.record(
+                ctx, EventType.AUTHENTICATION_FAILURE, Decision.ERROR, status=503, reason=exc.message
+            )
+            raise
 
     async def reject(self, ctx: RequestContext, exc: BaseException) -> GatewayError:
         """Audit a refusal that happened after authentication and return its HTTP error."""
@@ -125,7 +130,7 @@ class InferenceService:
         if card is None:
             if not self.engines.is_ready or self.engines.known_model(model):
                 raise NoEngineError(f"no engine serving model {model!r} is available")
-            raise ModelNotFoundError(f"The model '{model}' does not exist", param="model")
+            raise _absent(model)
         picked = self.engines.pick(model)
         if picked is None:
             raise NoEngineError(f"no engine is available for model {model!r}")
@@ -137,21 +142,29 @@ class InferenceService:
         """Everything between a parsed body and the engine call. Raises GatewayError (audited)."""
         assert ctx.principal is not None
         ctx.model = body.model
+        if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
+            # Answered exactly like a model that does not exist, before the engines are asked
+            # (a known model's outage would be a 503), so names cannot be enumerated; the audit
+            # record says what really happened.
+            await self.auditor.record(
+                ctx, EventType.AUTHORIZATION_DENIAL, Decision.DENY, status=404, reason="model not allowed"
+            )
+            raise _absent(body.model)
         try:
             card, client, instance = self._card(body.model)
             ctx.engine_instance = instance
-            if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
-                raise PermissionDeniedError(
-                    f"You are not allowed to use the model '{body.model}'", param="model"
-                )
             max_tokens = self._max_tokens(body, card)
             params = self._params(body, max_tokens)
             texts = _texts_of(body, allow_token_ids=self._allow_token_ids)
+            # Counted by the engine, with the model's own template and tokenizer, before anything
+            # is reserved: a guess (bytes / 3) let concurrent requests overrun token quotas.
+            try:
+                num_prompt = await client.count_tokens(self._generate_request(ctx, body, params, texts))
+            except EngineUnavailableError:
+                self.engines.mark_down(client)
+                raise
             lease = await self.quotas.reserve(
-                ctx.principal,
-                body.model,
-                _estimate_tokens(texts) + params.n * max_tokens,
-                max_tokens=max_tokens,
+                ctx.principal, body.model, num_prompt + params.n * max_tokens, max_tokens=max_tokens
             )
         except Exception as exc:
             # GatewayError, EngineError and the sibling packages' errors all carry a status.
@@ -161,9 +174,12 @@ class InferenceService:
                 raise await self.reject(ctx, exc) from None
             raise
         try:
-            result = self.filters.check_request(
-                texts, FilterContext(roles=ctx.principal.roles, model=body.model)
-            )
+            try:
+                result = await self.filters.acheck_request(
+                    texts, FilterContext(roles=ctx.principal.roles, model=body.model)
+                )
+            except ScanBudgetError as exc:
+                raise await self.reject(ctx, exc) from None
             findings = list(result.findings)
             if result.blocked:
                 await self.auditor.record(
@@ -236,12 +252,12 @@ class InferenceService:
         params: SamplingParams,
         texts: list[str],
     ) -> GenerateRequest:
-        tenant = ctx.principal.tenant if ctx.principal else None
         common: dict[str, Any] = {
             "request_id": ctx.request_id,
             "model": body.model,
             "params": params,
-            "tenant": tenant,
+            "tenant": ctx.principal.tenant if ctx.principal else None,
+            "subject": ctx.principal.subject if ctx.principal else None,
         }
         if isinstance(body, ChatCompletionRequest):
             messages = [
@@ -272,7 +288,7 @@ class InferenceService:
                 raise await self.reject(prep.ctx, exc) from None
             ctx_f = _filter_context(prep)
             for index, text in builder.texts().items():
-                result = self.filters.check_response(text, ctx_f)
+                result = await self.filters.acheck_response(text, ctx_f)
                 prep.findings.extend(result.findings)
                 builder.replace(index, "" if result.blocked else result.texts[0], blocked=result.blocked)
             usage = builder.usage()
@@ -468,6 +484,10 @@ def _filter_context(prep: Prepared) -> FilterContext:
     return FilterContext(roles=roles, model=prep.body.model)
 
 
+def _absent(model: str) -> ModelNotFoundError:
+    return ModelNotFoundError(f"The model '{model}' does not exist", param="model")
+
+
 def _texts_of(body: ChatCompletionRequest | CompletionRequest, *, allow_token_ids: bool) -> list[str]:
     """Every piece of caller text the request filters must see, in a fixed order."""
     if isinstance(body, ChatCompletionRequest):
@@ -505,11 +525,6 @@ def _single_prompt(prompt: str | list[Any]) -> str | list[int]:
     raise BadRequestError(
         "prompt must be a string or a list of token ids; one prompt per request", param="prompt"
     )
-
-
-def _estimate_tokens(texts: Sequence[str]) -> int:
-    # The engine tokenizes; the reservation only needs an upper-ish bound that settle corrects.
-    return sum(len(t.encode()) for t in texts) // 3 + 1
 
 
 def _merged(findings: Sequence[Finding]) -> list[Finding]:

@@ -17,12 +17,15 @@ from engine.client import EngineClient
 from filters import FilterPipeline
 from gateway.auditor import Auditor
 from gateway.auth import TokenVerifier
-from gateway.engine_pool import EnginePool
+from gateway.engine_pool import EnginePool, Heartbeat, ProcessProbe
 from gateway.errors import ConfigError
 from gateway.inference import InferenceService
+from gateway.metrics_access import MetricsAccess
 from gateway.quota import Quotas
 from gateway.telemetry import Telemetry
-from policies import Authorizer
+from gateway.tls_context import engine_client_context
+from policies import Authorizer, PolicyTamperedError
+from policies.policy_seal import PolicySeal, tamper_event
 
 if TYPE_CHECKING:
     from strongroom.config import Settings
@@ -44,6 +47,23 @@ def _redis_client(url: str) -> Redis:
     )
 
 
+async def _open_authorizer(settings: Settings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
+    """The policy, sealed with the audit signing key; a store that fails its seal stops start-up
+    (there is no verified policy to serve) and the refusal is audited."""
+    try:
+        return Authorizer.open(
+            settings.access,
+            settings.data_path,
+            redis=redis,
+            seal=PolicySeal(audit_log.signer),
+            audit=audit_log,
+        )
+    except PolicyTamperedError as exc:
+        await audit_log.append(tamper_event(exc, action="gateway refused to start"))
+        await audit_log.close()
+        raise
+
+
 class Services:
     """A plain class, not a dataclass: litestar passes it through DI without validating it."""
 
@@ -60,6 +80,7 @@ class Services:
         filters: FilterPipeline,
         engines: EnginePool,
         inference: InferenceService,
+        metrics_access: MetricsAccess,
         writer_socket: WriterSocket | None = None,
     ) -> None:
         self.settings = settings
@@ -72,11 +93,19 @@ class Services:
         self.filters = filters
         self.engines = engines
         self.inference = inference
+        self.metrics_access = metrics_access
         self.writer_socket = writer_socket
 
     @classmethod
-    async def create(cls, settings: Settings, engine_urls: tuple[str, ...] | None = None) -> Services:
-        """Open every component; ``engine_urls`` overrides the configured pool (local engine)."""
+    async def create(
+        cls,
+        settings: Settings,
+        engine_urls: tuple[str, ...] | None = None,
+        *,
+        is_process_alive: ProcessProbe | None = None,
+    ) -> Services:
+        """Open every component; ``engine_urls`` overrides the configured pool (local engine), whose
+        supervisor answers ``is_process_alive``."""
         data_dir = settings.data_path
         telemetry = Telemetry.install(settings.telemetry)
         redis = _redis_client(settings.redis_url) if settings.redis_url else None
@@ -86,6 +115,7 @@ class Services:
             raise ConfigError("no engine: set server.engine_urls or run `strongroom serve`, which starts one")
         if not token:
             raise ConfigError(f"${settings.server.engine_token_env} must hold the engine token")
+        metrics_access = MetricsAccess(settings.telemetry, settings.server, os.environ)
         audit_log = await AuditLog.open(settings.audit, data_dir)
         writer_socket = None
         if settings.audit.backend == "sqlite":
@@ -93,20 +123,34 @@ class Services:
             db_path = settings.audit.resolve(data_dir, settings.audit.sqlite_path)
             writer_socket = await WriterSocket.start(audit_log, db_path, data_dir)
         verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
-        authorizer = Authorizer.open(settings.access, data_dir, redis=redis)
+        authorizer = await _open_authorizer(settings, audit_log, redis)
         await authorizer.start()
         quotas = Quotas(settings.quota, redis=redis)
         filters = FilterPipeline.from_config(settings.filters, data_dir)
+        is_tls = any(url.startswith("https://") for url in urls)
+        engine_tls = engine_client_context(settings.server.engine_tls, settings.resolve) if is_tls else None
         clients = [
             EngineClient(
                 url,
                 token,
                 connect_timeout_s=settings.server.engine_connect_timeout_s,
                 read_timeout_s=settings.server.request_timeout_s,
+                ssl_context=engine_tls,
             )
             for url in urls
         ]
-        engines = EnginePool(clients, refresh_s=settings.server.engine_refresh_s, audit=audit_log)
+        server = settings.server
+        engines = EnginePool(
+            clients,
+            refresh_s=server.engine_refresh_s,
+            heartbeat=Heartbeat(
+                interval_s=server.engine_heartbeat_s,
+                timeout_s=server.engine_heartbeat_timeout_s,
+                misses=server.engine_heartbeat_misses,
+            ),
+            is_process_alive=is_process_alive,
+            audit=audit_log,
+        )
         await engines.start()
         inference = InferenceService(
             verifier=verifier,
@@ -129,6 +173,7 @@ class Services:
             filters=filters,
             engines=engines,
             inference=inference,
+            metrics_access=metrics_access,
             writer_socket=writer_socket,
         )
 
@@ -150,6 +195,7 @@ class Services:
         await self.engines.aclose()
         await self.authorizer.stop()
         await self.verifier.aclose()
+        await self.quotas.aclose()
         if self.writer_socket is not None:
             await self.writer_socket.close()
         await self.audit_log.close()

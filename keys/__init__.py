@@ -34,7 +34,8 @@ tag, a size check against the signed manifest, or the data-key unwrap.
 
 Verbs: ``seal_model``, ``verify_model``, ``open_model`` (a ModelSource decrypting in memory,
 chunks in parallel threads into pre-allocated buffers), ``rotate``, ``unseal_model`` (export only),
-``is_sealed`` and ``model_source`` (what the engine calls; refuses plaintext when require_sealed).
+``is_sealed`` and ``model_source`` (what the engine calls; refuses plaintext when require_sealed, a
+sealing bound to another name, and one the ``SealRegistry`` does not hold as its model's newest).
 """
 
 from __future__ import annotations
@@ -48,22 +49,26 @@ from keys.errors import (
     KeysError,
     ManifestError,
     ManifestSignatureError,
+    ModelIdentityError,
     ModelKeyError,
     PlaintextModelError,
     RetiredKeyError,
     SealedFormatError,
     SealedModelError,
+    SealRegistryError,
     TamperedFileError,
     UnknownKeyError,
     WrongKeyError,
 )
-from keys.factory import build_provider, key_file_path
+from keys.factory import build_provider, key_file_path, seal_registry
 from keys.key_file_provider import KeyFileProvider
 from keys.pkcs11_provider import Pkcs11Provider
 from keys.provider import KeyProvider, KeyRef, KeyStatus, KeyVersionInfo, Signature, WrappedKey
 from keys.report import FileReport, ManifestReport, RotationReport
 from keys.rotation import rotate
+from keys.seal_registry import Sealing, SealRegistry
 from keys.sealed_model import (
+    admission,
     is_sealed,
     model_source,
     open_model,
@@ -92,20 +97,25 @@ __all__ = [
     "ManifestError",
     "ManifestReport",
     "ManifestSignatureError",
+    "ModelIdentityError",
     "ModelKeyError",
     "Pkcs11Provider",
     "PlaintextModelError",
     "RetiredKeyError",
     "RotationReport",
+    "SealRegistry",
+    "SealRegistryError",
     "SealedFormatError",
     "SealedModelError",
     "SealedSource",
+    "Sealing",
     "Secret",
     "Signature",
     "TamperedFileError",
     "UnknownKeyError",
     "WrappedKey",
     "WrongKeyError",
+    "admission",
     "build_provider",
     "is_sealed",
     "key_file_path",
@@ -114,6 +124,7 @@ __all__ = [
     "open_model_async",
     "rotate",
     "seal_model",
+    "seal_registry",
     "unseal_model",
     "verify_model",
 ]

@@ -1,4 +1,4 @@
-"""CLI: ``strongroom keys init|rotate|show`` and ``strongroom models seal|verify|unseal``.
+"""CLI: ``strongroom keys init|rotate|show`` and ``strongroom models seal|verify|unseal|register|list|pin|unregister``.
 
 Commands print key ids, versions and public keys, never key material. Passphrases come from
 ``keys.passphrase_env`` or a hidden prompt; HSM PINs only from ``keys.pkcs11_pin_env``.
@@ -6,19 +6,24 @@ Commands print key ids, versions and public keys, never key material. Passphrase
 
 from __future__ import annotations
 
+import getpass
+import hashlib
 import os
+import socket
 from pathlib import Path
 
 import click
 
 from keys.config import KeysConfig
 from keys.errors import KeysError
-from keys.factory import build_provider, key_file_path
+from keys.factory import build_provider, key_file_path, seal_registry
 from keys.key_file_provider import KeyFileProvider
+from keys.manifest import MANIFEST_NAME, read_verified_manifest
 from keys.pkcs11_provider import Pkcs11Provider
 from keys.provider import KeyProvider
 from keys.rotation import rotate as rotate_models
-from keys.sealed_model import is_sealed, unseal_model, verify_model
+from keys.seal_registry import SealRegistry
+from keys.sealed_model import admission, is_sealed, unseal_model, verify_model
 from keys.sealer import seal_model
 from keys.secret import Secret
 
@@ -47,6 +52,32 @@ def _provider(config_path: str | None) -> KeyProvider:
 
 def _fail(exc: KeysError) -> click.ClickException:
     return click.ClickException(exc.message)
+
+
+def _registry(config_path: str | None, provider: KeyProvider) -> SealRegistry:
+    data_dir, config = load_keys_settings(config_path)
+    return seal_registry(config, data_dir, provider)
+
+
+def _operator() -> str:
+    """Who ran this command, for the registry (OS user at host)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _configured_name(config_path: str | None, model_dir: str) -> str | None:
+    """The name a configured model serves ``model_dir`` under (what the engine would bind it to)."""
+    from strongroom.config import load_settings
+
+    settings = load_settings(config_path)
+    target = Path(model_dir).resolve()
+    for spec in settings.engine.models:
+        if settings.resolve(spec.path).resolve() == target:
+            return spec.sealed_model_id or spec.name
+    return None
 
 
 keys = click.Group("keys", help="Master keys that guard sealed models.")
@@ -101,12 +132,17 @@ def rotate(config_path: str | None, model_dirs: tuple[str, ...]) -> None:
         root = data_dir / "models"
         dirs = sorted(str(p) for p in root.iterdir() if is_sealed(p)) if root.is_dir() else []
     try:
-        report = rotate_models(_provider(config_path), dirs, process=f"cli-rotate:{os.getpid()}")
+        provider = _provider(config_path)
+        report = rotate_models(
+            provider, dirs, process=f"cli-rotate:{os.getpid()}", registry=_registry(config_path, provider)
+        )
     except KeysError as exc:
         raise _fail(exc) from None
     click.echo(f"now {report.new_key}; rewrapped {len(report.rewrapped)} model(s)")
     for ref in report.retired:
         click.echo(f"retired {ref}")
+    for ref in report.kept:
+        click.echo(f"kept {ref}: a registered model is still wrapped under it")
 
 
 @models.command("seal")
@@ -115,26 +151,111 @@ def rotate(config_path: str | None, model_dirs: tuple[str, ...]) -> None:
 @click.argument("dst", type=click.Path(file_okay=False))
 @click.option("--model-id", default=None, help="Model id bound into the seal (default: DST's name).")
 def seal(config_path: str | None, src: str, dst: str, model_id: str | None) -> None:
-    """Seal the model directory SRC into DST."""
+    """Seal the model directory SRC into DST and register it as the newest sealing of its model."""
     try:
-        manifest = seal_model(src, dst, model_id or Path(dst).name, _provider(config_path))
+        provider = _provider(config_path)
+        registry = _registry(config_path, provider)
+        name = model_id or Path(dst).name
+        manifest = seal_model(src, dst, name, provider, registry=registry, sealed_by=_operator())
+        sealing = registry.check(manifest.model_id, manifest.seal_id, _digest(dst), dst)
     except KeysError as exc:
         raise _fail(exc) from None
-    click.echo(f"sealed {len(manifest.files)} file(s) as {manifest.model_id!r} into {dst}")
+    click.echo(
+        f"sealed {len(manifest.files)} file(s) as {manifest.model_id!r} v{sealing.version} "
+        f"(seal {manifest.seal_id}) into {dst}"
+    )
 
 
 @models.command("verify")
 @_config_option
 @click.argument("model_dir", type=click.Path(file_okay=False, exists=True))
-def verify(config_path: str | None, model_dir: str) -> None:
-    """Check the signature, every chunk and every file's SHA-256."""
+@click.option(
+    "--name", default=None,
+    help="Model id the sealing must be bound to (default: the configured model at MODEL_DIR, if any).",
+)  # fmt: skip
+def verify(config_path: str | None, model_dir: str, name: str | None) -> None:
+    """Check the signature, every chunk and every file's SHA-256, the name binding and the registry."""
     try:
-        report = verify_model(model_dir, _provider(config_path), process=f"cli-verify:{os.getpid()}")
+        provider = _provider(config_path)
+        expected = name or _configured_name(config_path, model_dir)
+        if expected is None:
+            expected = read_verified_manifest(Path(model_dir), provider)[0].model_id
+        admit = admission(expected, _registry(config_path, provider))
+        report = verify_model(model_dir, provider, process=f"cli-verify:{os.getpid()}", admit=admit)
     except KeysError as exc:
         raise _fail(exc) from None
     click.echo(
-        f"ok {report.model_id}: {len(report.files)} file(s), {report.total_bytes} bytes, key {report.key}"
+        f"ok {report.model_id}: {len(report.files)} file(s), {report.total_bytes} bytes, key {report.key}, "
+        f"manifest sha256:{report.manifest_sha256}"
     )
+
+
+def _digest(model_dir: str) -> str:
+    return hashlib.sha256((Path(model_dir) / MANIFEST_NAME).read_bytes()).hexdigest()
+
+
+@models.command("register")
+@_config_option
+@click.argument("model_dir", type=click.Path(file_okay=False, exists=True))
+def register(config_path: str | None, model_dir: str) -> None:
+    """Register a sealing made elsewhere (or before the registry) as the newest of its model."""
+    try:
+        provider = _provider(config_path)
+        manifest, _, digest = read_verified_manifest(Path(model_dir), provider)
+        sealing = _registry(config_path, provider).register(
+            manifest.model_id, manifest.seal_id, digest, model_dir, _operator()
+        )
+    except KeysError as exc:
+        raise _fail(exc) from None
+    click.echo(
+        f"registered {sealing.model_id!r} v{sealing.version} (seal {sealing.seal_id}) at {sealing.path}"
+    )
+
+
+@models.command("list")
+@_config_option
+def list_sealings(config_path: str | None) -> None:
+    """Every registered sealing: model, version, seal id, manifest digest, path; pins marked."""
+    try:
+        body = _registry(config_path, _provider(config_path)).read()
+    except KeysError as exc:
+        raise _fail(exc) from None
+    for s in sorted(body.sealings, key=lambda s: (s.model_id, s.version)):
+        pinned = "\tpinned" if body.pins.get(s.model_id) == s.seal_id else ""
+        click.echo(f"{s.model_id}\tv{s.version}\t{s.seal_id}\tsha256:{s.manifest_sha256}\t{s.path}{pinned}")
+
+
+@models.command("pin")
+@_config_option
+@click.argument("model_id")
+@click.argument("seal_id", required=False)
+@click.option("--unpin", is_flag=True, default=False, help="Serve the newest sealing again.")
+def pin(config_path: str | None, model_id: str, seal_id: str | None, unpin: bool) -> None:
+    """Serve SEAL_ID for MODEL_ID although a newer sealing is registered (roll back on purpose)."""
+    if unpin == (seal_id is not None):
+        raise click.UsageError("give either SEAL_ID or --unpin")
+    try:
+        sealing = _registry(config_path, _provider(config_path)).pin(model_id, seal_id)
+    except KeysError as exc:
+        raise _fail(exc) from None
+    if sealing is None:
+        click.echo(f"unpinned {model_id!r}: the newest registered sealing serves")
+    else:
+        click.echo(
+            f"pinned {model_id!r} to v{sealing.version} (seal {sealing.seal_id}); restart engines to apply"
+        )
+
+
+@models.command("unregister")
+@_config_option
+@click.argument("seal_id")
+def unregister(config_path: str | None, seal_id: str) -> None:
+    """Forget a destroyed sealing, so rotation no longer needs it and may retire its key version."""
+    try:
+        sealing = _registry(config_path, _provider(config_path)).unregister(seal_id)
+    except KeysError as exc:
+        raise _fail(exc) from None
+    click.echo(f"unregistered {sealing.model_id!r} v{sealing.version} (seal {seal_id}, {sealing.path})")
 
 
 @models.command("unseal")

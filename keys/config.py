@@ -28,6 +28,10 @@ class KeysConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Environment variable holding the token user PIN; required for provider "pkcs11" (no default PIN)."""
     pkcs11_key_id: str = "strongroom-master"
     """Key id of the master key on the token; object labels are "<key id>/kek/v<N>" and "<key id>/sign/v<N>"."""
+    registry_file: str = "keys/sealings.json"
+    """Seal registry: every sealing with its version per model, signed with the master key. The
+    engine serves only registered sealings that are the newest of their model (or pinned), and
+    rotation rewraps every registered model. Engines sharing sealed models share this file."""
     require_sealed: bool = True
     """Refuse to serve plaintext model directories (production default; dev setups may turn it off)."""
 

@@ -109,3 +109,15 @@ class ModelKeyError(SealedModelError):
     """The model's data key could not be obtained (unknown, retired or wrong key, provider down)."""
 
     code = "model_key_unavailable"
+
+
+class SealRegistryError(SealedModelError):
+    """The seal registry refuses a sealing (unregistered, superseded, renamed) or is itself invalid."""
+
+    code = "seal_registry_refused"
+
+
+class ModelIdentityError(SealedModelError):
+    """A sealed model's bound name differs from the name it is configured to serve under."""
+
+    code = "model_identity_mismatch"

@@ -9,12 +9,22 @@ from keys.errors import KeysConfigError
 from keys.key_file_provider import KeyFileProvider
 from keys.pkcs11_provider import Pkcs11Provider
 from keys.provider import KeyProvider
+from keys.seal_registry import SealRegistry
 from keys.secret import Secret
 
 
-def key_file_path(config: KeysConfig, data_dir: str | Path) -> Path:
-    path = Path(config.key_file)
+def _resolve(name: str, data_dir: str | Path) -> Path:
+    path = Path(name)
     return path if path.is_absolute() else Path(data_dir) / path
+
+
+def key_file_path(config: KeysConfig, data_dir: str | Path) -> Path:
+    return _resolve(config.key_file, data_dir)
+
+
+def seal_registry(config: KeysConfig, data_dir: str | Path, provider: KeyProvider) -> SealRegistry:
+    """The configured seal registry, verified with ``provider``'s signing keys."""
+    return SealRegistry(_resolve(config.registry_file, data_dir), provider)
 
 
 def build_provider(

@@ -8,6 +8,7 @@ data key in the file headers and re-signs these same bytes under the new signing
 from __future__ import annotations
 
 import base64
+import hashlib
 import posixpath
 from pathlib import Path
 
@@ -107,8 +108,11 @@ def encode_signature(signature: Signature) -> bytes:
     return msgspec.json.encode(body, order="sorted")
 
 
-def read_verified_manifest(model_dir: Path, provider: KeyProvider) -> tuple[Manifest, KeyRef]:
-    """Read manifest.json and check manifest.sig before anything in it is trusted."""
+def read_verified_manifest(model_dir: Path, provider: KeyProvider) -> tuple[Manifest, KeyRef, str]:
+    """Read manifest.json and check manifest.sig before anything in it is trusted.
+
+    Returns the manifest, the key version that signed it, and the hex SHA-256 of its exact bytes
+    (the sealing's identity in the seal registry and in every inference record)."""
     where = str(model_dir)
     try:
         raw = (model_dir / MANIFEST_NAME).read_bytes()
@@ -136,4 +140,4 @@ def read_verified_manifest(model_dir: Path, provider: KeyProvider) -> tuple[Mani
         raise ManifestSignatureError(
             f"{where}/{MANIFEST_NAME}: signature does not verify under {ref} (manifest or signature altered)"
         ) from None
-    return Manifest.decode(raw, f"{where}/{MANIFEST_NAME}"), ref
+    return Manifest.decode(raw, f"{where}/{MANIFEST_NAME}"), ref, hashlib.sha256(raw).hexdigest()

@@ -21,6 +21,8 @@ class ManifestReport(msgspec.Struct, frozen=True, kw_only=True):
     """Version whose signing key signed the manifest."""
     files: tuple[FileReport, ...]
     total_bytes: int
+    manifest_sha256: str = ""
+    """Hex SHA-256 of manifest.json's bytes (the sealing's identity in the registry and records)."""
 
 
 class RotationReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,3 +30,5 @@ class RotationReport(msgspec.Struct, frozen=True, kw_only=True):
     rewrapped: tuple[str, ...]
     """Model directories whose data keys are now under ``new_key``."""
     retired: tuple[KeyRef, ...]
+    kept: tuple[KeyRef, ...] = ()
+    """Older versions not retired because a registered model is still wrapped under them."""

@@ -20,6 +20,7 @@ from keys.key_audit import key_event, record_all
 from keys.manifest import SIGNATURE_NAME, encode_signature, read_verified_manifest
 from keys.provider import KeyProvider, KeyRef, WrappedKey
 from keys.report import RotationReport
+from keys.seal_registry import SealRegistry
 from keys.sealed_file import read_header
 from keys.sealed_model import open_model
 
@@ -34,7 +35,7 @@ def _replace_atomically(target: Path, data: bytes) -> None:
 
 
 def _rewrap_model(model_dir: Path, provider: KeyProvider, new: KeyRef, process: str) -> list[AuditEvent]:
-    manifest, _ = read_verified_manifest(model_dir, provider)
+    manifest, _, _ = read_verified_manifest(model_dir, provider)
     rewrapped: dict[tuple[KeyRef, bytes], WrappedKey] = {}
     events: list[AuditEvent] = []
     for entry in manifest.files:
@@ -64,19 +65,42 @@ def _rewrap_model(model_dir: Path, provider: KeyProvider, new: KeyRef, process: 
     return events
 
 
+def _versions_in_use(model_dirs: Sequence[str | Path]) -> set[int]:
+    """Key versions the data keys of ``model_dirs`` are wrapped under (headers only, nothing unwrapped)."""
+    versions: set[int] = set()
+    for model_dir in model_dirs:
+        for sealed in Path(model_dir).rglob("*.sealed"):
+            header, _, _ = read_header(sealed, str(sealed))
+            versions.add(header.wrapped.ref.version)
+    return versions
+
+
+def _with_registered(model_dirs: Sequence[str | Path], registry: SealRegistry | None) -> list[str]:
+    dirs = [str(Path(d).resolve()) for d in model_dirs]
+    if registry is not None:
+        dirs += [s.path for s in registry.read().sealings]
+    return list(dict.fromkeys(dirs))
+
+
 def rotate(
     provider: KeyProvider,
     model_dirs: Sequence[str | Path],
     *,
     audit: AuditSink | None = None,
     process: str = "rotate",
+    registry: SealRegistry | None = None,
 ) -> RotationReport:
-    """Rotate the master key and rewrap ``model_dirs``; any model left out stays under the old version."""
+    """Rotate the master key and rewrap ``model_dirs`` plus every sealing in ``registry``.
+
+    Without a registry, a model left out stays under the old version and is lost at retirement;
+    with one, every registered sealing (wherever it lives) is rewrapped, the registry is re-signed
+    under the new version, and no version still wrapping a registered model is retired."""
+    dirs = _with_registered(model_dirs, registry)
     new = provider.rotate()
     done: list[str] = []
     failures: list[str] = []
     events: list[AuditEvent] = []
-    for model_dir in model_dirs:
+    for model_dir in dirs:
         path = Path(model_dir)
         try:
             events.extend(_rewrap_model(path, provider, new, process))
@@ -84,14 +108,23 @@ def rotate(
             done.append(str(path))
         except KeysError as exc:
             failures.append(f"{path}: {exc.message}")
+        except FileNotFoundError:
+            failures.append(
+                f"{path}: registered sealing is missing (`strongroom models unregister` if destroyed)"
+            )
     audit_events = list(events)
     if failures:
         asyncio.run(record_all(audit, audit_events))
         raise KeysError(
             f"rotation to {new} incomplete, older versions NOT retired; fix and rerun: " + "; ".join(failures)
         )
-    retired = provider.retire_before(new.version)
+    floor = new.version
+    if registry is not None:
+        registry.resign()
+        floor = min({new.version} | _versions_in_use(dirs))
+    retired = provider.retire_before(floor)
+    kept = tuple(KeyRef(key_id=new.key_id, version=v) for v in range(floor, new.version))
     for ref in retired:
         audit_events.append(key_event("retire", ref, model="*", process=process, provider=provider.kind))
     asyncio.run(record_all(audit, audit_events))
-    return RotationReport(new_key=new, rewrapped=tuple(done), retired=tuple(retired))
+    return RotationReport(new_key=new, rewrapped=tuple(done), retired=tuple(retired), kept=kept)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from audit.event import AuditEvent
@@ -21,6 +22,7 @@ from keys.config import KeysConfig
 from keys.errors import (
     ExportNotConfirmedError,
     KeysError,
+    ModelIdentityError,
     ModelKeyError,
     PlaintextModelError,
     SealedFormatError,
@@ -30,6 +32,7 @@ from keys.key_audit import key_event, record_all
 from keys.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, ManifestFile, read_verified_manifest
 from keys.provider import KeyProvider, KeyRef
 from keys.report import FileReport, ManifestReport
+from keys.seal_registry import SealRegistry
 from keys.sealed_file import SealedFile, read_header
 from keys.sealed_source import SealedSource
 
@@ -78,26 +81,38 @@ def _open_files(
     return files, key
 
 
+Admission = Callable[[Manifest, str, str], None]
+"""Called with (manifest, manifest SHA-256, where) after the signature checks and before any data
+key is unwrapped; raises to refuse the sealing (name binding, seal registry)."""
+
+
 def _prepare(
-    model_dir: str | Path, provider: KeyProvider, process: str
+    model_dir: str | Path, provider: KeyProvider, process: str, admit: Admission | None = None
 ) -> tuple[SealedSource, list[AuditEvent]]:
     path = Path(model_dir)
-    manifest, signer = read_verified_manifest(path, provider)
+    manifest, signer, digest = read_verified_manifest(path, provider)
+    if admit is not None:
+        admit(manifest, digest, str(path))
     events: list[AuditEvent] = []
     try:
         files, key = _open_files(path, manifest, provider, process, events)
     except ModelKeyError as exc:
         exc.audit_events = events  # type: ignore[attr-defined]
         raise
-    return SealedSource(path, manifest, files, signer, key), events
+    return SealedSource(path, manifest, files, signer, key, manifest_sha256=digest), events
 
 
 async def open_model_async(
-    model_dir: str | Path, provider: KeyProvider, *, audit: AuditSink | None, process: str
+    model_dir: str | Path,
+    provider: KeyProvider,
+    *,
+    audit: AuditSink | None,
+    process: str,
+    admit: Admission | None = None,
 ) -> SealedSource:
     """Verify and open a sealed model for serving; every unwrap is audited before the source is returned."""
     try:
-        source, events = await asyncio.to_thread(_prepare, model_dir, provider, process)
+        source, events = await asyncio.to_thread(_prepare, model_dir, provider, process, admit)
     except ModelKeyError as exc:
         await record_all(audit, getattr(exc, "audit_events", []))
         raise
@@ -110,10 +125,31 @@ async def open_model_async(
 
 
 def open_model(
-    model_dir: str | Path, provider: KeyProvider, *, audit: AuditSink | None, process: str
+    model_dir: str | Path,
+    provider: KeyProvider,
+    *,
+    audit: AuditSink | None,
+    process: str,
+    admit: Admission | None = None,
 ) -> SealedSource:
     """Synchronous ``open_model_async``, for callers with no running event loop in this thread."""
-    return asyncio.run(open_model_async(model_dir, provider, audit=audit, process=process))
+    return asyncio.run(open_model_async(model_dir, provider, audit=audit, process=process, admit=admit))
+
+
+def admission(sealed_as: str, registry: SealRegistry | None) -> Admission:
+    """Serve a sealing only under the name it was sealed as and, with a registry, only if registered
+    and not superseded by a newer sealing of that model (unless pinned)."""
+
+    def admit(manifest: Manifest, digest: str, where: str) -> None:
+        if manifest.model_id != sealed_as:
+            raise ModelIdentityError(
+                f"{where}: sealed as {manifest.model_id!r}, configured to serve {sealed_as!r}; refused "
+                "(directories swapped? set sealed_model_id in the model's config if this is intended)"
+            )
+        if registry is not None:
+            registry.check(manifest.model_id, manifest.seal_id, digest, where)
+
+    return admit
 
 
 def model_source(
@@ -123,22 +159,35 @@ def model_source(
     *,
     audit: AuditSink | None,
     process: str,
+    sealed_as: str,
+    registry: SealRegistry | None = None,
 ) -> ModelSource:
-    """The engine's entry: a SealedSource if sealed; plaintext only when ``require_sealed`` is off."""
+    """The engine's entry: a SealedSource if sealed; plaintext only when ``require_sealed`` is off.
+
+    ``sealed_as`` is the model id the sealing must be bound to (the configured name unless the
+    model's config says otherwise)."""
     if is_sealed(model_dir):
         if provider is None:
             raise ModelKeyError(f"{model_dir}: sealed model but no key provider is configured")
-        return open_model(model_dir, provider, audit=audit, process=process)
+        admit = admission(sealed_as, registry)
+        return open_model(model_dir, provider, audit=audit, process=process, admit=admit)
     if config.require_sealed:
         raise PlaintextModelError(f"{model_dir}: model is not sealed and keys.require_sealed is on; refused")
     return DirectorySource(model_dir)
 
 
 def verify_model(
-    model_dir: str | Path, provider: KeyProvider, *, audit: AuditSink | None = None, process: str = "verify"
+    model_dir: str | Path,
+    provider: KeyProvider,
+    *,
+    audit: AuditSink | None = None,
+    process: str = "verify",
+    admit: Admission | None = None,
 ) -> ManifestReport:
-    """Check signature, headers, every chunk's tag and every file's SHA-256; decrypts in a bounded buffer."""
-    with open_model(model_dir, provider, audit=audit, process=process) as source:
+    """Check signature, headers, every chunk's tag and every file's SHA-256; decrypts in a bounded buffer.
+
+    With ``admit`` (see ``admission``) also the name binding and the seal registry, as serving would."""
+    with open_model(model_dir, provider, audit=audit, process=process, admit=admit) as source:
         reports = []
         for name in source.names():
             file = source.sealed_file(name)
@@ -146,7 +195,7 @@ def verify_model(
             reports.append(FileReport(name=name, size=file.entry.size, sha256=file.entry.sha256))
         return ManifestReport(
             model_id=source.model_id, key=source.key, signer=source.signer, files=tuple(reports),
-            total_bytes=sum(r.size for r in reports),
+            total_bytes=sum(r.size for r in reports), manifest_sha256=source.manifest_sha256,
         )  # fmt: skip
 
 

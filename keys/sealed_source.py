@@ -26,9 +26,18 @@ class SealedSource:
     """Read-only plaintext view of a sealed model. Implements engine.model_source.ModelSource."""
 
     def __init__(
-        self, path: Path, manifest: Manifest, files: dict[str, SealedFile], signer: KeyRef, key: KeyRef
+        self,
+        path: Path,
+        manifest: Manifest,
+        files: dict[str, SealedFile],
+        signer: KeyRef,
+        key: KeyRef,
+        *,
+        manifest_sha256: str,
     ) -> None:
         self._path = path
+        self.manifest_sha256 = manifest_sha256
+        """Hex SHA-256 of manifest.json's bytes: this sealing's identity in inference records."""
         self._files = files
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False

@@ -6,6 +6,7 @@ onto ``dst_dir`` only after manifest.sig, the last file, is on disk.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import time
@@ -28,6 +29,7 @@ from keys.manifest import (
     encode_signature,
 )
 from keys.provider import KeyProvider, WrappedKey
+from keys.seal_registry import SealRegistry
 
 DEFAULT_CHUNK_SIZE = 1 << 20
 PlaintextFiles = Mapping[str, bytes | bytearray | memoryview]
@@ -121,12 +123,16 @@ def seal_model(
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     clock: Callable[[], float] = time.time,
+    registry: SealRegistry | None = None,
+    sealed_by: str = "",
 ) -> Manifest:
     """Seal every file of ``src`` into ``dst_dir`` under one fresh data key wrapped by ``provider``.
 
     ``src`` is a plaintext directory or a mapping of relative names to contents (so a builder can
     write a model sealed without its plaintext ever reaching the disk). ``dst_dir`` must not exist
     or be empty. ``chunk_size`` only changes the layout (tests use small ones), not the security.
+    With ``registry`` the new sealing is registered as the newest version of ``model_id``
+    (``sealed_by`` names the operator), which serving and rotation require.
     """
     if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
         raise KeysError(f"chunk size must be between 1 and {MAX_CHUNK_SIZE} bytes")
@@ -175,4 +181,6 @@ def seal_model(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if registry is not None:
+        registry.register(model_id, seal_id, hashlib.sha256(raw).hexdigest(), dst, sealed_by)
     return manifest

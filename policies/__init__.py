@@ -9,6 +9,7 @@ from policies.errors import (
     PolicyError,
     PolicyForbiddenError,
     PolicyNotFoundError,
+    PolicyTamperedError,
     PolicyUnavailableError,
 )
 from policies.policy import (
@@ -42,6 +43,7 @@ __all__ = [
     "PolicyForbiddenError",
     "PolicyNotFoundError",
     "PolicyStore",
+    "PolicyTamperedError",
     "PolicyUnavailableError",
     "apply_changes",
     "default_policy",

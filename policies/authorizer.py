@@ -8,21 +8,30 @@ are not valid role names are ignored, so a token cannot smuggle in ``user:someon
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from audit.event import AuditEvent, Decision, EventType
 from audit.sink import AuditSink
 from gateway.auth.principal import Principal
 from policies.config import AccessConfig
+from policies.control_scope import ControlScope
 from policies.decision_table import DecisionTable
-from policies.policy import ALL_DOMAINS, Grant, Policy, is_role_name, user_member
+from policies.errors import PolicyTamperedError
+from policies.policy import ALL_DOMAINS, CONTROL_RESOURCE, Grant, Policy, is_role_name, user_member
+from policies.policy_backend import PolicyBackend, open_policy_store
 from policies.policy_change import PolicyChange
-from policies.policy_store import PolicyStore
+from policies.policy_seal import PolicySeal, tamper_event
 from policies.policy_watcher import PolicyWatcher
 
 __all__ = ["Authorizer", "default_policy"]
+
+log = logging.getLogger("strongroom.policies")
 
 
 def default_policy() -> Policy:
@@ -32,29 +41,54 @@ def default_policy() -> Policy:
 
 class Authorizer:
     def __init__(
-        self, store: PolicyStore, *, config: AccessConfig | None = None, redis: Any | None = None
+        self,
+        store: PolicyBackend,
+        *,
+        config: AccessConfig | None = None,
+        redis: Any | None = None,
+        audit: AuditSink | None = None,
     ) -> None:
+        """``audit`` receives what the authorizer finds on its own (a tampered store); changes are
+        audited through the sink given to ``change``. Raises PolicyTamperedError when the store
+        fails its seal: with no verified policy to keep, the replica must not start."""
         self.store = store
         self.config = config or AccessConfig()
+        self._audit = audit
+        self._reported: set[str] = set()
+        self._reporting: set[asyncio.Task[int]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._refresh_lock = threading.Lock()  # the watcher reloads on a worker thread
+        self._install_lock = threading.Lock()
         self._table = DecisionTable(store.load(), self.config.decision_cache_size)
         self._valid_roles: dict[str, bool] = {}
         self._watcher = PolicyWatcher(
-            self.refresh, interval_s=self.config.poll_interval_s, redis=redis, channel=self.config.channel
+            self.refresh,
+            interval_s=self.config.poll_interval_s,
+            redis=redis,
+            channel=self.config.channel,
+            store_changes=store.changes,
         )
 
     @classmethod
-    def open(cls, config: AccessConfig, data_dir: str | Path, redis: Any | None = None) -> Authorizer:
-        """The authorizer over ``<data_dir>/<config.policy_db>``, seeded on first start."""
+    def open(
+        cls,
+        config: AccessConfig,
+        data_dir: str | Path,
+        redis: Any | None = None,
+        *,
+        seal: PolicySeal | None = None,
+        audit: AuditSink | None = None,
+    ) -> Authorizer:
+        """The authorizer over the configured store (``<data_dir>/<config.policy_db>`` or
+        PostgreSQL), seeded on first start; with ``seal`` the store is tamper-evident."""
         data = Path(data_dir).expanduser()
-        db = Path(config.policy_db).expanduser()
-        db = db if db.is_absolute() else data / db
         if config.seed_policy is None:
             seed = default_policy()
         else:
             seed_path = Path(config.seed_policy).expanduser()
             seed_path = seed_path if seed_path.is_absolute() else data / seed_path
             seed = Policy.from_csv(seed_path.read_text(encoding="utf-8"))
-        return cls(PolicyStore(db, seed), config=config, redis=redis)
+        return cls(open_policy_store(config, data, seed, seal), config=config, redis=redis, audit=audit)
 
     @property
     def policy(self) -> Policy:
@@ -82,6 +116,11 @@ class Authorizer:
     def allowed(self, principal: Principal, action: str, resource: str) -> bool:
         return self._table.allows(self.members_of(principal), self.domain_of(principal), action, resource)
 
+    def control_scope(self, principal: Principal, *actions: str) -> ControlScope:
+        """Where ``principal`` holds every one of the control-plane ``actions`` (see ControlScope)."""
+        held = all(self.allowed(principal, action, CONTROL_RESOURCE) for action in actions)
+        return ControlScope(self.domain_of(principal) if held and actions else None)
+
     def allowed_models(self, principal: Principal, action: str, models: Iterable[str]) -> list[str]:
         table, members, domain = self._table, self.members_of(principal), self.domain_of(principal)
         return [m for m in models if table.allows(members, domain, action, m)]
@@ -94,15 +133,53 @@ class Authorizer:
         return self._table.grants_of(members, domain)
 
     def refresh(self) -> bool:
-        """Reload when the store holds a different version; True when it did."""
-        if self.store.version() == self._table.version:
-            return False
-        self._install(self.store.load())
-        return True
+        """Reload when the store holds a different version; True when it did.
+
+        A store that fails its seal, or went back to an older version, is not taken into use:
+        the last verified policy stays in force, and the finding goes to the audit log once."""
+        with self._refresh_lock:
+            in_force = self._table.version
+            if self.store.version() == in_force:
+                return False
+            try:
+                policy = self.store.load()
+                if policy.version < in_force:
+                    raise PolicyTamperedError(
+                        f"policy store went back from version {in_force} to {policy.version} (rolled back)"
+                    )
+            except PolicyTamperedError as exc:
+                self._report(tamper_event(exc, action=f"version {in_force} stays in force"))
+                raise
+            self._install(policy)
+            return True
+
+    def _report(self, event: AuditEvent) -> None:
+        """Audit a finding once per distinct detail (the watcher meets it again at every poll).
+        Called on the watcher's worker thread, or on the loop itself."""
+        if self._audit is None or event.detail in self._reported:
+            return
+        self._reported.add(event.detail)
+        loop = self._loop or asyncio.get_running_loop()
+        loop.call_soon_threadsafe(self._start_report, event)
+
+    def _start_report(self, event: AuditEvent) -> None:
+        assert self._audit is not None
+        task = asyncio.get_running_loop().create_task(self._audit.append(event))
+        self._reporting.add(task)
+        task.add_done_callback(self._reported_done)
+
+    def _reported_done(self, task: asyncio.Task[int]) -> None:
+        self._reporting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("policy tamper finding not audited: %s", type(task.exception()).__name__)
 
     def _install(self, policy: Policy) -> None:
-        if policy.version > self._table.version:
-            self._table = DecisionTable(policy, self.config.decision_cache_size)
+        if policy.version <= self._table.version:
+            return
+        table = DecisionTable(policy, self.config.decision_cache_size)
+        with self._install_lock:  # a reload (worker thread) and a change (loop) may race: newest wins
+            if policy.version > self._table.version:
+                self._table = table
 
     async def change(self, changes: Sequence[PolicyChange], actor: str, audit: AuditSink) -> Policy:
         """Apply ``changes`` atomically and audited (see PolicyStore.apply), take them into use on
@@ -114,7 +191,22 @@ class Authorizer:
 
     async def start(self) -> None:
         """Begin following changes made by other replicas or the CLI."""
+        self._loop = asyncio.get_running_loop()
+        if self.store.opening_note and self._audit is not None:
+            await self._audit.append(
+                AuditEvent(
+                    event_type=EventType.ADMIN_CHANGE,
+                    decision=Decision.ALLOW,
+                    endpoint="policy",
+                    detail=f"{self.store.opening_note}; version {self.version}",
+                )
+            )
+            self.store.opening_note = ""
         await self._watcher.start()
 
     async def stop(self) -> None:
         await self._watcher.stop()
+        await asyncio.sleep(0)  # let reports scheduled from the watcher's thread begin
+        if self._reporting:
+            await asyncio.gather(*self._reporting, return_exceptions=True)
+        self.store.close()

@@ -1,6 +1,6 @@
 """``strongroom admin``: change and inspect the access policy from a shell.
 
-Operates on the same policy store as the gateway (``<data_dir>/<access.policy_db>``); every change
+Operates on the same policy store as the gateway (``access.policy_db`` or PostgreSQL); every change
 is audited through the audit log with ``--actor`` as the actor and fails if that record cannot be
 made durable. Running gateways pick the change up within ``access.poll_interval_s``, sooner when
 Redis is configured (the new version is announced on ``access.channel``).
@@ -32,10 +32,16 @@ actor_option = click.option("--actor", default=None, help="Who makes the change 
 
 
 def _open(config_path: str | None) -> tuple[Any, Authorizer]:
+    from audit.signer import CheckpointSigner
+    from policies.policy_seal import PolicySeal
     from strongroom.config import load_settings
 
     settings = load_settings(config_path)
-    return settings, Authorizer.open(settings.access, settings.data_path)
+    seal = PolicySeal(CheckpointSigner.open(settings.audit, settings.data_path))
+    try:
+        return settings, Authorizer.open(settings.access, settings.data_path, seal=seal)
+    except PolicyError as exc:
+        raise click.ClickException(exc.message) from None
 
 
 def _change(config_path: str | None, changes: Sequence[PolicyChange], actor: str | None) -> None:

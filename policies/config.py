@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 __all__ = ["AccessConfig"]
@@ -10,6 +12,14 @@ __all__ = ["AccessConfig"]
 class AccessConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Role-based access to models and to the control plane."""
 
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    """``sqlite`` (the ``policy_db`` file: replicas on one host) or ``postgres`` (one policy for
+    replicas on any host; set it whenever gateways share a PostgreSQL audit log)."""
+    postgres_dsn: str | None = None
+    """libpq connection string of a role that may read and write the policy tables. A secret: no
+    default, redacted in repr."""
+    postgres_schema: str = "policy"
+    """Schema holding the policy tables (created and seeded on first start)."""
     policy_db: str = "policies/policy.db"
     """SQLite file holding the live policy and its version; relative to the data directory.
     Replicas on one host share it; created and seeded on first start."""
@@ -28,9 +38,17 @@ class AccessConfig(msgspec.Struct, frozen=True, kw_only=True):
         if not 0.05 <= self.poll_interval_s <= 1.0:
             # Above 1 s a missed notification would break the "every replica within 1 s" promise.
             raise ValueError(f"access.poll_interval_s must be in 0.05..1.0, not {self.poll_interval_s}")
+        if self.backend == "postgres" and not self.postgres_dsn:
+            raise ValueError("access.backend = 'postgres' needs access.postgres_dsn")
+        if not self.postgres_schema.isidentifier():
+            raise ValueError("access.postgres_schema must be a plain identifier")
         if not self.policy_db:
             raise ValueError("access.policy_db must not be empty")
         if not self.channel:
             raise ValueError("access.channel must not be empty")
         if self.decision_cache_size < 0:
             raise ValueError("access.decision_cache_size must be >= 0")
+
+    def __repr__(self) -> str:
+        dsn = "<redacted>" if self.postgres_dsn else None
+        return f"AccessConfig(backend={self.backend!r}, policy_db={self.policy_db!r}, postgres_dsn={dsn})"

@@ -8,6 +8,7 @@ __all__ = [
     "PolicyError",
     "PolicyForbiddenError",
     "PolicyNotFoundError",
+    "PolicyTamperedError",
     "PolicyUnavailableError",
 ]
 
@@ -57,3 +58,8 @@ class PolicyUnavailableError(PolicyError):
 
     status_code = 503
     code = "policy_unavailable"
+
+
+class PolicyTamperedError(PolicyUnavailableError):
+    """The stored policy does not match its seal: it was edited outside the API/CLI. Opaque to
+    clients (503 like any unavailable store); the audit record carries the detail."""

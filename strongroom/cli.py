@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from gateway.errors import ConfigError
 from strongroom.config import CONFIG_ENV, load_settings
 
 __all__ = ["main"]
@@ -39,21 +40,30 @@ def main() -> None:
 @click.option("--stub-engine", is_flag=True, help="Serve a model-free stub engine (gateway benchmarks).")
 def serve(config_path: str | None, host: str | None, port: int | None, stub_engine: bool) -> None:
     """Start the gateway and, unless server.engine_urls is set, one local engine instance."""
-    import uvicorn
+    import msgspec
 
     from gateway.app import build_app
     from gateway.services import Services
     from gateway.telemetry import Telemetry
+    from strongroom.listener import Listener, check_gateway_exposure
     from strongroom.supervisor import EngineSupervisor, banner
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = load_settings(config_path)
+    # --host and --port become the settings, so every check and /metrics see the real address.
+    server = msgspec.structs.replace(
+        settings.server, host=host or settings.server.host, port=port or settings.server.port
+    )
+    settings = msgspec.structs.replace(settings, server=server)
+    try:
+        check_gateway_exposure(settings)
+        listener = Listener(server.tls, server.limits, resolve=settings.resolve, where="server")
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     settings.data_path.mkdir(parents=True, exist_ok=True)
     _check_audit_volume(settings)
     _exit_on_sigterm()
-    host = host or settings.server.host
-    port = port or settings.server.port
     supervisor = None
     urls = settings.server.engine_urls
     if not urls:
@@ -62,11 +72,14 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
         urls = (supervisor.url,)
     try:
         telemetry = Telemetry.install(settings.telemetry)
+        alive = supervisor.is_alive if supervisor is not None else None
         app = build_app(
-            lambda: Services.create(settings, urls), telemetry, max_body_bytes=settings.server.max_body_bytes
+            lambda: Services.create(settings, urls, is_process_alive=alive),
+            telemetry,
+            max_body_bytes=settings.server.max_body_bytes,
         )
-        click.echo(banner(settings, host, port))
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+        click.echo(banner(settings, server.host, server.port, scheme=listener.scheme))
+        listener.serve(app, host=server.host, port=server.port, drain_s=server.drain_s)
     finally:
         if supervisor is not None:
             supervisor.stop()
@@ -103,16 +116,26 @@ def _exit_on_sigterm() -> None:
 @main.command(hidden=False)
 @config_option
 @click.option("--fd", type=int, default=None, help="Serve on this inherited socket (used by `serve`).")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8100, show_default=True)
+@click.option("--host", default=None, help="Override engine_listener.host (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Override engine_listener.port (default 8100).")
 @click.option("--stub", is_flag=True, help="Model-free stub backend (benchmarks).")
-def engine(config_path: str | None, fd: int | None, host: str, port: int, stub: bool) -> None:
+def engine(config_path: str | None, fd: int | None, host: str | None, port: int | None, stub: bool) -> None:
     """Run one engine instance (the [engine] section) speaking the engine protocol."""
     from strongroom.engine_process import run_engine
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    run_engine(load_settings(config_path), fd=fd, host=host, port=port, stub=stub)
+    settings = load_settings(config_path)
+    try:
+        run_engine(
+            settings,
+            fd=fd,
+            host=host or settings.engine_listener.host,
+            port=port or settings.engine_listener.port,
+            stub=stub,
+        )
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.group()
@@ -123,10 +146,13 @@ def config() -> None:
 @config.command("show")
 @config_option
 def config_show(config_path: str | None) -> None:
-    """Print the effective settings (defaults < file < environment) as JSON."""
+    """Print the effective settings (defaults < file < environment) as JSON, secrets redacted."""
     import msgspec
 
-    click.echo(msgspec.json.format(msgspec.json.encode(load_settings(config_path)), indent=2))
+    from strongroom.redaction import redacted
+
+    shown = redacted(msgspec.to_builtins(load_settings(config_path)))
+    click.echo(msgspec.json.format(msgspec.json.encode(shown), indent=2))
 
 
 @config.command("example")

@@ -28,6 +28,7 @@ from gateway.quota.config import QuotaConfig
 from gateway.telemetry_config import TelemetryConfig
 from keys.config import KeysConfig
 from policies.config import AccessConfig
+from strongroom.engine_listener_config import EngineListenerConfig
 
 __all__ = ["CONFIG_ENV", "Settings", "load_settings"]
 
@@ -47,6 +48,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """The gateway's listener and engine pool."""
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     """The local engine instance that ``serve`` supervises."""
+    engine_listener: EngineListenerConfig = msgspec.field(default_factory=EngineListenerConfig)
+    """Where a standalone engine (``strongroom engine``) listens, and its mutual TLS."""
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     """Trusted token issuers."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)

@@ -11,9 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Any
-
-import uvicorn
+from typing import Any, NamedTuple
 
 from engine.model_source import ModelSource
 from strongroom.config import Settings
@@ -55,9 +53,18 @@ def ensure_demo_models(settings: Settings) -> None:
             continue
         files = build_demo_files(spec.name)
         if settings.keys.require_sealed:
-            from keys import seal_model
+            from keys import seal_model, seal_registry
 
-            seal_model(files, dst, model_id=spec.name, provider=_provider(settings, create=True))
+            provider = _provider(settings, create=True)
+            registry = seal_registry(settings.keys, settings.data_path, provider)
+            seal_model(
+                files,
+                dst,
+                model_id=spec.name,
+                provider=provider,
+                registry=registry,
+                sealed_by="serve: demo model",
+            )
         else:
             dst.mkdir(parents=True, exist_ok=True)
             for name, data in files.items():
@@ -66,7 +73,7 @@ def ensure_demo_models(settings: Settings) -> None:
 
 
 def _sources(settings: Settings, audit_events: list[Any]) -> tuple[dict[str, ModelSource], dict[str, str]]:
-    from keys import model_source
+    from keys import model_source, seal_registry
 
     sources: dict[str, ModelSource] = {}
     failed: dict[str, str] = {}
@@ -75,6 +82,7 @@ def _sources(settings: Settings, audit_events: list[Any]) -> tuple[dict[str, Mod
     except Exception as exc:  # HSM down, bad passphrase: sealed models fail, plaintext ones may serve
         provider = None
         log.error("key provider unavailable: %s", exc)
+    registry = seal_registry(settings.keys, settings.data_path, provider) if provider is not None else None
     for spec in settings.engine.models:
         try:
             sources[spec.name] = model_source(
@@ -83,6 +91,8 @@ def _sources(settings: Settings, audit_events: list[Any]) -> tuple[dict[str, Mod
                 provider,
                 audit=_ListSink(audit_events),
                 process=f"engine pid {os.getpid()}",
+                sealed_as=spec.sealed_model_id or spec.name,
+                registry=registry,
             )
         except Exception as exc:  # a bad model must not take the others down
             failed[spec.name] = f"{type(exc).__name__}: {exc}"
@@ -102,14 +112,25 @@ class _ListSink:
         return len(self._events)
 
 
-def build_backend(settings: Settings, *, stub: bool = False) -> tuple[Any, dict[str, str], list[Any]]:
+class LoadedEngine(NamedTuple):
+    engine: Any
+    failed: dict[str, str]
+    """Model name -> why it is out of service."""
+    audit_events: list[Any]
+    manifests: dict[str, str]
+    """Model name -> SHA-256 of its sealed manifest (absent for plaintext models)."""
+
+
+def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
     audit_events: list[Any] = []
     if stub:
         from engine.stub_engine import StubEngine
 
-        return StubEngine(tuple(m.name for m in settings.engine.models)), {}, audit_events
+        return LoadedEngine(StubEngine(tuple(m.name for m in settings.engine.models)), {}, audit_events, {})
     ensure_demo_models(settings)
     sources, failed = _sources(settings, audit_events)
+    manifests = {name: str(getattr(s, "manifest_sha256", "")) for name, s in sources.items()}
+    manifests = {name: digest for name, digest in manifests.items() if digest}
     from engine import AsyncEngine
 
     models = tuple(m for m in settings.engine.models if m.name in sources)
@@ -117,12 +138,12 @@ def build_backend(settings: Settings, *, stub: bool = False) -> tuple[Any, dict[
         from engine.stub_engine import StubEngine
 
         # Nothing loadable: serve no model rather than crash, so /readyz explains why.
-        return StubEngine(()), failed, audit_events
+        return LoadedEngine(StubEngine(()), failed, audit_events, {})
     import msgspec
 
     config = msgspec.structs.replace(settings.engine, models=models)
     engine = AsyncEngine(config, data_dir=settings.data_path, sources=sources, skip_failed_models=True)
-    return engine, failed, audit_events
+    return LoadedEngine(engine, failed, audit_events, manifests)
 
 
 def _end_with_parent() -> None:
@@ -143,17 +164,29 @@ def _end_with_parent() -> None:
 
 
 def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub: bool = False) -> None:
+    """Serve until stopped. With ``fd`` (started by ``serve``) on the supervisor's loopback socket in
+    plain HTTP; otherwise on host:port, refusing an address off loopback without mutual TLS."""
     from engine.server import EngineServer
+    from gateway.listener_config import TlsConfig
+    from strongroom.listener import Listener, check_engine_exposure
 
+    cfg = settings.engine_listener
     token = os.environ.get(settings.server.engine_token_env, "")
     if not token:
         raise SystemExit(f"${settings.server.engine_token_env} must hold the engine token")
+    if fd is None:
+        check_engine_exposure(host, cfg.tls)
+    tls = cfg.tls if fd is None else TlsConfig()
+    listener = Listener(tls, cfg.limits, resolve=settings.resolve, where="engine_listener")
     if fd is not None:
         _end_with_parent()
-    backend, failed, audit_events = build_backend(settings, stub=stub)
-    server = EngineServer(backend, token, failed_models=failed, audit_events=audit_events)
-    config = uvicorn.Config(server.app(), log_level="warning", access_log=False, lifespan="on")
+    backend = build_backend(settings, stub=stub)
+    server = EngineServer(
+        backend.engine,
+        token,
+        failed_models=backend.failed,
+        audit_events=backend.audit_events,
+        manifests=backend.manifests,
+    )
     sock = socket.socket(fileno=fd) if fd is not None else None
-    if sock is None:
-        config.host, config.port = host, port
-    uvicorn.Server(config).run(sockets=[sock] if sock else None)
+    listener.serve(server.app(), host=host, port=port, sock=sock)

@@ -65,6 +65,13 @@ class EngineSupervisor:
         self.wait_ready(self._settings.server.engine_start_timeout_s)
         self._watcher.start()
 
+    def is_alive(self, url: str) -> bool:
+        """False once the engine process at ``url`` (this supervisor's) has exited, before any probe
+        could tell: connections to the socket this supervisor keeps would only queue until the
+        replacement starts."""
+        proc = self._proc
+        return url != self.url or (proc is not None and proc.poll() is None)
+
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         headers = {"authorization": f"Bearer {self.token}"}
@@ -101,7 +108,9 @@ class EngineSupervisor:
                 restarts,
                 self._max_restarts,
             )
-            time.sleep(min(2.0**restarts, 30.0))
+            # The first crash restarts at once (the gateway answers 503 meanwhile, never waits);
+            # a crash loop backs off.
+            time.sleep(0.0 if restarts == 1 else min(2.0 ** (restarts - 1), 30.0))
             if not self._stopping.is_set():
                 self._proc = self._spawn()
                 started = time.monotonic()
@@ -119,11 +128,11 @@ class EngineSupervisor:
         self._sock.close()
 
 
-def banner(settings: Settings, host: str, port: int) -> str:
-    base = f"http://{host}:{port}/v1"
+def banner(settings: Settings, host: str, port: int, *, scheme: str = "http") -> str:
+    base = f"{scheme}://{host}:{port}/v1"
     data = Path(settings.data_dir)
     return f"""
-Strongroom gateway listening on http://{host}:{port}   (data in {data}/)
+Strongroom gateway listening on {scheme}://{host}:{port}   (data in {data}/)
 
   export TOKEN=$(strongroom token --sub alice --role analyst)
 

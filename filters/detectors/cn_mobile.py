@@ -1,14 +1,61 @@
-"""CN mobile numbers: 1[3-9]x xxxx xxxx, optionally +86 / 0086, grouped 3-4-4 by spaces or dashes."""
+"""CN mobile numbers: 1[3-9]x xxxx xxxx, optionally after +86 or 0086, grouped any way a person
+types it ("138 1234 5678", "138.1234.5678", "+86 138-1234-5678"; see ``digit_run``).
+
+A ``+`` before other digits makes them an international number ("+1 381 …"), not a CN mobile.
+"""
 
 from __future__ import annotations
 
 import re
 
-from filters.detectors.pattern_detector import PatternDetector
+from filters.detector import Span
+from filters.detectors.digit_run import (
+    LOOKAROUND,
+    MAX_SEPARATOR_RUN,
+    MIN_TYPED_GROUP,
+    DigitRun,
+    Window,
+    glued,
+    scan_windows,
+    window_digits,
+    window_span,
+)
+
+_MOBILE = re.compile(r"1[3-9][0-9]{9}")
+_MAX_DIGITS = len("0086") + 11
 
 
-class CnMobileDetector(PatternDetector):
+class CnMobileDetector:
     name = "cn_mobile"
-    max_match_len = len("0086-138-1234-5678")
+    max_match_len = 1 + _MAX_DIGITS + (_MAX_DIGITS - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
     priority = 40
-    pattern = re.compile(r"(?<![0-9a-z+])(?:(?:\+|00)86[ -]?)?1[3-9][0-9](?:[ -]?[0-9]{4}){2}(?![0-9a-z])")
+
+    def __repr__(self) -> str:
+        return f"CnMobileDetector(name={self.name!r})"
+
+    def scan(self, text: str) -> list[Span]:
+        return scan_windows(
+            text, 11, _MAX_DIGITS, lambda run, window: self._accept(text, run, window), in_uniform_runs=False
+        )
+
+    @staticmethod
+    def _accept(text: str, run: DigitRun, window: Window) -> Span | None:
+        if glued(run, window):
+            return None
+        digits = window_digits(text, run, window)
+        plus = window.first == 0 and run.before == "+"
+        if len(digits) == _MAX_DIGITS and digits.startswith("0086"):
+            digits = digits[4:]
+        elif len(digits) == 13 and plus and digits.startswith("86"):
+            digits = digits[2:]
+        elif len(digits) != 11 or plus:
+            return None
+        # Groups of one or two digits are a dotted quad or a list, not how a mobile is written
+        # ("139.123.245.67" is an IPv4 address); a country code of its own is the exception.
+        groups = run.groups[window.first : window.last + 1]
+        if groups[0][1] - groups[0][0] == window.num_digits - 11:
+            groups = groups[1:]
+        if not _MOBILE.fullmatch(digits) or any(e - s < MIN_TYPED_GROUP for s, e in groups):
+            return None
+        start, end = window_span(run, window)
+        return (start - 1 if plus else start), end

@@ -43,7 +43,8 @@ class IbanDetector(PatternDetector):
         length = IBAN_LENGTHS.get(text[start : start + 2])
         if length is None:
             return None
-        run = _GROUPS.match(text, start)
+        # Bounded: the registered length plus its spaces and one character to see what follows.
+        run = _GROUPS.match(text, start, start + 2 * length + 1)
         if run is None:
             return None
         end = start

@@ -28,8 +28,3 @@ class PatternDetector:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
-
-
-def compact(value: str) -> str:
-    """The value with the separators people type inside numbers removed."""
-    return value.replace(" ", "").replace("-", "")

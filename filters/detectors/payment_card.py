@@ -1,7 +1,10 @@
-"""Payment card numbers: 13 to 19 digits, optional single spaces or dashes, Luhn-valid.
+"""Payment card numbers: 13 to 19 digits in any grouping a person types, that a card scheme would
+issue (leading digits and length, ``card_scheme``) and that pass Luhn.
 
-Letters or a ``+`` glued to either end make it part of something else (an IBAN, a phone).
-Covers UnionPay (62…) at 16 to 19 digits, which Presidio's pattern misses at 18 and 19.
+Candidates are windows of a digit run (``digit_run``): "4111.1111.1111.1111", "4111 – 1111 …",
+"6222 0212 3456 7890 128" after a date on the same line. Letters glued to either end make the
+digits part of a code (an IBAN's groups, ``ref gb94bdmu4195…``), and a leading ``+`` makes them a
+phone number; an IBAN-shaped code whose groups run up to the window makes it that code's tail.
 """
 
 from __future__ import annotations
@@ -10,25 +13,39 @@ import re
 
 from filters.checksum import luhn_valid
 from filters.detector import Span
-from filters.detectors.pattern_detector import PatternDetector, compact
+from filters.detectors.card_scheme import MAX_LEN, MIN_LEN, is_issuable
+from filters.detectors.digit_run import (
+    LOOKAROUND,
+    MAX_SEPARATOR_RUN,
+    DigitRun,
+    Window,
+    glued,
+    scan_windows,
+    window_digits,
+    window_span,
+)
 
 # "GB74 HYRE 9238 …": digits continuing the groups of an IBAN-shaped code are not a card.
 # Shape: (?<![0-9a-z])[a-z]{2}[0-9]{2}(?: [0-9a-z]{4})* right before the card, then one space.
 _HEAD = re.compile(r"[a-z]{2}[0-9]{2}")
 _GROUP = re.compile(r"[0-9a-z]{4}")
 _LOWER_ALNUM = frozenset("0123456789abcdefghijklmnopqrstuvwxyz")
+_MAX_IBAN_GROUPS = 34 // 4 + 1
+"""An IBAN has at most 34 characters, so its head is at most this many groups back."""
 
 
 def follows_grouped_code(text: str, start: int) -> bool:
     """Does an IBAN-shaped code in 4-character groups end one space (or a space and a newline)
-    before ``start``? Walks back group by group, so the cost does not grow with the text."""
+    before ``start``? Walks back at most one IBAN's worth of groups, so the cost is constant."""
     if text[start - 1 : start] == " ":
         space = start - 1
     elif text[max(start - 2, 0) : start] == " \n":
         space = start - 2
     else:
         return False
-    while space >= 4:
+    for _ in range(_MAX_IBAN_GROUPS):
+        if space < 4:
+            return False
         head = space - 4
         if _HEAD.fullmatch(text, head, space) and (head == 0 or text[head - 1] not in _LOWER_ALNUM):
             return True
@@ -38,16 +55,25 @@ def follows_grouped_code(text: str, start: int) -> bool:
     return False
 
 
-class PaymentCardDetector(PatternDetector):
+class PaymentCardDetector:
     name = "payment_card"
-    max_match_len = 19 + 18
+    max_match_len = MAX_LEN + (MAX_LEN - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
     priority = 50
-    pattern = re.compile(r"[1-9](?<![0-9a-z+_][1-9])(?:[ -]?[0-9]){12,18}(?![0-9a-z])")
 
-    def accept(self, match: re.Match[str]) -> Span | None:
-        value = match.group()
-        if follows_grouped_code(match.string, match.start()):
+    def __repr__(self) -> str:
+        return f"PaymentCardDetector(name={self.name!r})"
+
+    def scan(self, text: str) -> list[Span]:
+        return scan_windows(
+            text, MIN_LEN, MAX_LEN, lambda run, window: self._accept(text, run, window), in_uniform_runs=False
+        )
+
+    @staticmethod
+    def _accept(text: str, run: DigitRun, window: Window) -> Span | None:
+        if glued(run, window) or (window.first == 0 and run.before == "+"):
             return None
-        if " " in value and "-" in value:  # cards are grouped one way; "+86 138-…" is a phone
+        digits = window_digits(text, run, window)
+        if not (is_issuable(digits) and luhn_valid(digits)):
             return None
-        return match.span() if luhn_valid(compact(value)) else None
+        start, end = window_span(run, window)
+        return None if follows_grouped_code(text, start) else (start, end)

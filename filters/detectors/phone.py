@@ -16,7 +16,8 @@ from filters.detectors.pattern_detector import PatternDetector
 _NANP = (
     r"(?:(?:\+1|001|1(?=[ .-]))[ .-]?)?(?:\([2-9][0-9]{2}\)|[2-9][0-9]{2})[ .-]?[2-9][0-9]{2}[ .-]?[0-9]{4}"
 )
-_INTL = r"\+[1-9][0-9]{0,2}(?:[ .-]?\(?[0-9]{1,5}\)?){1,5}"
+# Possessive digit groups: a long digit string is cut into groups one way only, not tried every way.
+_INTL = r"\+[1-9][0-9]{0,2}(?:[ .-]?\(?[0-9]{1,5}+\)?){1,5}+"
 _EXT = r"(?:[ ]?(?:x|ext\.?)[ ]?[0-9]{1,5})?"
 
 

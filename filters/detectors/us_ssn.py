@@ -1,20 +1,55 @@
-"""US social security numbers written AAA-GG-SSSS (or with spaces), excluding never-issued ranges.
+"""US social security numbers written AAA-GG-SSSS with one separator repeated (dash, space, dot,
+slash ...), excluding never-issued ranges.
 
 SSNs carry no checksum; requiring the separator keeps bare nine-digit numbers (order ids,
-amounts) from being flagged.
+amounts) from being flagged, and the 3-2-4 groups must stand on their own in their digit run
+(``digit_run``): "123-45-6789-0000" is some other number.
 """
 
 from __future__ import annotations
 
 import re
 
-from filters.detectors.pattern_detector import PatternDetector
+from filters.detector import Span
+from filters.detectors.digit_run import LOOKAROUND, MAX_SEPARATOR_RUN, DigitRun, digit_runs
+
+_SSN = re.compile(r"(?!000|666|9)[0-9]{3}(?!00)[0-9]{2}(?!0000)[0-9]{4}")
+_SHAPE = (3, 2, 4)
 
 
-class UsSsnDetector(PatternDetector):
+class UsSsnDetector:
     name = "us_ssn"
-    max_match_len = 11
+    max_match_len = 9 + 2 * MAX_SEPARATOR_RUN + LOOKAROUND
     priority = 30
-    pattern = re.compile(
-        r"(?<![0-9-])(?!000|666|9)[0-9]{3}([- ])(?!00)[0-9]{2}\1(?!0000)[0-9]{4}(?![0-9]|-[0-9])"
-    )
+
+    def __repr__(self) -> str:
+        return f"UsSsnDetector(name={self.name!r})"
+
+    def scan(self, text: str) -> list[Span]:
+        spans: list[Span] = []
+        for run in digit_runs(text):
+            groups = run.groups
+            for i in range(len(groups) - 2):
+                if tuple(e - s for s, e in groups[i : i + 3]) != _SHAPE:
+                    continue
+                if self._stands_alone(text, run, i):
+                    value = "".join(text[s:e] for s, e in groups[i : i + 3])
+                    if _SSN.fullmatch(value):
+                        spans.append((groups[i][0], groups[i + 2][1]))
+        return spans
+
+    @staticmethod
+    def _stands_alone(text: str, run: DigitRun, i: int) -> bool:
+        """The same separator inside, a different one (or the run's end) outside, no glued letters."""
+        groups = run.groups
+        separator = text[groups[i][1] : groups[i + 1][0]]
+        if text[groups[i + 1][1] : groups[i + 2][0]] != separator:
+            return False
+        if i == 0:
+            if run.glued_before:
+                return False
+        elif text[groups[i - 1][1] : groups[i][0]] == separator:
+            return False
+        if i + 3 == len(groups):
+            return not run.glued_after
+        return text[groups[i + 2][1] : groups[i + 3][0]] != separator

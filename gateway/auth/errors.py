@@ -34,8 +34,19 @@ class AuthConfigError(ConfigError):
 
 
 class RevocationUnavailableError(AuthError):
-    """The revocation store could not be read or written (Redis down, SQLite locked or broken)."""
+    """The revocation store could not be read or written (Redis down, SQLite locked or broken).
+
+    A 503 with ``Retry-After``, never a 401: the token may be fine, and clients and load
+    balancers must read an outage as one (retry, fail over), not as bad credentials.
+    """
 
     status_code = 503
     type = "server_error"
     code = "revocation_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"retry-after": RETRY_AFTER_S})
+
+
+RETRY_AFTER_S = "2"
+"""Seconds a client should wait after a dependency outage (Redis, the revocation list)."""

@@ -3,8 +3,8 @@
 Windows are fixed: window ``n`` covers ``[n * window_s, (n + 1) * window_s)`` of the injected
 clock, and its counters reset when it ends. A fixed window is exact and cheap (two counters per
 subject), at the known price that a subject can spend up to twice a limit across one window
-boundary. Concurrency slots are a set of lease ids with an expiry, so a slot whose holder died
-frees itself after ``lease_ttl_s``.
+boundary. Concurrency slots are a set of lease ids with an expiry, renewed while their request
+runs (``LeaseKeeper``), so a slot whose holder died frees itself after ``lease_ttl_s``.
 """
 
 from __future__ import annotations
@@ -52,4 +52,8 @@ class QuotaBackend(Protocol):
 
     async def release(self, in_flight_key: str, lease_id: str) -> None:
         """Free the concurrency slot ``lease_id``; freeing a free slot does nothing."""
+        ...
+
+    async def renew(self, in_flight_key: str, lease_id: str, *, expires_at: float, ttl_s: float) -> None:
+        """Move a held slot's expiry to ``expires_at``; a slot that is gone stays gone."""
         ...

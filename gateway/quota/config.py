@@ -45,8 +45,9 @@ class QuotaConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Limits by token subject (``sub``), overriding the role limits field by field."""
     window_s: float = 60.0
     """Length of the fixed rate window. The per-minute limits apply per window of this length."""
-    lease_ttl_s: float = 900.0
-    """A concurrency slot whose holder vanished (crashed replica) frees itself after this long."""
+    lease_ttl_s: float = 30.0
+    """A concurrency slot is renewed every third of this while its request runs; one whose holder
+    vanished (crashed replica) frees itself after at most this long."""
     fail_open: bool = False
     """Admit requests when Redis is unreachable. Off: such requests get 503 (fail closed)."""
     key_prefix: str = "strongroom:quota"

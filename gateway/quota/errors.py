@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from gateway.auth.errors import RETRY_AFTER_S
 from gateway.errors import GatewayError
 
 __all__ = ["QuotaError", "QuotaExceededError", "QuotaUnavailableError"]
@@ -58,3 +59,6 @@ class QuotaUnavailableError(QuotaError):
     status_code = 503
     type = "server_error"
     code = "quota_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"retry-after": RETRY_AFTER_S})

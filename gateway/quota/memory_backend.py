@@ -68,3 +68,8 @@ class MemoryQuotaBackend:
 
     async def release(self, in_flight_key: str, lease_id: str) -> None:
         self._slots.get(in_flight_key, {}).pop(lease_id, None)
+
+    async def renew(self, in_flight_key: str, lease_id: str, *, expires_at: float, ttl_s: float) -> None:
+        slots = self._slots.get(in_flight_key, {})
+        if lease_id in slots:
+            slots[lease_id] = expires_at

@@ -6,6 +6,7 @@ import logging
 from types import TracebackType
 
 from gateway.quota.backend import QuotaBackend, QuotaKeys, ResolvedLimits
+from gateway.quota.lease_keeper import LeaseKeeper
 from gateway.quota.window_usage import WindowUsage
 
 __all__ = ["QuotaLease", "rate_limit_headers"]
@@ -38,14 +39,15 @@ def rate_limit_headers(limits: ResolvedLimits, usage: WindowUsage, reset_s: floa
 
 class QuotaLease:
     """Settle once with the real usage; release once (also on disconnect). Both are idempotent,
-    and neither raises: the response is already on its way, and a slot left behind by a limiter
-    outage frees itself after ``lease_ttl_s``."""
+    and neither raises: the response is already on its way. The slot is renewed while held and a
+    release the limiter missed is retried (``LeaseKeeper``)."""
 
     def __init__(
         self,
         backend: QuotaBackend | None,
         keys: QuotaKeys,
         *,
+        keeper: LeaseKeeper | None = None,
         lease_id: str,
         reserved_tokens: int,
         limits: ResolvedLimits,
@@ -53,6 +55,7 @@ class QuotaLease:
         reset_s: float,
     ) -> None:
         self._backend = backend
+        self._keeper = keeper
         self._keys = keys
         self.lease_id = lease_id
         self.reserved_tokens = reserved_tokens
@@ -83,11 +86,8 @@ class QuotaLease:
         if self.released:
             return
         self.released = True
-        if self._backend is not None:
-            try:
-                await self._backend.release(self._keys.in_flight, self.lease_id)
-            except Exception as exc:
-                log.warning("quota release failed for lease %s: %s", self.lease_id, exc)
+        if self._keeper is not None:
+            await self._keeper.release(self._keys.in_flight, self.lease_id)
 
     async def __aenter__(self) -> QuotaLease:
         return self

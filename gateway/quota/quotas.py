@@ -22,6 +22,7 @@ from gateway.auth.principal import Principal
 from gateway.quota.backend import QuotaBackend, QuotaKeys, ResolvedLimits
 from gateway.quota.config import QuotaConfig, QuotaLimits
 from gateway.quota.errors import QuotaExceededError, QuotaUnavailableError
+from gateway.quota.lease_keeper import LeaseKeeper
 from gateway.quota.memory_backend import MemoryQuotaBackend
 from gateway.quota.quota_lease import QuotaLease, rate_limit_headers
 from gateway.quota.redis_backend import RedisQuotaBackend
@@ -50,6 +51,7 @@ class Quotas:
         self._lease_prefix = secrets.token_hex(8)
         self._lease_numbers = itertools.count(1)
         self._backend: QuotaBackend = MemoryQuotaBackend(clock) if redis is None else RedisQuotaBackend(redis)
+        self._keeper = LeaseKeeper(self._backend, lease_ttl_s=self.config.lease_ttl_s, clock=clock)
 
     def limits_for(self, principal: Principal) -> ResolvedLimits:
         own = self.config.subjects.get(principal.subject)
@@ -119,6 +121,7 @@ class Quotas:
             )
         except Exception as exc:
             _unavailable.add(1)
+            self._keeper.abandon(keys.in_flight, lease_id)
             if not self.config.fail_open:
                 raise QuotaUnavailableError("rate limiter unavailable") from exc
             empty = WindowUsage(verdict=Verdict.ADMITTED, requests=0, tokens=0, in_flight=0)
@@ -133,15 +136,21 @@ class Quotas:
             )
         if usage.verdict is not Verdict.ADMITTED:
             raise self._exceeded(usage, limits, reset_s)
+        self._keeper.hold(keys.in_flight, lease_id, now + self.config.lease_ttl_s)
         return QuotaLease(
             self._backend,
             keys,
+            keeper=self._keeper,
             lease_id=lease_id,
             reserved_tokens=requested_tokens,
             limits=limits,
             usage=usage,
             reset_s=reset_s,
         )
+
+    async def aclose(self) -> None:
+        """Stop renewing and retrying (at shutdown; slots still held expire by their TTL)."""
+        await self._keeper.aclose()
 
     def _exceeded(self, usage: WindowUsage, limits: ResolvedLimits, reset_s: float) -> QuotaExceededError:
         headers = rate_limit_headers(limits, usage, reset_s)

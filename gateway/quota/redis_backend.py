@@ -48,11 +48,22 @@ return 0
 """
 
 
+# KEYS: in-flight zset. ARGV: slot expiry, lease id, slot-set ttl (s). XX: never resurrect a slot
+# that was released or expired meanwhile.
+_RENEW = """
+if redis.call('ZADD', KEYS[1], 'XX', 'CH', ARGV[1], ARGV[2]) == 1 then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return 0
+"""
+
+
 class RedisQuotaBackend:
     def __init__(self, redis: Any) -> None:
         self._redis = redis
         self._reserve = redis.register_script(_RESERVE)
         self._adjust = redis.register_script(_ADJUST)
+        self._renew = redis.register_script(_RENEW)
 
     async def reserve(
         self,
@@ -88,3 +99,6 @@ class RedisQuotaBackend:
 
     async def release(self, in_flight_key: str, lease_id: str) -> None:
         await self._redis.zrem(in_flight_key, lease_id)
+
+    async def renew(self, in_flight_key: str, lease_id: str, *, expires_at: float, ttl_s: float) -> None:
+        await self._renew(keys=[in_flight_key], args=[repr(expires_at), lease_id, math.ceil(ttl_s)])

@@ -1,6 +1,8 @@
 """``/admin``: change who may use which model, live, and ask what a caller may do.
 
-Every handler needs ``admin:policy`` on the control plane (403 otherwise). Changes go through
+Every handler needs ``admin:policy`` (403 otherwise), and reaches only as far as the caller holds
+it (``policies.control_scope``): a tenant's administrator reads and writes the rules of its own
+domain, never ``*`` or another tenant's (403, audited). Changes go through
 ``Authorizer.change``: atomic, audited with the caller as actor (fail closed), in effect on this
 replica at once and on the others within the poll interval. Malformed input answers 400 naming
 the field and the rule it breaks.
@@ -19,9 +21,10 @@ from audit.event import AuditEvent, Decision, EventType
 from audit.sink import AuditSink
 from gateway.auth.principal import Principal
 from policies.authorizer import Authorizer
+from policies.control_scope import ControlScope
 from policies.errors import InvalidPolicyError, PolicyForbiddenError
 from policies.policy import ALL_DOMAINS, CONTROL_RESOURCE, Assignment, Grant, user_member
-from policies.policy_change import PolicyChange
+from policies.policy_change import Op, PolicyChange
 
 __all__ = ["build_admin_router"]
 
@@ -56,6 +59,8 @@ class CheckBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 _Body = TypeVar("_Body", GrantBody, AssignmentBody, CheckBody)
+CONTROL_PREFIXES = ("admin:", "audit:")
+"""Actions of the control plane (the rest are model actions)."""
 
 
 async def _body(request: Request[Any, Any, Any], kind: type[_Body]) -> _Body:
@@ -64,15 +69,11 @@ async def _body(request: Request[Any, Any, Any], kind: type[_Body]) -> _Body:
         return msgspec.json.decode(await request.body(), type=kind)
     except msgspec.ValidationError as exc:
         raise InvalidPolicyError(f"invalid request body: {exc}") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise InvalidPolicyError(f"request body is not valid JSON: {exc}") from None
 
 
-async def _require_admin(
-    authorizer: Authorizer, principal: Principal, audit: AuditSink, endpoint: str
-) -> None:
-    if authorizer.allowed(principal, "admin:policy", CONTROL_RESOURCE):
-        return
+async def _deny(principal: Principal, audit: AuditSink, endpoint: str, reason: str) -> None:
     # The denial is recorded before it is answered; if the audit log is down this raises (503).
     await audit.append(
         AuditEvent(
@@ -83,10 +84,51 @@ async def _require_admin(
             tenant=principal.tenant or "",
             endpoint=endpoint,
             status=403,
-            reason="admin:policy required",
+            reason=reason,
         )
     )
     raise PolicyForbiddenError("admin:policy permission required")
+
+
+async def _require_admin(
+    authorizer: Authorizer, principal: Principal, audit: AuditSink, endpoint: str
+) -> ControlScope:
+    """Where the caller administers (403 when nowhere); see ``policies.control_scope``."""
+    scope = authorizer.control_scope(principal, "admin:policy")
+    if scope.is_empty:
+        await _deny(principal, audit, endpoint, "admin:policy required")
+    return scope
+
+
+async def _require_domain(
+    scope: ControlScope, domain: str, principal: Principal, audit: AuditSink, endpoint: str
+) -> None:
+    if not scope.covers(domain):
+        await _deny(principal, audit, endpoint, f"admin:policy not held in domain {domain!r}")
+
+
+def _control_actions(authorizer: Authorizer, rule: Grant | Assignment) -> set[str]:
+    """The control-plane permissions a grant or an assignment would hand out in its domain."""
+    grants = [rule] if isinstance(rule, Grant) else authorizer.effective_grants([rule.role], rule.domain)
+    return {g.action for g in grants if g.action.startswith(CONTROL_PREFIXES)}
+
+
+async def _require_held(
+    authorizer: Authorizer, principal: Principal, rule: Grant | Assignment, audit: AuditSink, endpoint: str
+) -> None:
+    """No escalation: a caller hands out only control-plane permissions it holds itself.
+
+    So an administrator holding ``admin:policy`` cannot grant ``audit:content`` nor assign anyone
+    (itself included) a role such as ``compliance`` or the default ``admin`` whose other rights it
+    lacks: separation of duties holds inside a tenant as well as across tenants. Model grants
+    (chat, completion, embedding) are what administrators hand out and stay outside the rule."""
+    missing = sorted(
+        a
+        for a in _control_actions(authorizer, rule)
+        if not authorizer.allowed(principal, a, CONTROL_RESOURCE)
+    )
+    if missing:
+        await _deny(principal, audit, endpoint, f"would hand out permissions not held: {', '.join(missing)}")
 
 
 def _grant(body: GrantBody) -> Grant:
@@ -100,63 +142,62 @@ def _assignment(body: AssignmentBody) -> Assignment:
     return Assignment(member=member, role=body.role, domain=body.domain)
 
 
-async def _apply(
-    authorizer: Authorizer, principal: Principal, audit: AuditSink, change: PolicyChange
+async def _change(
+    request: Request[Any, Any, Any],
+    principal: Principal,
+    authorizer: Authorizer,
+    audit: AuditSink,
+    op: Op,
 ) -> dict[str, Any]:
+    """Authorize, parse and apply one change, only within the domain the caller administers."""
+    endpoint = request.url.path
+    scope = await _require_admin(authorizer, principal, audit, endpoint)
+    rule: Grant | Assignment
+    if op in ("grant", "ungrant"):
+        rule = _grant(await _body(request, GrantBody))
+    else:
+        rule = _assignment(await _body(request, AssignmentBody))
+    await _require_domain(scope, rule.domain, principal, audit, endpoint)
+    if op in ("grant", "assign"):
+        await _require_held(authorizer, principal, rule, audit, endpoint)
+    change = PolicyChange(op=op, rule=rule)
     policy = await authorizer.change([change], principal.subject, audit)
     return {"version": policy.version, "applied": change.to_dict()}
 
 
 @get("/policy")
 async def get_policy(principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep) -> dict[str, Any]:
-    await _require_admin(authorizer, principal, audit, "/admin/policy")
-    return authorizer.policy.to_dict()
+    """The whole policy for a global administrator; a tenant's administrator sees its domain's rules."""
+    scope = await _require_admin(authorizer, principal, audit, "/admin/policy")
+    return scope.visible(authorizer.policy).to_dict()
 
 
 @post("/grants", status_code=201)
 async def add_grant(
     request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
-    await _require_admin(authorizer, principal, audit, "/admin/grants")
-    return await _apply(
-        authorizer, principal, audit, PolicyChange(op="grant", rule=_grant(await _body(request, GrantBody)))
-    )
+    return await _change(request, principal, authorizer, audit, "grant")
 
 
 @post("/grants/remove", status_code=200)
 async def remove_grant(
     request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
-    await _require_admin(authorizer, principal, audit, "/admin/grants/remove")
-    return await _apply(
-        authorizer, principal, audit, PolicyChange(op="ungrant", rule=_grant(await _body(request, GrantBody)))
-    )
+    return await _change(request, principal, authorizer, audit, "ungrant")
 
 
 @post("/assignments", status_code=201)
 async def add_assignment(
     request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
-    await _require_admin(authorizer, principal, audit, "/admin/assignments")
-    return await _apply(
-        authorizer,
-        principal,
-        audit,
-        PolicyChange(op="assign", rule=_assignment(await _body(request, AssignmentBody))),
-    )
+    return await _change(request, principal, authorizer, audit, "assign")
 
 
 @post("/assignments/remove", status_code=200)
 async def remove_assignment(
     request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
-    await _require_admin(authorizer, principal, audit, "/admin/assignments/remove")
-    return await _apply(
-        authorizer,
-        principal,
-        audit,
-        PolicyChange(op="unassign", rule=_assignment(await _body(request, AssignmentBody))),
-    )
+    return await _change(request, principal, authorizer, audit, "unassign")
 
 
 @get("/permissions")
@@ -168,12 +209,14 @@ async def permissions(
     role: FromQuery[str | None] = None,
     tenant: FromQuery[str | None] = None,
 ) -> dict[str, Any]:
-    """Effective roles and grants of one user (its policy-assigned roles only) or one role."""
-    await _require_admin(authorizer, principal, audit, "/admin/permissions")
+    """Effective roles and grants of one user (its policy-assigned roles only) or one role, in
+    ``tenant`` (default: the caller's own domain)."""
+    scope = await _require_admin(authorizer, principal, audit, "/admin/permissions")
+    domain = tenant or str(scope.domain)
+    await _require_domain(scope, domain, principal, audit, "/admin/permissions")
     if (user is None) == (role is None):
         raise InvalidPolicyError("give exactly one of the query parameters 'user' or 'role'", param="user")
     member = user_member(user) if user is not None else str(role)
-    domain = tenant or ALL_DOMAINS
     return {
         "member": member,
         "domain": domain,
@@ -187,15 +230,16 @@ async def permissions(
 async def check(
     request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
 ) -> dict[str, Any]:
-    """Dry run: would a caller with this subject, token roles and tenant be allowed?"""
-    await _require_admin(authorizer, principal, audit, "/admin/check")
+    """Dry run: would a caller with this subject, token roles and tenant be allowed? A tenant's
+    administrator asks about callers of its tenant (the default when ``tenant`` is left out)."""
+    scope = await _require_admin(authorizer, principal, audit, "/admin/check")
     data = await _body(request, CheckBody)
+    tenant = data.tenant if data.tenant is not None or scope.is_global else scope.domain
+    await _require_domain(scope, tenant or ALL_DOMAINS, principal, audit, "/admin/check")
     if data.user is None and not data.roles:
         raise InvalidPolicyError("give 'user', 'roles' or both", param="user")
-    caller = Principal(subject=data.user or "", roles=data.roles, issuer="dry-run", tenant=data.tenant)
-    if data.user is None:
-        # No user: judge the token roles alone, not whatever an empty subject might be assigned.
-        caller = Principal(subject="\0", roles=data.roles, issuer="dry-run", tenant=data.tenant)
+    # No user: judge the token roles alone, not whatever an empty subject might be assigned.
+    caller = Principal(subject=data.user or "\0", roles=data.roles, issuer="dry-run", tenant=tenant)
     return {
         "allowed": authorizer.allowed(caller, data.action, data.model),
         "version": authorizer.version,

@@ -1,8 +1,11 @@
 """``/audit``: the compliance officer's API over the audit log.
 
-Every handler needs ``audit:read`` on the control plane; reading or matching content needs
-``audit:content``. Each search, export, verification and content view is itself recorded
-(durably, before the answer leaves), and so is every refused attempt.
+Every handler needs ``audit:read``; reading or matching content needs ``audit:content``. Both
+reach as far as the caller holds them (``policies.control_scope``): a reader scoped to a tenant
+sees that tenant's records only; export and verify span every tenant and need the whole log.
+Authorization comes before any input is judged, so a caller without the right gets 403 whatever
+it sends. Each search, export, verification and content view is itself recorded (durably, before
+the answer leaves), and so is every refused attempt.
 """
 
 from __future__ import annotations
@@ -14,18 +17,21 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, Router, get, post
 from litestar.di import NamedDependency
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.params import FromPath, FromQuery
 
-from audit.errors import AuditForbiddenError, AuditQueryError
+from audit.errors import AuditForbiddenError, AuditNotFoundError, AuditQueryError
 from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.query import AuditQuery
 from gateway.auth.principal import Principal
 from policies.authorizer import Authorizer
+from policies.control_scope import ControlScope
+from policies.policy import ALL_DOMAINS
 
 __all__ = ["build_audit_router"]
 
 CONTROL_PLANE = "*"
+_CONTENT = ("audit:read", "audit:content")
 
 # The app provides these app-wide under exactly these parameter names.
 PrincipalDep = NamedDependency[Principal]
@@ -47,10 +53,32 @@ async def _authorize(
     audit_log: AuditLog,
     actions: tuple[str, ...],
     detail: str,
-) -> None:
-    """Check every action, then record the access (or the refusal) before anything is answered."""
-    missing = [a for a in actions if not authorizer.allowed(principal, a, CONTROL_PLANE)]
-    allowed = not missing
+    *,
+    domain: str | None = None,
+    record: int | None = None,
+) -> ControlScope:
+    """Check every action where the access reaches, then record the access (or the refusal)
+    before anything is answered; nothing about the request is judged before this.
+
+    ``domain`` is the tenant the access concerns, ``*`` for the whole log (export, verify), or
+    None for "wherever the caller holds the actions" (the returned scope then narrows it).
+    ``record``: the access is to that one record, so its tenant is the domain; one a
+    tenant-scoped caller may not read answers 403 whether or not it exists (no probing).
+    """
+    scope = authorizer.control_scope(principal, *actions)
+    if record is not None and not scope.is_empty and not scope.is_global:
+        try:
+            domain = (await audit_log.get(record)).event.tenant
+        except AuditNotFoundError:
+            domain = ALL_DOMAINS
+    if scope.is_empty:
+        missing = [a for a in actions if not authorizer.allowed(principal, a, CONTROL_PLANE)]
+        reason = "missing " + ",".join(missing)
+    elif domain is not None and not scope.covers(domain):
+        reason = f"{','.join(actions)} not held in domain {domain!r}"
+    else:
+        reason = ""
+    allowed = not reason
     await audit_log.append(
         AuditEvent(
             event_type=EventType.AUDIT_ACCESS if allowed else EventType.AUTHORIZATION_DENIAL,
@@ -62,20 +90,32 @@ async def _authorize(
             client_ip=request.client.host if request.client else "",
             client_app=principal.client_id or "",
             endpoint=f"{request.method} {request.url.path}",
-            reason="" if allowed else "missing " + ",".join(missing),
+            reason=reason,
             status=200 if allowed else 403,
             detail=detail,
         )
     )
     if not allowed:
         raise AuditForbiddenError("not allowed")
+    return scope
 
 
-def _query(params: dict[str, Any]) -> AuditQuery:
+def _query(params: dict[str, Any], scope: ControlScope) -> AuditQuery:
+    """The filters, checked after authorization; a tenant-scoped caller's are pinned to its tenant."""
+    given = {k: v for k, v in params.items() if v is not None}
+    if not scope.is_global:
+        given["tenant"] = scope.domain
     try:
-        return msgspec.convert({k: v for k, v in params.items() if v is not None}, AuditQuery)
+        return msgspec.convert(given, AuditQuery, strict=False)
     except msgspec.ValidationError as exc:
         raise AuditQueryError(str(exc)) from exc
+
+
+def _seq(value: str | None, name: str) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        raise AuditQueryError(f"{name} must be an integer") from None
 
 
 @get("/records")
@@ -94,15 +134,19 @@ async def search_records(
     event_type: FromQuery[str | None] = None,
     finding: FromQuery[str | None] = None,
     cursor: FromQuery[str | None] = None,
-    limit: FromQuery[int] = 100,
+    limit: FromQuery[str | None] = None,
 ) -> dict[str, Any]:
-    """Filtered records, oldest first; follow ``next_cursor`` for more."""
+    """Filtered records, oldest first; follow ``next_cursor`` for more. Without ``tenant``, a
+    tenant-scoped reader gets its own tenant's records; another tenant is 403, not an empty page
+    (an investigator must not mistake "not yours" for "nothing happened")."""
     params = dict(locals())
     for name in ("request", "principal", "authorizer", "audit_log"):
         params.pop(name)
-    query = _query(params)
-    await _authorize(request, principal, authorizer, audit_log, ("audit:read",), f"search {_json(query)}")
-    page = await audit_log.search(query)
+    detail = f"search {_json({k: v for k, v in params.items() if v is not None})}"
+    scope = await _authorize(
+        request, principal, authorizer, audit_log, ("audit:read",), detail, domain=tenant
+    )
+    page = await audit_log.search(_query(params, scope))
     return msgspec.to_builtins(page)  # type: ignore[no-any-return]
 
 
@@ -114,7 +158,7 @@ async def get_record(
     audit_log: AuditLogDep,
     seq: FromPath[int],
 ) -> dict[str, Any]:
-    await _authorize(request, principal, authorizer, audit_log, ("audit:read",), f"record {seq}")
+    await _authorize(request, principal, authorizer, audit_log, ("audit:read",), f"record {seq}", record=seq)
     return msgspec.to_builtins(await audit_log.get(seq))  # type: ignore[no-any-return]
 
 
@@ -128,10 +172,13 @@ async def aggregates(
     until: FromQuery[str | None] = None,
     tenant: FromQuery[str | None] = None,
 ) -> dict[str, Any]:
-    """Usage per model and role, denials per day, filter hits per day."""
-    query = _query({"since": since, "until": until, "tenant": tenant})
-    await _authorize(request, principal, authorizer, audit_log, ("audit:read",), f"aggregates {_json(query)}")
-    return msgspec.to_builtins(await audit_log.aggregates(query))  # type: ignore[no-any-return]
+    """Usage per model and role, denials per day, filter hits per day (scoped like search)."""
+    params = {"since": since, "until": until, "tenant": tenant}
+    detail = f"aggregates {_json({k: v for k, v in params.items() if v is not None})}"
+    scope = await _authorize(
+        request, principal, authorizer, audit_log, ("audit:read",), detail, domain=tenant
+    )
+    return msgspec.to_builtins(await audit_log.aggregates(_query(params, scope)))  # type: ignore[no-any-return]
 
 
 @get("/export")
@@ -141,30 +188,34 @@ async def export(
     authorizer: AuthorizerDep,
     audit_log: AuditLogDep,
     format: FromQuery[str] = "jsonl",
-    first_seq: FromQuery[int] = 1,
-    last_seq: FromQuery[int | None] = None,
+    first_seq: FromQuery[str | None] = None,
+    last_seq: FromQuery[str | None] = None,
 ) -> Response[bytes]:
-    """A contiguous range as a sealed JSONL bundle (verifiable offline) or CSV with hashes."""
-    fmt = format
-    if fmt not in ("jsonl", "csv"):
-        raise AuditQueryError("format must be jsonl or csv")
+    """A contiguous range as a sealed JSONL bundle (verifiable offline) or CSV with hashes.
+
+    A range of the chain holds every tenant's records, so only a reader of the whole log (``*``)
+    may export it."""
     await _authorize(
         request,
         principal,
         authorizer,
         audit_log,
         ("audit:read",),
-        f"export {fmt} {first_seq}..{last_seq or 'end'}",
+        f"export {format} {first_seq or 1}..{last_seq or 'end'}",
+        domain=ALL_DOMAINS,
     )
+    fmt, first, last = format, _seq(first_seq, "first_seq") or 1, _seq(last_seq, "last_seq")
+    if fmt not in ("jsonl", "csv"):
+        raise AuditQueryError("format must be jsonl or csv")
     with tempfile.TemporaryDirectory(prefix="strongroom-export-") as tmp:
         path = Path(tmp) / f"audit.{fmt}"
-        await audit_log.export(path, fmt=fmt, first_seq=first_seq, last_seq=last_seq)
+        await audit_log.export(path, fmt=fmt, first_seq=first, last_seq=last)
         body = await audit_log.run_reader(path.read_bytes)
     media = "application/x-ndjson" if fmt == "jsonl" else "text/csv"
     return Response(
         body,
         media_type=media,
-        headers={"content-disposition": f'attachment; filename="audit-{first_seq}.{fmt}"'},
+        headers={"content-disposition": f'attachment; filename="audit-{first}.{fmt}"'},
     )
 
 
@@ -175,7 +226,8 @@ async def verify(
     authorizer: AuthorizerDep,
     audit_log: AuditLogDep,
 ) -> dict[str, Any]:
-    await _authorize(request, principal, authorizer, audit_log, ("audit:read",), "verify")
+    """Verify the whole chain: for readers of the whole log (``*``), like export."""
+    await _authorize(request, principal, authorizer, audit_log, ("audit:read",), "verify", domain=ALL_DOMAINS)
     return msgspec.to_builtins(await audit_log.verify())  # type: ignore[no-any-return]
 
 
@@ -199,9 +251,7 @@ async def view_content(
     seq: FromPath[int],
 ) -> dict[str, str]:
     """Decrypted prompt and completion of one record (encrypt mode only)."""
-    await _authorize(
-        request, principal, authorizer, audit_log, ("audit:read", "audit:content"), f"content view {seq}"
-    )
+    await _authorize(request, principal, authorizer, audit_log, _CONTENT, f"content view {seq}", record=seq)
     content = await audit_log.read_content(seq)
     return {"prompt": content.prompt, "completion": content.completion}
 
@@ -213,12 +263,14 @@ async def match_content(
     authorizer: AuthorizerDep,
     audit_log: AuditLogDep,
     seq: FromPath[int],
-    data: JSONBody[MatchBody],
 ) -> dict[str, bool]:
     """Investigator check (HMAC mode): was this text the record's prompt or completion?"""
-    await _authorize(
-        request, principal, authorizer, audit_log, ("audit:read", "audit:content"), f"content match {seq}"
-    )
+    await _authorize(request, principal, authorizer, audit_log, _CONTENT, f"content match {seq}", record=seq)
+    # Parsed here, after authorization: a caller without the right learns nothing about its input.
+    try:
+        data = msgspec.json.decode(await request.body(), type=MatchBody)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        raise AuditQueryError(f"invalid request body: {type(exc).__name__}") from None
     return await audit_log.content_matches(seq, data.text)
 
 

@@ -50,6 +50,9 @@ def _parse(raw: bytes, type_: type[Any]) -> Any:
         raise BadRequestError(f"Invalid request: {exc}", param=_param_of(str(exc))) from None
     except msgspec.DecodeError:
         raise BadRequestError("The request body is not valid JSON") from None
+    except RecursionError:
+        # msgspec's nesting limit; an error of the input, not of the server.
+        raise BadRequestError("The request body is nested too deeply") from None
 
 
 def _param_of(message: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -39,14 +40,19 @@ class ServedGateway:
         return f"{self.base_url}/v1"
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "strongroom", *args],
             env=self.env,
             capture_output=True,
             text=True,
-            check=check,
+            check=False,
             timeout=60,
         )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"strongroom {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+            )
+        return done
 
     def token(self, sub: str, *roles: str) -> str:
         args = ["token", "--sub", sub]
@@ -127,3 +133,102 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]
 def serve() -> Any:
     """``with serve(tmp_path, extra_env=..., args=...) as gw:`` — a gateway of the test's own."""
     return served_gateway
+
+
+@pytest.fixture(scope="module")
+def stub_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]:
+    """A gateway over the model-free stub engine, shared by one module (control-plane tests)."""
+    with served_gateway(tmp_path_factory.mktemp("stub-serve"), args=("--stub-engine",)) as served:
+        yield served
+
+
+@dataclass
+class PrivateRedis:
+    """A redis-server of the test's own, to stop, stall (SIGSTOP) and resume; never the shared one."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+
+    def stall(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        self.resume()
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = PrivateRedis(proc=proc, url=f"redis://127.0.0.1:{port}/0")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("redis-server did not start")
+        time.sleep(0.05)
+    try:
+        yield server
+    finally:
+        if proc.poll() is None:
+            server.stop()
+
+
+SOFTHSM_MODULE = "/usr/lib/softhsm/libsofthsm2.so"
+
+
+@dataclass
+class SoftHsmToken:
+    """A fresh SoftHSM2 token in a temp directory. PKCS#11 initializes once per process, with the
+    SOFTHSM2_CONF it finds then, so the token is only ever used from subprocesses given ``env``."""
+
+    conf: str
+    label: str
+    pin: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SOFTHSM2_CONF": self.conf}
+
+    def run_python(self, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """``script`` in a fresh interpreter that sees this token."""
+        return subprocess.run(
+            [sys.executable, "-c", script, *args], env=self.env, capture_output=True, text=True, timeout=60
+        )
+
+
+@pytest.fixture
+def softhsm_token(tmp_path: Path) -> SoftHsmToken:
+    import shutil
+
+    util = shutil.which("softhsm2-util")
+    assert util and Path(SOFTHSM_MODULE).exists(), "SoftHSM2 missing: run scripts/system-deps.sh"
+    root = tmp_path / "softhsm"
+    (root / "tokens").mkdir(parents=True)
+    conf = root / "softhsm2.conf"
+    conf.write_text(
+        f"directories.tokendir = {root / 'tokens'}\nobjectstore.backend = file\nlog.level = ERROR\n"
+    )
+    token = SoftHsmToken(conf=str(conf), label="audit", pin="4321-user")
+    subprocess.run(
+        [util, "--init-token", "--free", "--label", token.label, "--so-pin", "so-1234", "--pin", token.pin],
+        check=True, capture_output=True, env=token.env,
+    )  # fmt: skip
+    return token

@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import uuid
+from collections.abc import Iterator
 from types import SimpleNamespace
 
+import psycopg
 import pytest
 
 from audit.errors import AuditUnavailableError
 from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
+from audit.postgres_store import grant_append_only, install_schema
 from audit.query import AuditQuery
 from audit.store import AuditStore
 
@@ -90,3 +94,26 @@ async def check_nothing_lost(log: AuditLog, store: AuditStore, ok: dict[str, int
 @pytest.fixture
 def drill() -> SimpleNamespace:
     return SimpleNamespace(run_outage=run_outage, check_nothing_lost=check_nothing_lost)
+
+
+ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+
+
+@pytest.fixture
+def schema_and_role() -> Iterator[tuple[str, str]]:
+    try:
+        admin = psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is not up: {exc}")
+    suffix = uuid.uuid4().hex[:10]
+    schema, role = f"audit_t_{suffix}", f"audit_app_{suffix}"
+    admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    install_schema(admin, schema)
+    grant_append_only(admin, schema, role)
+    try:
+        yield schema, role
+    finally:
+        admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        admin.execute(f'DROP OWNED BY "{role}"')
+        admin.execute(f'DROP ROLE "{role}"')
+        admin.close()

@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from audit.checkpoint import Checkpoint
 from audit.config import AuditConfig
 from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.log import AuditLog
-from audit.postgres_store import PostgresStore, grant_append_only, install_schema
+from audit.postgres_store import PostgresStore
 from audit.query import AuditQuery
 from audit.record import RecordRow, encode_event, seal_row
 from audit.store import StoreConflictError
@@ -32,26 +31,6 @@ from audit.testing import sample_event
 
 pytestmark = pytest.mark.integration
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
-
-
-@pytest.fixture
-def schema_and_role() -> Iterator[tuple[str, str]]:
-    try:
-        admin = psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is not up: {exc}")
-    suffix = uuid.uuid4().hex[:10]
-    schema, role = f"audit_t_{suffix}", f"audit_app_{suffix}"
-    admin.execute(f'CREATE ROLE "{role}" LOGIN')
-    install_schema(admin, schema)
-    grant_append_only(admin, schema, role)
-    try:
-        yield schema, role
-    finally:
-        admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.execute(f'DROP OWNED BY "{role}"')
-        admin.execute(f'DROP ROLE "{role}"')
-        admin.close()
 
 
 def _events() -> list[AuditEvent]:

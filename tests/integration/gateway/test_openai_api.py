@@ -131,8 +131,8 @@ def test_missing_and_tampered_tokens_are_401_and_audited(gateway: Any) -> None:
         assert record["event"]["reason"]  # the precise cause is kept for auditors
 
 
-def test_forbidden_model_is_403_and_audited(gateway: Any) -> None:
-    with pytest.raises(openai.PermissionDeniedError) as err:
+def test_forbidden_model_is_404_and_audited_as_a_denial(gateway: Any) -> None:
+    with pytest.raises(openai.NotFoundError) as err:
         client(gateway, gateway.token("alice", "analyst")).chat.completions.create(
             model="demo-base", messages=[{"role": "user", "content": "hi"}]
         )
@@ -268,6 +268,25 @@ def test_request_filters_block_and_redact_and_record_findings(gateway: Any) -> N
         "findings"
     ]
     assert "zhang.san" not in json.dumps(done)
+
+
+def test_request_filters_see_evasions_across_roles(gateway: Any) -> None:
+    """Issue 18: a card split between the system and the user message, written with dots and a
+    U+034F, and a keyword with a Cyrillic і split over two user turns, are found."""
+    c = client(gateway, gateway.token("alice", "analyst"))
+    with pytest.raises(openai.BadRequestError) as err:
+        c.chat.completions.create(
+            model="demo-chat",
+            messages=[
+                {"role": "system", "content": "Card on file: 4539.1488\u034f"},
+                {"role": "user", "content": "0343-6467. Now explain the \u0456nsider"},
+                {"role": "user", "content": "trading tip, please."},
+            ],
+        )
+    assert err.value.body["code"] == "content_policy_violation"  # type: ignore[index]
+    [record] = audited(gateway, err.value.response.headers["x-request-id"])
+    assert {f["type"] for f in record["event"]["findings"]} == {"keyword", "payment_card"}
+    assert "1488" not in json.dumps(record) and "nsider" not in json.dumps(record)
 
 
 def test_stream_refusals_are_http_errors_not_sse_events(gateway: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from openai import OpenAI
 
 from engine.demo import build_demo_files
-from keys import KeyFileProvider, seal_model
+from keys import KeyFileProvider, SealRegistry, seal_model
 
 pytestmark = pytest.mark.integration
 
@@ -19,8 +20,15 @@ pytestmark = pytest.mark.integration
 def test_tampered_model_is_refused_and_the_other_serves(tmp_path: Path, serve: Any) -> None:
     data = tmp_path / "data"
     provider = KeyFileProvider.create(data / "keys" / "master.key")
+    registry = SealRegistry(data / "keys" / "sealings.json", provider)
     for name in ("demo-chat", "demo-base"):
-        seal_model(build_demo_files(name), data / "models" / name, model_id=name, provider=provider)
+        seal_model(
+            build_demo_files(name),
+            data / "models" / name,
+            model_id=name,
+            provider=provider,
+            registry=registry,
+        )
     weights = data / "models" / "demo-base" / "model.safetensors.sealed"
     blob = bytearray(weights.read_bytes())
     blob[len(blob) // 2] ^= 0x01
@@ -33,8 +41,12 @@ def test_tampered_model_is_refused_and_the_other_serves(tmp_path: Path, serve: A
         with pytest.raises(openai.APIStatusError) as err:
             admin.chat.completions.create(model="demo-base", messages=[{"role": "user", "content": "hi"}])
         assert err.value.status_code == 503
-        done = admin.completions.create(model="demo-chat", prompt="hi", max_tokens=2)
-        assert done.usage is not None and done.usage.completion_tokens == 2
+        done = admin.completions.with_raw_response.create(model="demo-chat", prompt="hi", max_tokens=2)
+        assert done.parse().usage.completion_tokens == 2  # type: ignore[union-attr]
+        # Every inference record names the exact sealing served (pen-test finding 6: it was empty).
+        digest = hashlib.sha256((data / "models" / "demo-chat" / "manifest.json").read_bytes()).hexdigest()
+        served = gw.audit_for(done.headers["x-request-id"])
+        assert served and all(r["event"]["model_manifest"] == digest for r in served), served
         engines = httpx.get(
             f"{gw.base_url}/admin/engines", headers={"authorization": f"Bearer {gw.token('root', 'admin')}"}
         )
@@ -53,7 +65,11 @@ def test_plaintext_model_is_refused_when_sealing_is_required(tmp_path: Path, ser
     KeyFileProvider.create(data / "keys" / "master.key")
     provider = KeyFileProvider.load(data / "keys" / "master.key")
     seal_model(
-        build_demo_files("demo-chat"), data / "models" / "demo-chat", model_id="demo-chat", provider=provider
+        build_demo_files("demo-chat"),
+        data / "models" / "demo-chat",
+        model_id="demo-chat",
+        provider=provider,
+        registry=SealRegistry(data / "keys" / "sealings.json", provider),
     )
     write_demo_model("demo-base", data / "models" / "demo-base")
     with serve(tmp_path) as gw:
@@ -62,3 +78,51 @@ def test_plaintext_model_is_refused_when_sealing_is_required(tmp_path: Path, ser
             f"{gw.base_url}/admin/engines", headers={"authorization": f"Bearer {gw.token('root', 'admin')}"}
         )
         assert "plaintext" in engines.json()["engines"][0]["failed_models"]["demo-base"].lower()
+
+
+def test_swapped_and_rolled_back_sealings_are_refused(tmp_path: Path, serve: Any) -> None:
+    """Pen-test finding 6: swapping two models' sealed directories served one model's weights under
+    the other's name, and an older sealing of a model loaded after a newer one."""
+    import shutil
+    import time
+
+    data = tmp_path / "data"
+    provider = KeyFileProvider.create(data / "keys" / "master.key")
+    registry = SealRegistry(data / "keys" / "sealings.json", provider)
+    models = data / "models"
+    # demo-chat's directory holds demo-base's sealing; demo-base's holds its own first sealing,
+    # superseded by a second one since.
+    seal_model(
+        build_demo_files("demo-base"),
+        models / "demo-chat",
+        model_id="demo-base",
+        provider=provider,
+        registry=registry,
+    )
+    seal_model(
+        build_demo_files("demo-base"),
+        models / "demo-base",
+        model_id="demo-base",
+        provider=provider,
+        registry=registry,
+    )
+    seal_model(
+        build_demo_files("demo-base"),
+        tmp_path / "newer",
+        model_id="demo-base",
+        provider=provider,
+        registry=registry,
+    )
+    shutil.rmtree(models / "demo-base")
+    shutil.copytree(models / "demo-chat", models / "demo-base")  # now the first of three demo-base sealings
+    with serve(tmp_path, wait_ready=False) as gw:
+        admin = {"authorization": f"Bearer {gw.token('root', 'admin')}"}
+        deadline = time.monotonic() + 120
+        failed: dict[str, str] = {}
+        while len(failed) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            engines = httpx.get(f"{gw.base_url}/admin/engines", headers=admin).json()["engines"]
+            failed = engines[0]["failed_models"] if engines else {}
+        assert "sealed as 'demo-base', configured to serve 'demo-chat'" in failed["demo-chat"]
+        assert "v1 of 'demo-base' is older than the newest registered v3" in failed["demo-base"]
+        assert httpx.get(f"{gw.base_url}/readyz").status_code == 503

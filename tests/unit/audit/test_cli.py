@@ -71,6 +71,18 @@ def test_verify_file_needs_a_trusted_key(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--public-key" in result.output
 
 
+def test_a_pinned_fingerprint_makes_verify_vouch_for_the_key(tmp_path: Path) -> None:
+    config = _seed(tmp_path)
+    cli = CliRunner()
+    unpinned = cli.invoke(audit, ["verify", "--config", str(config)])
+    assert unpinned.exit_code == 0 and "no trusted public key is pinned" in unpinned.output
+    fingerprint = cli.invoke(audit, ["public-key", "--config", str(config), "--fingerprint"]).output.strip()
+    assert fingerprint.startswith("sha256:") and len(fingerprint) == 7 + 64
+    config.write_text(config.read_text() + f'[audit]\npublic_key_fingerprint = "{fingerprint}"\n')
+    pinned = cli.invoke(audit, ["verify", "--config", str(config)])
+    assert pinned.exit_code == 0 and pinned.output.startswith("OK:") and "WARNING" not in pinned.output
+
+
 def test_commands_after_a_clean_stop_leave_it_clean(tmp_path: Path) -> None:
     """Issue 17, finding 7: every command appended a non-final checkpoint, so ``verify`` exited 3
     ("writer stopped uncleanly") once it was older than two intervals. Reads now write nothing; an
@@ -88,4 +100,4 @@ def test_commands_after_a_clean_stop_leave_it_clean(tmp_path: Path) -> None:
     time.sleep(0.2)
     result = cli.invoke(audit, ["verify", "--config", str(config)])
     assert result.exit_code == 0, result.output
-    assert "WARNING" not in result.output
+    assert "stopped uncleanly" not in result.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,14 +28,19 @@ _CORPUS = [
 ] * 20
 
 
-def build_tokenizer() -> Tokenizer:
+def build_tokenizer(specials: list[str] | None = None) -> Tokenizer:
+    """A byte-level BPE over a small corpus; other ``specials`` than ours leave out the BOS template."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=400,
+        special_tokens=specials or _SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(_CORPUS, trainer)
+    if specials is not None:
+        return tok
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
     return tok
 
@@ -91,3 +97,9 @@ def write_model(path: Path, arch: str, seed: int = 0) -> Path:
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
     return {arch: write_model(root / arch, arch, seed=i) for i, arch in enumerate(ARCHITECTURES)}
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer() -> Callable[[list[str] | None], Tokenizer]:
+    """``build_tokenizer`` for tests that need other special tokens than the models here."""
+    return build_tokenizer

@@ -108,6 +108,8 @@ async def test_render_chat_and_sampling_with_n_and_seed(model_dirs: dict[str, Pa
         params = SamplingParams(temperature=1.0, max_tokens=6, seed=7, n=2, ignore_eos=True, logprobs=2)
         first = await collect(engine, "s1", "a", text, params)
         again = await collect(engine, "s2", "a", text, params)
+        # What the gateway reserves quota with is what the request is charged (BOS included).
+        assert engine.count_tokens("a", text) == first[-1].num_prompt_tokens
         by_index = lambda ds: {i: [t for d in ds if d.index == i for t in d.token_ids] for i in (0, 1)}  # noqa: E731
         assert by_index(first) == by_index(again)
         assert all(d.logprobs is not None and len(d.logprobs[0].top) == 2 for d in first if d.token_ids)

@@ -79,6 +79,25 @@ async def test_chat_messages_are_rendered_by_the_engine() -> None:
         await client.aclose()
 
 
+async def test_token_count_is_what_generate_charges() -> None:
+    from engine.protocol import ChatMessage
+
+    with engine_server(StubEngine()) as url:
+        client = EngineClient(url, TOKEN)
+        long_text = "x" * 16_000  # over the inline limit: counted off the loop
+        for req in (
+            request(messages=[ChatMessage(role="user", content="hello")], max_tokens=1),
+            request(prompt=long_text, max_tokens=1),
+            request(prompt_token_ids=[1, 2, 3], max_tokens=1),
+        ):
+            async with client.generate(req) as events:
+                charged = [e async for e in events][-1].num_prompt_tokens
+            assert await client.count_tokens(req) == charged
+        with pytest.raises(UnknownModelError):
+            await client.count_tokens(request(model="nope", prompt="hi"))
+        await client.aclose()
+
+
 async def test_errors_cross_the_wire_as_their_own_classes() -> None:
     with engine_server(StubEngine()) as url:
         client = EngineClient(url, TOKEN)

@@ -6,8 +6,8 @@ from engine.sequence import Sequence
 P = SamplingParams(temperature=0)
 
 
-def seq(tokens: list[int], model: str = "m", tenant: str | None = None) -> Sequence:
-    return Sequence("r", model, tokens, P, tenant=tenant)
+def seq(tokens: list[int], model: str = "m", tenant: str = "") -> Sequence:
+    return Sequence("r", model, tokens, P, cache_salt=tenant)
 
 
 def computed(kv: KVCacheManager, s: Sequence) -> None:

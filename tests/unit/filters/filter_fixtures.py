@@ -8,6 +8,7 @@ from pathlib import Path
 from opentelemetry.metrics import MeterProvider
 
 from filters import FilterPipeline
+from filters.config import DEFAULT_MAX_SCAN_CHARS
 from filters.detector import Detector
 from filters.policy_source import PolicySource
 
@@ -35,21 +36,17 @@ def make_pipeline(
     *,
     extra_detectors: Sequence[Detector] = (),
     clock: Callable[[], float] | None = None,
-    scan_clock: Callable[[], float] | None = None,
-    timeout_s: float = 5.0,
+    max_scan_chars: int = DEFAULT_MAX_SCAN_CHARS,
     meter_provider: MeterProvider | None = None,
 ) -> FilterPipeline:
     kwargs: dict[str, Callable[[], float]] = {}
     if clock is not None:
         kwargs["clock"] = clock
-    if scan_clock is not None:
-        kwargs["scan_clock"] = scan_clock
     source = PolicySource(
         policy,
         extra_detectors=extra_detectors,
-        scan_timeout_s=timeout_s,
         reload_interval_s=1.0,
         meter_provider=meter_provider,
         **kwargs,
     )
-    return FilterPipeline(source)
+    return FilterPipeline(source, max_scan_chars=max_scan_chars)

@@ -17,8 +17,9 @@ def test_config_paths_are_relative_to_data_dir(tmp_path: Path) -> None:
 
 def test_config_rejects_nonsense_and_is_frozen() -> None:
     with pytest.raises(ValueError):
-        FilterConfig(scan_timeout_ms=0)
-    config = msgspec.convert({"scan_timeout_ms": 20}, FilterConfig)
-    assert config.scan_timeout_ms == 20
+        FilterConfig(max_scan_chars=0)
+    config = msgspec.convert({"max_scan_chars": 20}, FilterConfig)
+    assert config.max_scan_chars == 20
+    assert FilterPipeline.from_config(config, ".").max_scan_chars == 20
     with pytest.raises(AttributeError):
-        config.scan_timeout_ms = 5  # type: ignore[misc]
+        config.max_scan_chars = 5  # type: ignore[misc]

@@ -31,6 +31,12 @@ def test_settle_equals_the_pairwise_definition() -> None:
         found = []
         for _ in range(rng.randint(0, 12)):
             start = rng.randint(0, 30)
-            end = start + rng.choice([0, 1, 2, 3, 5, 8])
+            end = start + rng.choice([1, 2, 3, 5, 8])  # a span is never empty
             found.append((start, end, rng.choice([10, 20, 50]), rng.choice("xyz"), Action.REDACT))
         assert _settle(list(found)) == _settle_by_pairs(found)
+
+
+def test_settle_drops_empty_spans() -> None:
+    assert _settle([(3, 3, 50, "x", Action.REDACT), (0, 1, 5, "y", Action.FLAG)]) == [
+        Match(0, 1, "y", Action.FLAG)
+    ]

@@ -112,6 +112,29 @@ async def test_masked_card_streams_through_masked(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    "evasive",
+    [
+        "6222 – 0200 – 0000 – 0007",  # en dashes
+        "6222.0200\u034f0000/0007",  # mixed separators and a combining grapheme joiner
+        "".join(chr(0x0660 + int(d)) if d.isdigit() else d for d in CARD),  # Arabic-Indic digits
+    ],
+)
+async def test_evasive_card_in_streamed_output_is_blocked(tmp_path: Path, evasive: str) -> None:
+    """Issue 18: streamed output with a card the old filter did not recognise."""
+    writer = StreamWriter(await prepared(), pipeline(tmp_path, "block"))
+    chunks = [writer.start()]
+    for i, piece in enumerate(pieces("Your card is " + evasive + " and that is all.", 3)):
+        chunks += writer.add(DeltaEvent(index=0, text=piece, token_ids=[i], num_output_tokens=i + 1))
+        if writer.blocked:
+            break
+    chunks += writer.finish()
+    assert writer.blocked
+    assert "0200" not in sent_text(chunks) and "0007" not in sent_text(chunks)
+    assert [f.type for f in writer.findings] == ["payment_card"]
+
+
+@pytest.mark.anyio
 async def test_logprobs_never_spell_out_a_masked_value(tmp_path: Path) -> None:
     from engine.protocol import LogprobEntry
 

@@ -53,3 +53,31 @@ def test_errors_are_clean_messages(tmp_path: Path, config: str, monkeypatch: pyt
     (tmp_path / "m").mkdir()
     result = CliRunner().invoke(models, ["verify", str(tmp_path / "m"), "--config", config])
     assert result.exit_code == 1 and "key file not found" in result.output
+
+
+def test_rotate_keeps_models_sealed_outside_the_data_dir_loadable(
+    tmp_path: Path, config: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pen-test finding 7: rotation rewrapped only <data_dir>/models/* and then retired the old key,
+    so a model sealed at another path (the README's own example) no longer loaded."""
+    monkeypatch.setenv("KEYS_CLI_TEST_PASS", "cli passphrase")
+    runner = CliRunner()
+    assert runner.invoke(keys, ["init", "--config", config]).exit_code == 0
+    src = tmp_path / "hf"
+    src.mkdir()
+    (src / "config.json").write_text('{"a": 1}')
+    outside = tmp_path / "models-elsewhere" / "qwen3.sealed"
+    result = runner.invoke(
+        models, ["seal", str(src), str(outside), "--model-id", "qwen3", "--config", config]
+    )
+    assert result.exit_code == 0 and "'qwen3' v1" in result.output, result.output
+
+    result = runner.invoke(keys, ["rotate", "--config", config])
+    assert result.exit_code == 0 and "rewrapped 1 model" in result.output, result.output
+    result = runner.invoke(models, ["verify", str(outside), "--name", "qwen3", "--config", config])
+    assert result.exit_code == 0 and "/v2, manifest sha256:" in result.output, result.output
+
+    listed = runner.invoke(models, ["list", "--config", config])
+    assert listed.exit_code == 0 and listed.output.startswith("qwen3\tv1\t"), listed.output
+    result = runner.invoke(models, ["verify", str(outside), "--name", "other", "--config", config])
+    assert result.exit_code == 1 and "sealed as 'qwen3'" in result.output

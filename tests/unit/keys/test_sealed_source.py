@@ -162,14 +162,17 @@ def test_require_sealed_refuses_plaintext(
     (plain / "config.json").write_text("{}")
     assert not is_sealed(plain) and is_sealed(sealed_dir)
     with pytest.raises(PlaintextModelError, match="not sealed"):
-        model_source(plain, KeysConfig(), provider, audit=None, process="t")
+        model_source(plain, KeysConfig(), provider, audit=None, process="t", sealed_as="tiny")
     assert isinstance(
-        model_source(plain, KeysConfig(require_sealed=False), None, audit=None, process="t"), DirectorySource
+        model_source(
+            plain, KeysConfig(require_sealed=False), None, audit=None, process="t", sealed_as="tiny"
+        ),
+        DirectorySource,
     )
-    sealed = model_source(sealed_dir, KeysConfig(), provider, audit=None, process="t")
+    sealed = model_source(sealed_dir, KeysConfig(), provider, audit=None, process="t", sealed_as="tiny")
     assert isinstance(sealed, SealedSource)
     with pytest.raises(ModelKeyError, match="no key provider"):
-        model_source(sealed_dir, KeysConfig(), None, audit=None, process="t")
+        model_source(sealed_dir, KeysConfig(), None, audit=None, process="t", sealed_as="tiny")
 
 
 def test_verify_and_unseal(

@@ -30,10 +30,8 @@ def test_default_policy(authorizer: Authorizer) -> None:
         "demo-base",
         "org/x",
     ]
-    assert all(
-        authorizer.allowed(admin, a, "*")
-        for a in ("admin:policy", "admin:keys", "audit:read", "audit:content")
-    )
+    assert all(authorizer.allowed(admin, a, "*") for a in ("admin:policy", "admin:keys", "audit:read"))
+    assert not authorizer.allowed(admin, "audit:content", "*")  # separation of duties
     assert authorizer.allowed(caller("auditor"), "audit:read", "*")
     assert not authorizer.allowed(caller("auditor"), "audit:content", "*")
     assert authorizer.allowed(caller("compliance"), "audit:content", "*")

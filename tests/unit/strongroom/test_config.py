@@ -39,12 +39,12 @@ def test_config_path_from_environment(tmp_path: Path) -> None:
 def test_environment_values_parse_as_toml() -> None:
     env = {
         "STRONGROOM_ENGINE__MODELS": '[{name = "m", path = "/models/m", dtype = "bfloat16"}]',
-        "STRONGROOM_SERVER__ENGINE_URLS": '["http://10.0.0.1:8100"]',
+        "STRONGROOM_SERVER__ENGINE_URLS": '["https://10.0.0.1:8100"]',
         "STRONGROOM_TELEMETRY__SERVICE_NAME": "gw-eu",
     }
     s = load_settings(None, environ=env)
     assert s.engine.models[0].name == "m" and s.engine.models[0].dtype == "bfloat16"
-    assert s.server.engine_urls == ("http://10.0.0.1:8100",)
+    assert s.server.engine_urls == ("https://10.0.0.1:8100",)
     assert s.telemetry.service_name == "gw-eu"
 
 

@@ -147,9 +147,15 @@ async def test_verifier_denies_when_redis_is_down_unless_fail_open(
         if fail_open:
             assert (await verifier.verify(f"Bearer {token}")).subject == "alice"
         else:
-            with pytest.raises(AuthenticationError) as caught:
+            # An outage, not bad credentials: 503 with Retry-After (was 401 "Invalid token").
+            with pytest.raises(RevocationUnavailableError) as outage:
                 await verifier.verify(f"Bearer {token}")
-            assert caught.value.reason == "revocation store unavailable"
+            assert outage.value.status_code == 503 and outage.value.headers["retry-after"] == "2"
+        # A forged token is still refused as one: the signature is checked before the list.
+        forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+        with pytest.raises(AuthenticationError) as caught:
+            await verifier.verify(f"Bearer {forged}")
+        assert caught.value.reason == "bad signature"
     finally:
         await verifier.aclose()
         await dead.aclose()

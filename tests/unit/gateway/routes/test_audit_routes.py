@@ -151,3 +151,47 @@ def test_refused_when_audit_log_cannot_record_the_access(tmp_path: Path) -> None
             assert r.status_code == 503 and "secret" not in r.text
 
     asyncio.run(go())
+
+
+def test_verify_endpoint_reports_an_edited_witness(tmp_path: Path) -> None:
+    """/audit/verify shares the CLI's verifier: the witness is checked there too."""
+
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            await client.get("/audit/export", headers=AUDITOR)  # an export seals the log first
+            intact = (await client.get("/audit/verify", headers=AUDITOR)).json()
+            assert intact["ok"] is True and intact["witnessed_seq"] > 0 and intact["key_pinned"] is False
+            witness = tmp_path / "witness" / "audit-checkpoints.jsonl"
+            lines = witness.read_text().splitlines(keepends=True)
+            witness.write_text("".join(lines[1:]))  # the first witnessed checkpoint removed
+            edited = (await client.get("/audit/verify", headers=AUDITOR)).json()
+            assert edited["ok"] is False and "witness" in edited["problem"]
+
+    asyncio.run(go())
+
+
+def test_authorization_comes_before_input_validation(tmp_path: Path) -> None:
+    """A caller without audit rights gets 403 whatever it sends; only a reader learns of a 400."""
+    bad = [
+        ("GET", "/audit/records", {"params": {"cursor": "%%%"}}),
+        ("GET", "/audit/records", {"params": {"limit": "many"}}),
+        ("GET", "/audit/records", {"params": {"since": "yesterday"}}),
+        ("GET", "/audit/aggregates", {"params": {"until": "tomorrow"}}),
+        ("GET", "/audit/export", {"params": {"format": "xml"}}),
+        ("GET", "/audit/export", {"params": {"first_seq": "one"}}),
+        ("POST", "/audit/records/3/content/match", {"content": b'{"text": 5}'}),
+        ("POST", "/audit/records/3/content/match", {"content": b"[" * 100_000}),
+    ]
+
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            for method, path, kw in bad:
+                r = await client.request(method, path, headers=ANALYST, **kw)
+                assert r.status_code == 403, (path, kw, r.text)
+                reader = COMPLIANCE if "content" in path else AUDITOR
+                r = await client.request(method, path, headers=reader, **kw)
+                assert r.status_code == 400, (path, kw, r.text)
+
+    asyncio.run(go())

@@ -1,0 +1,54 @@
+"""The policy storage seam: SQLite (``PolicyStore``) or PostgreSQL (``PostgresPolicyStore``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from audit.sink import AuditSink
+from policies.config import AccessConfig
+from policies.policy import Policy
+from policies.policy_change import PolicyChange
+from policies.policy_seal import PolicySeal
+from policies.policy_store import PolicyStore
+
+__all__ = ["PolicyBackend", "open_policy_store"]
+
+
+class PolicyBackend(Protocol):
+    opening_note: str
+    """What opening did that the audit log should hear of (a new or a newly sealed store)."""
+
+    def version(self) -> int:
+        """The stored version (cheap: polled every ``access.poll_interval_s``)."""
+        ...
+
+    def load(self) -> Policy:
+        """The whole policy at one version; PolicyTamperedError when it fails its seal."""
+        ...
+
+    async def apply(self, changes: Sequence[PolicyChange], actor: str, audit: AuditSink) -> Policy:
+        """All of ``changes`` audited once through ``audit``, or nothing (see ``PolicyStore.apply``)."""
+        ...
+
+    def changes(self) -> AsyncIterator[None] | None:
+        """A feed yielding once per committed change, from the store itself (PostgreSQL NOTIFY);
+        None for a store that has none. Ends or raises when the connection is lost."""
+        ...
+
+    def close(self) -> None:
+        """Release held connections (a later read opens them again)."""
+        ...
+
+
+def open_policy_store(
+    config: AccessConfig, data_dir: Path, seed: Policy, seal: PolicySeal | None
+) -> PolicyBackend:
+    if config.backend == "postgres":
+        from policies.postgres_policy_store import PostgresPolicyStore
+
+        assert config.postgres_dsn is not None  # AccessConfig guarantees it
+        return PostgresPolicyStore(config.postgres_dsn, config.postgres_schema, seed, seal)
+    db = Path(config.policy_db).expanduser()
+    return PolicyStore(db if db.is_absolute() else data_dir / db, seed, seal)

@@ -1,0 +1,171 @@
+"""The policy in PostgreSQL: one policy for replicas on any host, sealed like the SQLite one.
+
+Uses the shared server at 127.0.0.1:5432 with a unique schema per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import msgspec
+import psycopg
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from audit.event import AuditEvent, EventType
+from audit.signer import CheckpointSigner
+from gateway.auth.principal import Principal
+from policies import AccessConfig, Assignment, Authorizer, Grant, PolicyChange, PolicyTamperedError
+from policies.policy_seal import PolicySeal
+
+pytestmark = pytest.mark.integration
+DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+EVE = Principal(subject="eve", roles=(), issuer="https://idp")
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    async def append(self, event: AuditEvent) -> int:
+        await asyncio.sleep(0.01)  # an audit append takes a while: the change's lock is held meanwhile
+        self.events.append(event)
+        return len(self.events)
+
+
+@pytest.fixture
+def config() -> Iterator[AccessConfig]:
+    schema = f"policy_t_{uuid.uuid4().hex[:10]}"
+    yield AccessConfig(backend="postgres", postgres_dsn=DSN, postgres_schema=schema)
+    with psycopg.connect(DSN, autocommit=True) as admin:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def seal() -> PolicySeal:
+    return PolicySeal(CheckpointSigner(Ed25519PrivateKey.generate()))
+
+
+def test_replicas_share_one_policy_and_each_change_is_audited_once(
+    config: AccessConfig, seal: PolicySeal, tmp_path
+) -> None:
+    async def run() -> None:
+        sinks = [ListSink(), ListSink()]
+        # Two replicas starting at once seed the empty schema once.
+        one, two = await asyncio.gather(
+            *(
+                asyncio.to_thread(Authorizer.open, config, tmp_path / f"r{i}", seal=seal, audit=sinks[i])
+                for i in (0, 1)
+            )
+        )
+        assert one.version == two.version == 1
+        assert not two.allowed(EVE, "chat", "demo-chat")
+        changes = [
+            [PolicyChange(op="assign", rule=Assignment(member="user:eve", role="analyst"))],
+            [PolicyChange(op="grant", rule=Grant(role="analyst", pattern="demo-base", action="chat"))],
+        ]
+        # Made at the same moment through both replicas: applied one after the other, none lost.
+        await asyncio.gather(
+            one.change(changes[0], "ops-1", sinks[0]), two.change(changes[1], "ops-2", sinks[1])
+        )
+        assert one.refresh() or two.refresh()
+        for replica in (one, two):
+            replica.refresh()
+            assert replica.version == 3
+            assert replica.allowed(EVE, "chat", "demo-chat") and replica.allowed(EVE, "chat", "demo-base")
+        made = [[e.subject for e in sink.events if e.event_type == EventType.ADMIN_CHANGE] for sink in sinks]
+        assert made == [["ops-1"], ["ops-2"]]
+        await one.stop()
+        await two.stop()
+
+    asyncio.run(run())
+
+
+def test_a_direct_edit_in_postgres_is_refused_and_audited(
+    config: AccessConfig, seal: PolicySeal, tmp_path
+) -> None:
+    async def run() -> None:
+        sink = ListSink()
+        authz = Authorizer.open(config, tmp_path, seal=seal, audit=sink)
+        with psycopg.connect(DSN, autocommit=True) as dba:  # someone with table rights, not the API
+            dba.execute(f'SET search_path = "{config.postgres_schema}"')
+            dba.execute("INSERT INTO policy_rule VALUES ('g', 'user:eve', 'admin', '*', '')")
+            dba.execute("UPDATE policy_version SET version = 2")
+        with pytest.raises(PolicyTamperedError):
+            authz.refresh()
+        await authz.stop()
+        assert not authz.allowed(EVE, "admin:policy", "*") and authz.version == 1
+        assert [e.reason for e in sink.events] == ["policy store tampered"]
+        with pytest.raises(PolicyTamperedError):
+            await authz.change(
+                [PolicyChange(op="assign", rule=Assignment(member="user:x", role="analyst"))], "ops", sink
+            )
+
+    asyncio.run(run())
+
+
+def test_a_hung_policy_store_does_not_stall_the_event_loop(
+    config: AccessConfig, seal: PolicySeal, tmp_path
+) -> None:
+    """A reload waiting on PostgreSQL (here: a table lock a DBA holds for 1 s) waits off the loop:
+    the gateway keeps answering meanwhile, on the policy it has."""
+
+    def hold_lock(locked: threading.Event) -> None:
+        with psycopg.connect(DSN) as dba, dba.transaction():
+            dba.execute(f'LOCK TABLE "{config.postgres_schema}".policy_version IN ACCESS EXCLUSIVE MODE')
+            locked.set()
+            time.sleep(1.0)
+
+    async def run() -> float:
+        authz = Authorizer.open(msgspec.structs.replace(config, poll_interval_s=0.05), tmp_path, seal=seal)
+        await authz.start()
+        locked = threading.Event()
+        holder = threading.Thread(target=hold_lock, args=(locked,))
+        holder.start()
+        try:
+            await asyncio.to_thread(locked.wait)
+            loop, worst = asyncio.get_running_loop(), 0.0
+            for _ in range(30):  # 0.75 s of ticks while every reload hangs on the lock
+                start = loop.time()
+                await asyncio.sleep(0.025)
+                worst = max(worst, loop.time() - start - 0.025)
+            assert authz.allowed(Principal(subject="a", roles=("analyst",), issuer="i"), "chat", "demo-chat")
+        finally:
+            await asyncio.to_thread(holder.join)
+            await authz.stop()
+        return worst
+
+    assert asyncio.run(run()) < 0.2
+
+
+def test_a_change_reaches_the_other_replica_by_notify_without_redis(
+    config: AccessConfig, seal: PolicySeal, tmp_path
+) -> None:
+    """No Redis, polls 1 s apart: the NOTIFY sent in the change's transaction is what brings it."""
+
+    async def run() -> float:
+        slow_polls = msgspec.structs.replace(config, poll_interval_s=1.0)
+        one = Authorizer.open(slow_polls, tmp_path / "one", seal=seal)
+        two = Authorizer.open(slow_polls, tmp_path / "two", seal=seal)
+        await two.start()  # its first poll is 1 s away
+        try:
+            started = asyncio.get_running_loop().time()
+            await asyncio.sleep(0.1)  # the LISTEN is in place
+            await one.change(
+                [PolicyChange(op="assign", rule=Assignment(member="user:eve", role="analyst"))],
+                "ops",
+                ListSink(),
+            )
+            while not two.allowed(EVE, "chat", "demo-chat"):
+                await asyncio.sleep(0.01)
+                assert asyncio.get_running_loop().time() - started < 2.0
+            return asyncio.get_running_loop().time() - started
+        finally:
+            await two.stop()
+            one.store.close()
+
+    assert asyncio.run(run()) < 0.8  # before the first poll

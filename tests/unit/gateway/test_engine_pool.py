@@ -1,0 +1,175 @@
+"""EnginePool over real engine processes on loopback: a hung or dead engine costs a fast error.
+
+Each test runs the engine server (stub backend, 20 ms between tokens) in a child process of its
+own, so it can be stopped with SIGSTOP (a hang) or killed (a crash) like a real engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from engine.client import EngineClient
+from engine.errors import EngineUnavailableError
+from engine.protocol import GenerateRequest
+from engine.sampling_params import SamplingParams
+from gateway.engine_pool import EnginePool, Heartbeat
+
+pytestmark = pytest.mark.anyio
+TOKEN = "pool-test-token"
+READ_TIMEOUT_S = 60.0
+BEAT = Heartbeat(interval_s=0.1, timeout_s=0.3, misses=2)
+_ENGINE = """
+import socket, sys, uvicorn
+from engine.server import EngineServer
+from engine.stub_engine import StubEngine
+sock = socket.socket(fileno=int(sys.argv[1]))
+app = EngineServer(StubEngine(token_delay_s=0.02), sys.argv[2]).app()
+uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on")).run(sockets=[sock])
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def listening() -> Iterator[socket.socket]:
+    """The engine's socket, held by the test like ``serve``'s supervisor holds it."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    yield sock
+    sock.close()
+
+
+def _spawn(sock: socket.socket) -> subprocess.Popen[bytes]:
+    fd = sock.fileno()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([sys.executable, "-c", _ENGINE, str(fd), TOKEN], pass_fds=(fd,), env=env)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+    proc.wait(10)
+
+
+async def _until(condition: object, what: str, timeout_s: float = 20.0) -> float:
+    start = time.monotonic()
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() - start < timeout_s, f"timed out waiting for: {what}"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - start
+
+
+def _request(max_tokens: int) -> GenerateRequest:
+    return GenerateRequest(
+        request_id=f"r-{time.monotonic_ns()}",
+        model="demo-chat",
+        prompt="hi",
+        params=SamplingParams(max_tokens=max_tokens),
+    )
+
+
+async def _pool(url: str, **kw: object) -> EnginePool:
+    client = EngineClient(url, TOKEN, read_timeout_s=READ_TIMEOUT_S)
+    pool = EnginePool([client], refresh_s=60.0, heartbeat=BEAT, **kw)  # type: ignore[arg-type]
+    await pool.start()
+    await _until(lambda: "demo-chat" in pool.models(), "the engine in service")
+    return pool
+
+
+async def test_a_hung_engine_ends_streams_in_flight_and_comes_back_when_it_answers(
+    listening: socket.socket,
+) -> None:
+    proc = _spawn(listening)
+    try:
+        pool = await _pool(f"http://127.0.0.1:{listening.getsockname()[1]}")
+        client = pool.pick("demo-chat")
+        assert client is not None
+        received = 0
+        start = 0.0
+        with pytest.raises(EngineUnavailableError, match="out of service"):
+            async with client[0].generate(_request(2000)) as events:
+                async for _ in events:
+                    received += 1
+                    if received == 3:
+                        proc.send_signal(signal.SIGSTOP)
+                        start = time.monotonic()
+        # The heartbeat, not the read timeout, ended the stream.
+        assert time.monotonic() - start < READ_TIMEOUT_S / 2
+        assert pool.pick("demo-chat") is None and pool.models() == {}
+
+        proc.send_signal(signal.SIGCONT)
+        await _until(lambda: pool.pick("demo-chat") is not None, "back in service after SIGCONT")
+        async with client[0].generate(_request(3)) as events:
+            assert len([e async for e in events]) == 3
+        await pool.aclose()
+    finally:
+        _stop(proc)
+
+
+async def test_a_dead_engine_is_out_of_service_at_once_when_its_supervisor_says_so(
+    listening: socket.socket,
+) -> None:
+    """The supervisor keeps the socket across restarts, so a connection to a dead engine only
+    queues: without the process probe a request would wait for the replacement."""
+    proc = _spawn(listening)
+    url = f"http://127.0.0.1:{listening.getsockname()[1]}"
+    probes: list[str] = []
+
+    def alive(probed: str) -> bool:
+        probes.append(probed)
+        return proc.poll() is None
+
+    slow = Heartbeat(interval_s=0.1, timeout_s=30.0, misses=5)  # probes alone would take minutes
+    try:
+        client = EngineClient(url, TOKEN, read_timeout_s=READ_TIMEOUT_S)
+        pool = EnginePool([client], refresh_s=60.0, heartbeat=slow, is_process_alive=alive)
+        await pool.start()
+        await _until(lambda: pool.pick("demo-chat") is not None, "the engine in service")
+        proc.kill()
+        proc.wait(10)
+        await _until(lambda: pool.pick("demo-chat") is None, "out of service after the kill", timeout_s=5.0)
+        assert probes and set(probes) == {url}
+        assert pool.describe()[0]["healthy"] is False
+
+        replacement = _spawn(listening)
+        try:
+            proc = replacement
+            await _until(lambda: pool.pick("demo-chat") is not None, "the replacement in service")
+        finally:
+            await pool.aclose()
+    finally:
+        _stop(proc)
+
+
+async def test_a_slow_model_list_does_not_take_an_engine_out_of_service(listening: socket.socket) -> None:
+    """The pool once marked a merely busy engine down because its info call timed out; only the
+    heartbeat decides health now (here it tolerates the pause: 100 misses)."""
+    proc = _spawn(listening)
+    try:
+        url = f"http://127.0.0.1:{listening.getsockname()[1]}"
+        client = EngineClient(url, TOKEN, read_timeout_s=READ_TIMEOUT_S)
+        patient = Heartbeat(interval_s=0.1, timeout_s=0.3, misses=100)
+        pool = EnginePool([client], refresh_s=60.0, heartbeat=patient)
+        await pool.start()
+        assert pool.pick("demo-chat") is not None
+        proc.send_signal(signal.SIGSTOP)
+        await pool.refresh()  # the info call times out
+        proc.send_signal(signal.SIGCONT)
+        assert pool.pick("demo-chat") is not None
+        await pool.aclose()
+    finally:
+        _stop(proc)
