@@ -131,11 +131,7 @@ class AuditLog:
         """
         signer = CheckpointSigner.open(cfg, data_dir)
         trusted = trusted_key(cfg, data_dir, signer.verifier)
-        if trusted.verifier.key_id != signer.key_id:
-            raise AuditConfigError(
-                f"audit signing key {signer.key_id} is not the pinned key {trusted.verifier.key_id} "
-                f"({trusted.source}): were the key files replaced?"
-            )
+        trusted.require_signer(signer.key_id)
         witness = open_witness(cfg, data_dir, signer)
         store = store if store is not None else open_store(cfg, data_dir)
         keys = content_keys or FileContentKeys(

@@ -142,6 +142,7 @@ class OperatorLog:
     async def verify(self, public_key_path: Path | None = None) -> VerifyReport:
         """Archives, online records, checkpoints and witnesses against the trusted key."""
         store = await self._read_store()
+        self.trusted().require_signer(self.signer.key_id)  # the configured pin, as a writer checks it
         trusted = self.trusted(public_key_path)
         witness = open_witness(self._cfg, self._data_dir, self.signer)
         try:

@@ -60,7 +60,9 @@ class Auditor:
             engine_instance=ctx.engine_instance,
         )
         try:
-            return await self._sink.append(event, served=served)
+            if served:
+                return await self._sink.append(event, served=True)
+            return await self._sink.append(event)
         except AuditUnavailableError as exc:
             log.error("audit log unavailable, refusing request %s: %s", ctx.request_id, type(exc).__name__)
             raise AuditUnavailable("the audit log is unavailable; the request was not served") from exc
