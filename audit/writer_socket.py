@@ -8,8 +8,9 @@ It asks the gateway instead, over a Unix socket next to the database:
         --> one JSON line   {"op": "append", "event": {...}}  |  {"op": "archive"}
         <-- one JSON line   {"seq": 17}  |  {"archived": [first, last, ...]}  |  {"error": "..."}
 
-Only a process of the user that owns the data directory can connect: the same user could write
-the database file itself, so the socket grants nothing new. One request per connection.
+Only a process of the user that owns the data directory can connect, and only the records an
+operator command makes travel this way (audit access, admin changes, key operations): a local
+process cannot pass off an inference or a service record through it. One request per connection.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from audit.errors import AuditError, AuditUnavailableError
-from audit.event import AuditEvent
+from audit.event import AuditEvent, EventType
 
 if TYPE_CHECKING:
     from audit.log import AuditLog
@@ -38,6 +39,9 @@ _log = logging.getLogger(__name__)
 
 _MAX_LINE = 1 << 20
 """A request line beyond this is refused (an event is a few KiB)."""
+
+_OPERATOR_EVENTS = frozenset({EventType.AUDIT_ACCESS, EventType.ADMIN_CHANGE, EventType.KEY_OPERATION})
+"""What an operator command records; anything else is the gateway's own to write."""
 
 _REPLY_TIMEOUT_S = 60.0
 """An archive can take a while; an append answers within the log's own append timeout."""
@@ -123,8 +127,8 @@ class WriterSocket:
             return WriterReply(error=f"bad request: {exc}")
         try:
             if request.op == "append":
-                if request.event is None:
-                    return WriterReply(error="append needs an event")
+                if request.event is None or request.event.event_type not in _OPERATOR_EVENTS:
+                    return WriterReply(error="append needs an operator event (audit access, admin, key)")
                 return WriterReply(seq=await self._log.append(request.event))
             entry = await self._log.archive(self._data_dir)
             return WriterReply(archived=None if entry is None else tuple(entry))  # type: ignore[arg-type]
