@@ -43,11 +43,19 @@ def _settings(config_path: str | None) -> tuple[AuditConfig, Path]:
     return settings.audit, settings.data_path
 
 
-def _with_log(config_path: str | None, action: Callable[[OperatorLog], Awaitable[T]]) -> T:
+def _with_log(
+    config_path: str | None, action: Callable[[OperatorLog], Awaitable[T]], *, may_create: bool = False
+) -> T:
     cfg, data_dir = _settings(config_path)
+    store = cfg.resolve(data_dir, cfg.sqlite_path)
+    if cfg.backend == "sqlite" and not may_create and not store.exists():
+        # Reading a log must never start a new one (and a new signing key) in the wrong directory.
+        raise click.ClickException(
+            f"no audit log at {store}: pass the gateway's --config (data_dir is {data_dir})"
+        )
 
     async def run() -> T:
-        log = OperatorLog(cfg, data_dir)
+        log = OperatorLog(cfg, data_dir, may_create_key=may_create)
         try:
             return await action(log)
         finally:
@@ -232,9 +240,11 @@ def export(config_path: str | None, output: str, fmt: str, first_seq: int, last_
 def public_key(config_path: str | None, fingerprint: bool) -> None:
     """Print the checkpoint-signing public key (PEM), to pin it and verify offline."""
     if fingerprint:
-        click.echo(_with_log(config_path, lambda log: _const(log.signer.verifier.fingerprint)))
+        click.echo(
+            _with_log(config_path, lambda log: _const(log.signer.verifier.fingerprint), may_create=True)
+        )
         return
-    pem = _with_log(config_path, lambda log: _const(log.signer.public_key_pem()))
+    pem = _with_log(config_path, lambda log: _const(log.signer.public_key_pem()), may_create=True)
     click.echo(pem.decode(), nl=False)
 
 

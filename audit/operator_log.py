@@ -47,8 +47,10 @@ _BUSY_RETRY_S = 10.0
 class OperatorLog:
     """Satisfies ``AuditSink``. Open one per command and ``close`` it."""
 
-    def __init__(self, cfg: AuditConfig, data_dir: Path) -> None:
+    def __init__(self, cfg: AuditConfig, data_dir: Path, *, may_create_key: bool = False) -> None:
+        """``may_create_key``: ``public-key`` before the first start makes the key as a start would."""
         self._cfg = cfg
+        self._may_create_key = may_create_key
         self._data_dir = data_dir
         self._db_path = cfg.resolve(data_dir, cfg.sqlite_path)
         self._store: AuditStore | None = None
@@ -116,11 +118,14 @@ class OperatorLog:
 
     @property
     def signer(self) -> CheckpointSigner:
-        """The checkpoint-signing key (never created here: only a writer creates it)."""
+        """The checkpoint-signing key (created here only with ``may_create_key``)."""
         if self._signer is None:
-            self._signer = CheckpointSigner.open(
-                msgspec.structs.replace(self._cfg, create_signing_key=False), self._data_dir
+            cfg = (
+                self._cfg
+                if self._may_create_key
+                else msgspec.structs.replace(self._cfg, create_signing_key=False)
             )
+            self._signer = CheckpointSigner.open(cfg, self._data_dir)
         return self._signer
 
     async def tail(self, n: int) -> list[AuditRecord]:

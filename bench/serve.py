@@ -307,6 +307,12 @@ def serve(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(f"wrote {path}")
+    if ours.num_completed == 0:
+        # A run that measured nothing is a failure, not a table of zeros (wrong URL, token, model).
+        first = ours.errors[0] if ours.errors else "no error recorded"
+        raise click.ClickException(
+            f"no request completed against {base_url} ({ours.num_failed} failed; first: {first})"
+        )
 
 
 if __name__ == "__main__":

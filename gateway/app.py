@@ -14,6 +14,8 @@ from litestar.exceptions import HTTPException
 
 from audit.event import Decision, EventType
 from gateway.auth.principal import Principal
+from gateway.console.console import Console
+from gateway.console.router import console_template_config
 from gateway.errors import GatewayError, PermissionDeniedError, UnauthenticatedError, response_parts
 from gateway.request_middleware import RequestMiddleware
 from gateway.routes.openai import OPENAI_ROUTES, context_of
@@ -104,10 +106,11 @@ async def admin_engines(
 
 
 def _extra_routers() -> list[Any]:
+    from gateway.console.router import build_console_router
     from gateway.routes.admin import build_admin_router
     from gateway.routes.audit import build_audit_router
 
-    return [build_admin_router(), build_audit_router()]
+    return [build_admin_router(), build_audit_router(), build_console_router()]
 
 
 def _authorizer(services: Services) -> Any:
@@ -145,6 +148,7 @@ def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncGenerator[None, None]:
         app.state.services = await services_factory()
+        app.state.console = Console.create(app.state.services)
         _keep_collector_off_the_request_path()
         try:
             yield
@@ -167,5 +171,6 @@ def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_
         debug=False,
         logging_config=None,
         openapi_config=None,
+        template_config=console_template_config(),
     )
     return RequestMiddleware(app, telemetry)

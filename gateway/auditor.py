@@ -34,6 +34,7 @@ class Auditor:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
         model_manifest: str = "",
+        detail: str = "",
         served: bool = False,
     ) -> int:
         """``served``: the client already has (part of) its answer, e.g. a stream's final record."""
@@ -58,6 +59,7 @@ class Auditor:
             completion_tokens=completion_tokens,
             latency_ms=round(ctx.elapsed_ms(), 3),
             engine_instance=ctx.engine_instance,
+            detail=detail,
         )
         try:
             if served:

@@ -198,6 +198,10 @@ class EnginePool:
         best = min(candidates, key=lambda m: m.in_flight)
         return best.client, best.instance_id
 
+    def num_in_flight(self) -> int:
+        """Generations this gateway has at its engines now."""
+        return sum(m.in_flight for m in self._members)
+
     @contextlib.contextmanager
     def track(self, client: EngineClient) -> Iterator[None]:
         member = next(m for m in self._members if m.client is client)

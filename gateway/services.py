@@ -152,6 +152,7 @@ class Services:
             audit=audit_log,
         )
         await engines.start()
+        telemetry.count_in_flight(engines.num_in_flight)
         inference = InferenceService(
             verifier=verifier,
             authorizer=authorizer,

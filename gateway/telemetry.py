@@ -14,7 +14,7 @@ call (~7 µs here), a dict increment costs a fraction of that. Exported series a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from opentelemetry import metrics, trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -86,6 +86,20 @@ class Telemetry:
         meter.create_observable_counter(
             "strongroom.requests", [self.requests.observe], description="Requests by endpoint and status"
         )
+        self._in_flight: Callable[[], int] = lambda: 0
+        # The queue a HorizontalPodAutoscaler scales gateways on (deploy/helm: strongroom_requests_in_flight).
+        meter.create_observable_gauge(
+            "strongroom.requests.in_flight",
+            [self._observe_in_flight],
+            description="Generations this gateway has waiting on or running at engines",
+        )
+
+    def count_in_flight(self, source: Callable[[], int]) -> None:
+        """Read the in-flight gauge from ``source`` (the engine pool) from now on."""
+        self._in_flight = source
+
+    def _observe_in_flight(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return [metrics.Observation(self._in_flight())]
 
     @classmethod
     def install(cls, cfg: TelemetryConfig) -> Telemetry:

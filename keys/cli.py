@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import json
 import os
 import socket
+import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -110,13 +113,51 @@ def init(config_path: str | None, passphrase: bool) -> None:
         raise _fail(exc) from None
 
 
+class _ProgressBar:
+    """A byte-count progress bar on stderr, drawn only on a terminal: a log or a pipe gets the
+    result line alone. Used as the ``progress`` callback of sealing and verifying."""
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+        self._bar: Any = None
+        self._shown = 0
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if not sys.stderr.isatty():
+                return
+            self._bar = click.progressbar(length=total, label=self._label, file=sys.stderr)
+            self._bar.__enter__()
+        self._bar.update(done - self._shown)
+        self._shown = done
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+
+_json_option = click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+
+
 @keys.command("show")
 @_config_option
-def show(config_path: str | None) -> None:
+@_json_option
+def show(config_path: str | None, as_json: bool) -> None:
     """List key versions and their state (ids and public keys only)."""
     try:
         for info in _provider(config_path).versions():
-            click.echo(f"{info.ref}\t{info.status.value}\t{info.signing_public_key or '-'}")
+            if as_json:
+                row = {
+                    "ref": str(info.ref),
+                    "status": info.status.value,
+                    "signing_public_key": info.signing_public_key,
+                }
+                click.echo(json.dumps(row))
+            else:
+                click.echo(f"{info.ref}\t{info.status.value}\t{info.signing_public_key or '-'}")
     except KeysError as exc:
         raise _fail(exc) from None
 
@@ -156,7 +197,10 @@ def seal(config_path: str | None, src: str, dst: str, model_id: str | None) -> N
         provider = _provider(config_path)
         registry = _registry(config_path, provider)
         name = model_id or Path(dst).name
-        manifest = seal_model(src, dst, name, provider, registry=registry, sealed_by=_operator())
+        with _ProgressBar(f"sealing {name}") as bar:
+            manifest = seal_model(
+                src, dst, name, provider, registry=registry, sealed_by=_operator(), progress=bar
+            )
         sealing = registry.check(manifest.model_id, manifest.seal_id, _digest(dst), dst)
     except KeysError as exc:
         raise _fail(exc) from None
@@ -181,7 +225,9 @@ def verify(config_path: str | None, model_dir: str, name: str | None) -> None:
         if expected is None:
             expected = read_verified_manifest(Path(model_dir), provider)[0].model_id
         admit = admission(expected, _registry(config_path, provider))
-        report = verify_model(model_dir, provider, process=f"cli-verify:{os.getpid()}", admit=admit)
+        with _ProgressBar(f"verifying {expected}") as bar:
+            process = f"cli-verify:{os.getpid()}"
+            report = verify_model(model_dir, provider, process=process, admit=admit, progress=bar)
     except KeysError as exc:
         raise _fail(exc) from None
     click.echo(
@@ -214,14 +260,27 @@ def register(config_path: str | None, model_dir: str) -> None:
 
 @models.command("list")
 @_config_option
-def list_sealings(config_path: str | None) -> None:
+@_json_option
+def list_sealings(config_path: str | None, as_json: bool) -> None:
     """Every registered sealing: model, version, seal id, manifest digest, path; pins marked."""
     try:
         body = _registry(config_path, _provider(config_path)).read()
     except KeysError as exc:
         raise _fail(exc) from None
     for s in sorted(body.sealings, key=lambda s: (s.model_id, s.version)):
-        pinned = "\tpinned" if body.pins.get(s.model_id) == s.seal_id else ""
+        is_pinned = body.pins.get(s.model_id) == s.seal_id
+        if as_json:
+            row = {
+                "model_id": s.model_id,
+                "version": s.version,
+                "seal_id": s.seal_id,
+                "manifest_sha256": s.manifest_sha256,
+                "path": s.path,
+                "pinned": is_pinned,
+            }
+            click.echo(json.dumps(row))
+            continue
+        pinned = "\tpinned" if is_pinned else ""
         click.echo(f"{s.model_id}\tv{s.version}\t{s.seal_id}\tsha256:{s.manifest_sha256}\t{s.path}{pinned}")
 
 
@@ -267,6 +326,8 @@ def unregister(config_path: str | None, seal_id: str) -> None:
 )
 def unseal(config_path: str | None, model_dir: str, dst: str, export: bool) -> None:
     """Export MODEL_DIR as plaintext into DST (needs --export)."""
+    if not export:
+        raise click.ClickException("unsealing writes plaintext weights to disk: add --export to confirm")
     try:
         unseal_model(
             model_dir, dst, _provider(config_path), export=export, process=f"cli-unseal:{os.getpid()}"

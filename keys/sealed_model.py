@@ -30,6 +30,7 @@ from keys.errors import (
 )
 from keys.key_audit import key_event, record_all
 from keys.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, ManifestFile, read_verified_manifest
+from keys.progress import ByteCounter, Progress
 from keys.provider import KeyProvider, KeyRef
 from keys.report import FileReport, ManifestReport
 from keys.seal_registry import SealRegistry
@@ -183,15 +184,19 @@ def verify_model(
     audit: AuditSink | None = None,
     process: str = "verify",
     admit: Admission | None = None,
+    progress: Progress | None = None,
 ) -> ManifestReport:
     """Check signature, headers, every chunk's tag and every file's SHA-256; decrypts in a bounded buffer.
 
-    With ``admit`` (see ``admission``) also the name binding and the seal registry, as serving would."""
+    With ``admit`` (see ``admission``) also the name binding and the seal registry, as serving would.
+    ``progress`` is told the plaintext bytes checked so far after each segment."""
     with open_model(model_dir, provider, audit=audit, process=process, admit=admit) as source:
         reports = []
-        for name in source.names():
-            file = source.sealed_file(name)
-            _stream_file(file, None)
+        files = [source.sealed_file(name) for name in source.names()]
+        counter = ByteCounter(sum(file.entry.size for file in files), progress)
+        for file in files:
+            name = file.entry.name
+            _stream_file(file, None, counter)
             reports.append(FileReport(name=name, size=file.entry.size, sha256=file.entry.sha256))
         return ManifestReport(
             model_id=source.model_id, key=source.key, signer=source.signer, files=tuple(reports),
@@ -199,7 +204,7 @@ def verify_model(
         )  # fmt: skip
 
 
-def _stream_file(file: SealedFile, sink: int | None) -> None:
+def _stream_file(file: SealedFile, sink: int | None, counter: ByteCounter | None = None) -> None:
     """Decrypt segment by segment (memory bounded), check tags and SHA-256, write to fd ``sink`` if given."""
     with (
         open(file.path, "rb") as stream,
@@ -217,6 +222,8 @@ def _stream_file(file: SealedFile, sink: int | None) -> None:
         view = memoryview(buf)[: hi - lo]
         file.decrypt(view, first=first, stop=stop, pool=None, verify_digest=False)
         digest.update(view)
+        if counter is not None:
+            counter.add(hi - lo)
         while sink is not None and view:
             view = view[os.write(sink, view) :]
     if not _crypto.constant_time_equal(digest.hexdigest().encode(), file.entry.sha256.encode()):

@@ -28,6 +28,7 @@ from keys.manifest import (
     check_file_name,
     encode_signature,
 )
+from keys.progress import ByteCounter, Progress
 from keys.provider import KeyProvider, WrappedKey
 from keys.seal_registry import SealRegistry
 
@@ -58,10 +59,12 @@ def _write_sealed(
     layout: ChunkLayout,
     cipher: ChunkCipher,
     header: bytes,
+    counter: ByteCounter,
 ) -> tuple[str, str]:
     digest, tags = _crypto.sha256(), _crypto.sha256()
     out.write(header)
     for index, chunk in enumerate(chunks):
+        counter.add(len(chunk))
         digest.update(chunk)
         sealed = cipher.encrypt(index, layout.is_last(index), chunk)
         tags.update(sealed[-_crypto.TAG_BYTES :])
@@ -78,6 +81,12 @@ def _source_files(src: str | Path | PlaintextFiles) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
+def _total_size(src: str | Path | PlaintextFiles, names: list[str]) -> int:
+    if isinstance(src, Mapping):
+        return sum(memoryview(src[name]).nbytes for name in names)
+    return sum((Path(src) / name).stat().st_size for name in names)
+
+
 def _seal_one(
     src: str | Path | PlaintextFiles,
     name: str,
@@ -88,6 +97,7 @@ def _seal_one(
     model_id: str,
     seal_id: str,
     chunk_size: int,
+    counter: ByteCounter,
 ) -> ManifestFile:
     where = f"{model_id}/{name}"
     header = FileHeader(
@@ -103,12 +113,13 @@ def _seal_one(
         if isinstance(src, Mapping):
             data = memoryview(src[name]).cast("B")
             layout = ChunkLayout.for_plaintext(len(data), chunk_size)
-            sha, tags = _write_sealed(out, _chunks_of_buffer(data, layout), layout, cipher, header.encode())
+            chunks = _chunks_of_buffer(data, layout)
+            sha, tags = _write_sealed(out, chunks, layout, cipher, header.encode(), counter)
         else:
             with open(Path(src) / name, "rb") as stream:
                 layout = ChunkLayout.for_plaintext(os.fstat(stream.fileno()).st_size, chunk_size)
                 sha, tags = _write_sealed(
-                    out, _chunks_of_file(stream, layout, where), layout, cipher, header.encode()
+                    out, _chunks_of_file(stream, layout, where), layout, cipher, header.encode(), counter
                 )
         out.flush()
         os.fsync(out.fileno())
@@ -125,6 +136,7 @@ def seal_model(
     clock: Callable[[], float] = time.time,
     registry: SealRegistry | None = None,
     sealed_by: str = "",
+    progress: Progress | None = None,
 ) -> Manifest:
     """Seal every file of ``src`` into ``dst_dir`` under one fresh data key wrapped by ``provider``.
 
@@ -132,7 +144,8 @@ def seal_model(
     write a model sealed without its plaintext ever reaching the disk). ``dst_dir`` must not exist
     or be empty. ``chunk_size`` only changes the layout (tests use small ones), not the security.
     With ``registry`` the new sealing is registered as the newest version of ``model_id``
-    (``sealed_by`` names the operator), which serving and rotation require.
+    (``sealed_by`` names the operator), which serving and rotation require. ``progress`` is told
+    the plaintext bytes sealed so far after each chunk.
     """
     if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
         raise KeysError(f"chunk size must be between 1 and {MAX_CHUNK_SIZE} bytes")
@@ -147,6 +160,7 @@ def seal_model(
     staging = dst.with_name(f".{dst.name}.sealing-{_crypto.random_bytes(4).hex()}")
     staging.mkdir(parents=True, mode=0o700)
     try:
+        counter = ByteCounter(_total_size(src, names), progress)
         dek = _crypto.random_bytes(_crypto.KEY_BYTES)
         seal_id = _crypto.random_bytes(16).hex()
         wrapped = provider.wrap(dek)
@@ -160,6 +174,7 @@ def seal_model(
                 model_id=model_id,
                 seal_id=seal_id,
                 chunk_size=chunk_size,
+                counter=counter,
             )
             for name in names
         )

@@ -3,6 +3,8 @@
 set -euo pipefail
 need=()
 command -v softhsm2-util >/dev/null 2>&1 || need+=(softhsm2)
+# The console's browser tests drive Debian's Chromium through Playwright (never a downloaded browser).
+test -x /usr/bin/chromium || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

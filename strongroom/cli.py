@@ -25,7 +25,24 @@ config_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Errors that mean "this input or setting is wrong": one line for the user, no traceback."""
+    from audit.errors import AuditError
+    from filters.errors import FilterError
+    from keys.errors import KeysError
+
+    return (ConfigError, AuditError, KeysError, FilterError)
+
+
+class _Main(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _user_errors() as exc:
+            raise click.ClickException(str(exc) or type(exc).__name__) from None
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Strongroom: an on-prem LLM gateway with a security and compliance layer."""
     # Keys, audit log, policies, sealed models: everything under the data directory is the
@@ -45,8 +62,9 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
     from gateway.app import build_app
     from gateway.services import Services
     from gateway.telemetry import Telemetry
+    from strongroom.banner import banner
     from strongroom.listener import Listener, check_gateway_exposure
-    from strongroom.supervisor import EngineSupervisor, banner
+    from strongroom.supervisor import EngineSupervisor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -56,6 +74,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
         settings.server, host=host or settings.server.host, port=port or settings.server.port
     )
     settings = msgspec.structs.replace(settings, server=server)
+    _refuse_on_problems(settings, "serve")
     try:
         check_gateway_exposure(settings)
         listener = Listener(server.tls, server.limits, resolve=settings.resolve, where="server")
@@ -78,11 +97,27 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
             telemetry,
             max_body_bytes=settings.server.max_body_bytes,
         )
-        click.echo(banner(settings, server.host, server.port, scheme=listener.scheme))
+        click.echo(
+            banner(settings, server.host, server.port, scheme=listener.scheme, config_path=config_path)
+        )
         listener.serve(app, host=server.host, port=server.port, drain_s=server.drain_s)
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+def _refuse_on_problems(settings: Any, role: Any) -> None:
+    """Run ``config check``'s checks: errors stop the start, all listed; warnings are logged."""
+    from strongroom.config_check import ConfigCheck
+
+    problems = ConfigCheck(settings, role).problems()
+    for warning in (p for p in problems if p.is_warning):
+        logging.getLogger("strongroom.config").warning("%s", warning)
+    errors = [p for p in problems if not p.is_warning]
+    if errors:
+        raise click.ClickException(
+            "refusing to start; `strongroom config check` lists the same:\n  " + "\n  ".join(errors)
+        )
 
 
 def _check_audit_volume(settings: Any) -> None:
@@ -121,11 +156,17 @@ def _exit_on_sigterm() -> None:
 @click.option("--stub", is_flag=True, help="Model-free stub backend (benchmarks).")
 def engine(config_path: str | None, fd: int | None, host: str | None, port: int | None, stub: bool) -> None:
     """Run one engine instance (the [engine] section) speaking the engine protocol."""
+    import msgspec
+
     from strongroom.engine_process import run_engine
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = load_settings(config_path)
+    if fd is None:  # a supervised engine was checked by its `serve`
+        host = host or settings.engine_listener.host
+        listener = msgspec.structs.replace(settings.engine_listener, host=host)
+        _refuse_on_problems(msgspec.structs.replace(settings, engine_listener=listener), "engine")
     try:
         run_engine(
             settings,
@@ -153,6 +194,33 @@ def config_show(config_path: str | None) -> None:
 
     shown = redacted(msgspec.to_builtins(load_settings(config_path)))
     click.echo(msgspec.json.format(msgspec.json.encode(shown), indent=2))
+
+
+@config.command("check")
+@config_option
+@click.option(
+    "--role",
+    type=click.Choice(["serve", "engine"]),
+    default="serve",
+    show_default=True,
+    help="The process the config is for: `strongroom serve` or a standalone `strongroom engine`.",
+)
+@click.option("--connect", is_flag=True, help="Also reach Redis and PostgreSQL.")
+@click.option("--strict", is_flag=True, help="Warnings fail the check too.")
+def config_check(config_path: str | None, role: str, connect: bool, strict: bool) -> None:
+    """Check a config with the files, secrets and services it names; one line per problem.
+
+    Exit status: 0 when it would start, 1 on any error (or warning with --strict)."""
+    from strongroom.config_check import ConfigCheck
+
+    settings = load_settings(config_path)
+    problems = ConfigCheck(settings, "engine" if role == "engine" else "serve").problems(connect=connect)
+    for problem in problems:
+        click.echo(f"{'warning' if problem.is_warning else 'error'}: {problem}", err=True)
+    failed = [p for p in problems if strict or not p.is_warning]
+    if failed:
+        raise SystemExit(1)
+    click.echo(f"ok: {config_path or 'embedded defaults'} ({role}, {len(problems)} warning(s))")
 
 
 @config.command("example")

@@ -23,6 +23,7 @@ from engine.config import EngineConfig
 from filters.config import FilterConfig
 from gateway.auth.config import AuthConfig
 from gateway.config import ServerConfig
+from gateway.console.config import ConsoleConfig
 from gateway.errors import ConfigError
 from gateway.quota.config import QuotaConfig
 from gateway.telemetry_config import TelemetryConfig
@@ -64,6 +65,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """The tamper-evident audit log."""
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     """Traces and metrics."""
+    console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
+    """The web console for compliance officers and administrators under /console."""
 
     @property
     def data_path(self) -> Path:

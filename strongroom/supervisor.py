@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 
@@ -126,25 +125,3 @@ class EngineSupervisor:
                 proc.kill()
                 proc.wait()
         self._sock.close()
-
-
-def banner(settings: Settings, host: str, port: int, *, scheme: str = "http") -> str:
-    base = f"{scheme}://{host}:{port}/v1"
-    data = Path(settings.data_dir)
-    return f"""
-Strongroom gateway listening on {scheme}://{host}:{port}   (data in {data}/)
-
-  export TOKEN=$(strongroom token --sub alice --role analyst)
-
-  curl -s {base}/chat/completions -H "Authorization: Bearer $TOKEN" \\
-       -H 'content-type: application/json' \\
-       -d '{{"model": "demo-chat", "messages": [{{"role": "user", "content": "Hello"}}], "max_tokens": 16}}'
-
-  python -c "from openai import OpenAI; import os; c = OpenAI(base_url='{base}', api_key=os.environ['TOKEN']); \\
-print(c.chat.completions.create(model='demo-chat', messages=[{{'role': 'user', 'content': 'Hello'}}], max_tokens=16).choices[0].message.content)"
-
-  strongroom audit tail        # every request, allowed or denied
-
-The demo models produce noise: they are tiny random-weight models. Point [engine] models at a
-Hugging Face directory to serve a real one (see README).
-"""

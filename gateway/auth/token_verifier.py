@@ -139,6 +139,19 @@ class TokenVerifier:
             self._verified.remember(token, key, payload, expires_at=payload["exp"] + self._cfg.leeway_s)
         return self._rules.principal(payload, issuer.config)
 
+    async def is_revoked(self, principal: Principal, *, since: float) -> bool:
+        """Whether the token behind a session begun at ``since`` has been revoked (by its jti, or
+        its subject since then). An unreachable store counts as revoked unless configured fail-open."""
+        if self._revocations is None:
+            return False
+        try:
+            hit = await self._revocations.find(
+                jti=principal.token_id, subject=principal.subject, issued_at=since
+            )
+        except RevocationUnavailableError:
+            return not self._cfg.revocation_fail_open
+        return hit is not None
+
     def _verified_payload(self, token: str, key: Any, alg: str) -> dict[str, Any]:
         try:
             payload = json.loads(self._jws.decode(token, key=key, algorithms=[alg]))

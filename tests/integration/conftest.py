@@ -73,9 +73,15 @@ class ServedGateway:
 
 @contextmanager
 def served_gateway(
-    tmp: Path, *, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (), wait_ready: bool = True
+    tmp: Path,
+    *,
+    extra_env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+    wait_ready: bool = True,
+    port: int | None = None,
 ) -> Iterator[ServedGateway]:
-    port = free_port()
+    """``port``: a free port chosen beforehand, for configuration that names the gateway's URL."""
+    port = port or free_port()
     data_dir = tmp / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     env.update(

@@ -232,6 +232,31 @@ def test_request_and_token_counters_count_what_was_served(gateway: Any) -> None:
     assert "# TYPE strongroom_requests_total counter" in after
 
 
+def _gauge(metrics_text: str, name: str) -> float:
+    (line,) = [x for x in metrics_text.splitlines() if x.startswith(name + "{") or x.startswith(name + " ")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_in_flight_gauge_counts_a_stream_while_it_runs(gateway: Any) -> None:
+    # The HorizontalPodAutoscaler of deploy/helm scales the gateways on this gauge.
+    name = "strongroom_requests_in_flight"
+    stream = client(gateway, gateway.token("alice", "analyst")).chat.completions.create(
+        model="demo-chat",
+        messages=[{"role": "user", "content": "go on"}],
+        max_tokens=1500,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    next(iter(stream))
+    during = _gauge(httpx.get(f"{gateway.base_url}/metrics").text, name)
+    stream.close()
+    assert during >= 1
+    deadline = time.monotonic() + 10
+    while _gauge(httpx.get(f"{gateway.base_url}/metrics").text, name) != 0:
+        assert time.monotonic() < deadline, "the closed stream is still counted"
+        time.sleep(0.05)
+
+
 def test_each_request_has_its_own_trace_id_in_the_audit_record(gateway: Any) -> None:
     # No OTLP endpoint: spans are not sampled, but the trace ids still correlate the records.
     c = client(gateway, gateway.token("alice", "analyst"))

@@ -63,3 +63,42 @@ def test_the_api_key_never_reaches_the_result_file() -> None:
         "--label",
         "x",
     ]
+
+
+def test_a_run_that_completed_nothing_exits_non_zero(tmp_path: object) -> None:
+    """The README's `bench serve` against a server that refuses every request (here: nothing
+    listens) used to print a table of zeros and exit 0."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = Path(str(tmp_path)) / "r.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "strongroom",
+            "bench",
+            "serve",
+            "--base-url",
+            f"http://127.0.0.1:{port}",
+            "--model",
+            "demo-chat",
+            "--scale",
+            "0.01",
+            "--warmup-requests",
+            "0",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout
+    assert "no request completed against" in done.stderr and "Traceback" not in done.stderr
+    assert out.exists()  # the report of the failed run is still written

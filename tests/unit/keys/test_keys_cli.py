@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -40,6 +41,12 @@ def test_init_seal_verify_rotate_unseal(tmp_path: Path, config: str, monkeypatch
     result = runner.invoke(keys, ["show", "--config", config])
     lines = result.output.splitlines()
     assert [line.split("\t")[1] for line in lines] == ["retired", "current"]
+    as_json = runner.invoke(keys, ["show", "--json", "--config", config])
+    rows = [json.loads(line) for line in as_json.output.splitlines()]
+    assert [(r["ref"], r["status"]) for r in rows] == [tuple(line.split("\t")[:2]) for line in lines]
+    listed = runner.invoke(models, ["list", "--json", "--config", config])
+    (sealing,) = [json.loads(line) for line in listed.output.splitlines()]
+    assert sealing["model_id"] == "tiny" and sealing["pinned"] is False and sealing["path"] == str(dst)
 
     out = tmp_path / "export"
     result = runner.invoke(models, ["unseal", str(dst), str(out), "--config", config])

@@ -80,10 +80,16 @@ def test_canary_never_reaches_disk(tmp_path: Path, provider: KeyFileProvider) ->
         verify_model(data_dir / "models" / "m", provider)
         on_disk = [p for p in data_dir.rglob("*") if p.is_file()]
         temp = Path(tempfile.gettempdir())
-        recent = [p for p in temp.rglob("*") if _is_recent_file(p, started)]
+        recent = [p for p in _walk(temp) if _is_recent_file(p, started)]
         assert on_disk, "the scan must see the sealed files"
         for path in on_disk + recent:
             assert canary not in _contents(path), f"plaintext canary found in {path}"
+
+
+def _walk(root: Path) -> list[Path]:
+    # os.walk skips directories that vanish mid-walk (rglob raises: a parallel test's browser
+    # profile or temp dir may be deleted at any moment).
+    return [Path(d, f) for d, _, files in os.walk(root, onerror=lambda _e: None) for f in files]
 
 
 def _contents(path: Path) -> bytes:

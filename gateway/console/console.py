@@ -1,0 +1,160 @@
+"""What the console holds for the gateway's lifetime, and the check every console page runs first.
+
+    request -> session cookie -> SessionStore (idle/absolute time-outs) -> Authorizer (the API's
+    permissions) -> an audit record with the officer's identity, durable before the page renders
+
+A refused page is audited too (``authorization_denial``). State-changing requests (POST) must
+carry the session's CSRF token and, when the browser sends one, a same-origin ``Origin``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING, Any
+
+from litestar import Request
+
+from audit.event import Decision, EventType
+from gateway.console.config import ConsoleConfig
+from gateway.console.errors import CsrfError, NotSignedInError, PageForbiddenError, PageNotFoundError
+from gateway.console.oidc_client import OidcClient
+from gateway.console.pending_sign_ins import PendingSignIns
+from gateway.console.session_store import ConsoleSession, SessionStore
+from gateway.request_context import RequestContext
+
+if TYPE_CHECKING:
+    from gateway.auth.principal import Principal
+    from gateway.services import Services
+
+__all__ = ["SESSION_COOKIE", "STATE_COOKIE", "Console"]
+
+SESSION_COOKIE = "strongroom_console"
+STATE_COOKIE = "strongroom_console_state"
+CONTROL_PLANE = "*"
+
+
+class Console:
+    def __init__(self, cfg: ConsoleConfig, services: Services, *, is_tls: bool) -> None:
+        self.config = cfg
+        self.services = services
+        self.sessions = SessionStore(
+            idle_s=cfg.session_idle_s, absolute_s=cfg.session_absolute_s, max_sessions=cfg.max_sessions
+        )
+        self.pending = PendingSignIns()
+        settings = services.settings
+        self.oidc = OidcClient(cfg, settings.auth, services.verifier) if cfg.has_oidc else None
+        self.is_dev_sign_in = cfg.dev_sign_in and settings.auth.dev_issuer
+        self.secure_cookies = is_tls if cfg.secure_cookies is None else cfg.secure_cookies
+
+    @classmethod
+    def create(cls, services: Services) -> Console | None:
+        """The console for these services, or None when ``console.enabled`` is off."""
+        cfg: ConsoleConfig = services.settings.console
+        if not cfg.enabled:
+            return None
+        return cls(cfg, services, is_tls=services.settings.server.tls.cert_file is not None)
+
+    @staticmethod
+    def of(request: Request[Any, Any, Any]) -> Console:
+        console: Console | None = getattr(request.app.state, "console", None)
+        if console is None:
+            raise PageNotFoundError("the console is disabled")
+        return console
+
+    async def session(self, request: Request[Any, Any, Any]) -> ConsoleSession:
+        session_id = request.cookies.get(SESSION_COOKIE)
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise NotSignedInError("no live session")
+        if await self.services.verifier.is_revoked(session.principal, since=session.created_at):
+            # Revoking the officer's token (or subject) ends the console session too, at the next click.
+            self.sessions.end(session_id)
+            await self.record(
+                request,
+                session.principal,
+                EventType.AUTHENTICATION_FAILURE,
+                Decision.DENY,
+                status=401,
+                reason="console session ended: token revoked",
+            )
+            raise NotSignedInError("token revoked")
+        if request.method not in ("GET", "HEAD"):
+            await check_csrf(request, session.csrf_token)
+        return session
+
+    async def page(
+        self,
+        request: Request[Any, Any, Any],
+        permissions: tuple[str, ...],
+        detail: str,
+        *,
+        is_audited: bool = True,
+    ) -> ConsoleSession:
+        """The session, after checking ``permissions`` and recording this view (or its refusal).
+
+        ``is_audited=False`` records refusals only: for live refreshes of views holding no audit
+        data (the engine pool every few seconds would otherwise flood the log)."""
+        session = await self.session(request)
+        authorizer = self.services.authorizer
+        missing = [p for p in permissions if not authorizer.allowed(session.principal, p, CONTROL_PLANE)]
+        if missing:
+            await self.record(
+                request,
+                session.principal,
+                EventType.AUTHORIZATION_DENIAL,
+                Decision.DENY,
+                status=403,
+                reason="missing " + ",".join(missing),
+                detail=detail,
+            )
+            raise PageForbiddenError(f"this page needs {', '.join(missing)}")
+        if not is_audited:
+            return session
+        await self.record(
+            request, session.principal, EventType.AUDIT_ACCESS, Decision.ALLOW, status=200, detail=detail
+        )
+        return session
+
+    def can(self, session: ConsoleSession, permission: str) -> bool:
+        return self.services.authorizer.allowed(session.principal, permission, CONTROL_PLANE)
+
+    async def record(
+        self,
+        request: Request[Any, Any, Any],
+        principal: Principal | None,
+        event_type: EventType,
+        decision: Decision,
+        *,
+        status: int,
+        reason: str = "",
+        detail: str = "",
+    ) -> int:
+        state = request.scope.get("state", {})
+        ctx = RequestContext(
+            request_id=state.get("request_id", ""),
+            trace_id=state.get("trace_id", ""),
+            endpoint=f"{request.method} {request.url.path}",
+            client_ip=request.client.host if request.client else "",
+            principal=principal,
+        )
+        auditor = self.services.inference.auditor
+        return await auditor.record(ctx, event_type, decision, status=status, reason=reason, detail=detail)
+
+
+async def check_csrf(request: Request[Any, Any, Any], expected: str) -> None:
+    """Raise ``CsrfError`` unless the request carries ``expected`` (form field ``_csrf`` or header
+    ``X-CSRF-Token``) and, when the browser names one, comes from this origin."""
+    origin = request.headers.get("origin")
+    if origin is not None and origin != _own_origin(request):
+        raise CsrfError("cross-origin form")
+    given = request.headers.get("x-csrf-token")
+    if given is None:
+        form = await request.form()
+        value = form.get("_csrf")
+        given = value if isinstance(value, str) else None
+    if not given or not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+        raise CsrfError("missing or wrong CSRF token")
+
+
+def _own_origin(request: Request[Any, Any, Any]) -> str:
+    return f"{request.url.scheme}://{request.url.netloc}"

@@ -1,0 +1,373 @@
+"""Console pages in-process on real parts: AuditLog (temp SQLite), Authorizer (default policy),
+TokenVerifier with the dev issuer, the gateway's Auditor. Sign-in, CSRF, RBAC, escaping, audit."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from audit.config import AuditConfig
+from audit.event import AuditEvent, Decision, EventType, Finding
+from audit.log import AuditLog
+from audit.query import AuditQuery
+from audit.record import AuditContent
+from gateway.auditor import Auditor
+from gateway.auth.config import AuthConfig, IssuerConfig
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.auth.principal import Principal
+from gateway.auth.token_verifier import TokenVerifier
+from gateway.console.config import ConsoleConfig
+from gateway.console.console import Console
+from gateway.console.router import CSP, build_console_router, console_template_config
+from policies.authorizer import Authorizer
+from policies.config import AccessConfig
+from strongroom.config import Settings
+
+IDP = "https://idp.bank.example/realms/staff"
+XSS = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
+
+
+def _app(tmp_path: Path, state: dict[str, Any], *, secure_cookies: bool | None = None) -> Litestar:
+    settings = Settings(
+        data_dir=str(tmp_path),
+        auth=AuthConfig(
+            issuers=(IssuerConfig(issuer=IDP, audiences=("console",), jwks_url=f"{IDP}/jwks"),),
+        ),
+        console=ConsoleConfig(
+            oidc_issuer=IDP,
+            oidc_client_id="console",
+            oidc_redirect_url="https://llm.example/console/callback",
+            secure_cookies=secure_cookies,
+        ),
+    )
+
+    async def startup(app: Litestar) -> None:
+        log = await AuditLog.open(AuditConfig(content_default="encrypt"), tmp_path)
+        await log.append(
+            AuditEvent(
+                event_type=EventType.INFERENCE,
+                decision=Decision.ALLOW,
+                subject=XSS,
+                model=XSS,
+                roles=("analyst",),
+                reason=XSS,
+                findings=(Finding(type="pii.card", count=1, action="mask"),),
+            ),
+            AuditContent(prompt=f"card 4111 1111 1111 1111 {XSS}", completion="ok"),
+        )
+        services = SimpleNamespace(
+            settings=settings,
+            verifier=TokenVerifier.create(settings.auth, tmp_path, redis=None),
+            authorizer=Authorizer.open(AccessConfig(), tmp_path),
+            audit_log=log,
+            inference=SimpleNamespace(auditor=Auditor(log)),
+        )
+        app.state.services = services
+        app.state.console = Console.create(services)  # type: ignore[arg-type]
+        state["log"] = log
+        state["verifier"] = services.verifier
+
+    async def shutdown() -> None:
+        await state["verifier"].aclose()
+        await state["log"].close()
+
+    return Litestar(
+        route_handlers=[build_console_router()],
+        template_config=console_template_config(),
+        on_startup=[startup],
+        on_shutdown=[shutdown],
+    )
+
+
+async def _sign_in(client: httpx.AsyncClient, tmp_path: Path, sub: str, *roles: str) -> str:
+    """Dev-token sign-in; returns the session's CSRF token ("" when the role may not see the search page)."""
+    page = await client.get("/console/sign-in")
+    login_csrf = re.search(r'name="_csrf" value="([^"]+)"', page.text)
+    assert login_csrf is not None
+    token = DevIssuer.load_or_create(tmp_path).mint(sub, roles)
+    signed_in = await client.post(
+        "/console/sign-in/dev", data={"_csrf": login_csrf.group(1), "token": token}, follow_redirects=False
+    )
+    assert signed_in.status_code == 303 and signed_in.headers["location"] == "/console/audit", signed_in.text
+    home = await client.get("/console/audit")
+    csrf = re.search(r'name="_csrf" value="([^"]+)"', home.text)
+    return csrf.group(1) if csrf else ""
+
+
+async def _details(log: AuditLog, subject: str) -> list[tuple[str, str, str]]:
+    page = await log.search(AuditQuery(subject=subject, limit=1000))
+    return [(str(r.event.event_type), r.event.detail, r.event.reason) for r in page.records]
+
+
+def test_content_needs_audit_content_and_every_view_is_recorded_first(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            await _sign_in(client, tmp_path, "carol", "compliance")
+            record = await client.get("/console/audit/records/2")
+            assert record.status_code == 200 and 'data-testid="show-content"' in record.text
+            content = await client.get("/console/audit/records/2/content", headers={"hx-request": "true"})
+            assert content.status_code == 200 and "4111 1111 1111 1111" in content.text
+            assert "<script>alert(1)</script>" not in content.text and "&lt;script&gt;" in content.text
+
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            await _sign_in(client, tmp_path, "dave", "auditor")
+            record = await client.get("/console/audit/records/2")
+            assert "show-content" not in record.text and "audit:content" in record.text
+            refused = await client.get("/console/audit/records/2/content")
+            assert refused.status_code == 403 and "4111" not in refused.text
+            details = await _details(state["log"], "dave")
+            assert ("authorization_denial", "console content view 2", "missing audit:content") in details
+
+    asyncio.run(go())
+    details = asyncio.run(_reopened_details(tmp_path, "carol"))
+    assert ("audit_access", "console sign-in (dev issuer)", "") in details
+    assert ("audit_access", "console content view 2", "") in details
+
+
+async def _reopened_details(tmp_path: Path, subject: str) -> list[tuple[str, str, str]]:
+    log = await AuditLog.open(AuditConfig(), tmp_path, heartbeat=False, record_lifecycle=False)
+    try:
+        return await _details(log, subject)
+    finally:
+        await log.close()
+
+
+def test_planted_script_payloads_are_escaped_and_csp_forbids_inline(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            await _sign_in(client, tmp_path, "carol", "compliance")
+            charts = await client.get("/console/audit/charts", params={"since": "2000-01-01T00:00:00Z"})
+            assert (
+                charts.text.count('data-testid="chart"') == 4 and charts.text.count("<svg") == 3
+            )  # no denials
+            for url in (
+                "/console/audit",
+                "/console/audit/records/2",
+                f"/console/audit?model={XSS}",
+                "/console/audit/charts?since=2000-01-01T00:00:00Z",
+            ):
+                page = await client.get(url)
+                assert page.status_code == 200
+                assert "<script>alert" not in page.text and "<img src=x" not in page.text
+                assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+                assert page.headers["content-security-policy"] == CSP
+            assert "unsafe-inline" not in CSP and "unsafe-eval" not in CSP and "script-src 'self'" in CSP
+
+    asyncio.run(go())
+
+
+def test_forms_without_the_sessions_csrf_token_or_from_another_origin_are_refused(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            csrf = await _sign_in(client, tmp_path, "carol", "compliance")
+            for kwargs in (
+                {"data": {}},
+                {"data": {"_csrf": csrf + "x"}},
+                {"data": {"_csrf": csrf}, "headers": {"origin": "https://evil.example"}},
+                {"data": {"_csrf": csrf}, "headers": {"origin": "null"}},
+            ):
+                refused = await client.post("/console/sign-out", follow_redirects=False, **kwargs)  # type: ignore[arg-type]
+                assert refused.status_code == 403, kwargs
+                verify = await client.post("/console/audit/verify", **kwargs)  # type: ignore[arg-type]
+                assert verify.status_code == 403
+            assert (await client.get("/console/audit")).status_code == 200  # still signed in
+            verified = await client.post("/console/audit/verify", headers={"x-csrf-token": csrf})
+            assert verified.status_code == 200 and "Intact" in verified.text
+            out = await client.post("/console/sign-out", data={"_csrf": csrf}, follow_redirects=False)
+            assert out.status_code == 303 and out.headers["location"] == "/console/sign-in"
+            gone = await client.get("/console/audit", follow_redirects=False)
+            assert gone.status_code == 303 and gone.headers["location"] == "/console/sign-in"
+
+            # Login CSRF: the dev form needs the value of this browser's sign-in cookie.
+            token = DevIssuer.load_or_create(tmp_path).mint("carol", ["compliance"])
+            forged = await client.post("/console/sign-in/dev", data={"_csrf": "guess", "token": token})
+            assert forged.status_code == 403
+
+    asyncio.run(go())
+
+
+def test_roles_without_audit_read_and_bad_tokens_get_nothing(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            await _sign_in(client, tmp_path, "bob", "analyst")
+            for url in ("/console/audit", "/console/audit/records/2", "/console/audit/export/download"):
+                page = await client.get(url)
+                assert page.status_code == 403 and "4111" not in page.text and "pii.card" not in page.text
+            assert ("authorization_denial", "console record 2", "missing audit:read") in await _details(
+                state["log"], "bob"
+            )
+            page = await client.get("/console/sign-in")
+            login = re.search(r'name="_csrf" value="([^"]+)"', page.text)
+            assert login is not None
+            bad = await client.post(
+                "/console/sign-in/dev", data={"_csrf": login.group(1), "token": "e30.e30.e30"}
+            )
+            assert bad.status_code == 401 and "Sign-in failed" in bad.text
+
+    asyncio.run(go())
+
+
+def test_an_idp_callback_with_a_foreign_or_replayed_state_signs_nobody_in(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            console: Console = client.app.state.console  # type: ignore[attr-defined]
+            pending = console.pending.start()
+            # The state is real but this browser never started it (no state cookie): login CSRF.
+            forged = await client.get("/console/callback", params={"code": "c", "state": pending.state})
+            assert forged.status_code == 401 and "strongroom_console=" not in forged.headers.get(
+                "set-cookie", ""
+            )
+            page = await state["log"].search(AuditQuery(event_type="authentication_failure"))
+            assert any("foreign sign-in state" in r.event.reason for r in page.records)
+
+    asyncio.run(go())
+
+
+def test_only_admin_policy_edits_grants_and_a_refused_edit_changes_nothing(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            csrf = await _sign_in(client, tmp_path, "carol", "compliance")
+            authorizer = client.app.state.services.authorizer  # type: ignore[attr-defined]
+            version = authorizer.version
+            assert "Administration" not in (await client.get("/console/audit")).text
+            assert (await client.get("/console/admin")).status_code == 403
+            form = {
+                "_csrf": csrf,
+                "op": "grant",
+                "role": "carol-role",
+                "model": "demo-chat",
+                "action": "chat",
+            }
+            refused = await client.post("/console/admin/grants", data=form, headers={"hx-request": "true"})
+            assert refused.status_code == 403 and authorizer.version == version
+            assert (
+                "authorization_denial",
+                "console grant 'carol-role' chat 'demo-chat'",
+                "missing admin:policy",
+            ) in (await _details(state["log"], "carol"))
+
+    asyncio.run(go())
+
+
+def test_language_follows_the_browser_until_the_officer_switches(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            zh = await client.get("/console/sign-in", headers={"accept-language": "zh-CN,zh;q=0.9,en;q=0.8"})
+            assert '<html lang="zh">' in zh.text and "使用开发令牌登录" in zh.text
+            en = await client.get("/console/sign-in", headers={"accept-language": "en-GB,zh;q=0.5"})
+            assert '<html lang="en">' in en.text and "Sign in with dev token" in en.text
+            switched = await client.get(
+                "/console/language",
+                params={"to": "zh"},
+                headers={"referer": "http://testserver.local/console/sign-in"},
+                follow_redirects=False,
+            )
+            assert switched.status_code == 303 and switched.headers["location"] == "/console/sign-in"
+            assert (
+                "使用开发令牌登录"
+                in (await client.get("/console/sign-in", headers={"accept-language": "en"})).text
+            )
+            foreign = await client.get(
+                "/console/language", params={"to": "en"}, headers={"referer": "https://evil.example/x"}
+            )
+            assert foreign.url.path == "/console/sign-in"  # /console/ -> sign-in; never off-site
+
+    asyncio.run(go())
+
+
+def test_cookies_are_httponly_samesite_and_secure_under_tls(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(
+            _app(tmp_path, state, secure_cookies=True), base_url="https://testserver.local"
+        ) as client:
+            page = await client.get("/console/sign-in")
+            login = re.search(r'name="_csrf" value="([^"]+)"', page.text)
+            assert login is not None
+            token = DevIssuer.load_or_create(tmp_path).mint("carol", ["compliance"])
+            signed_in = await client.post(
+                "/console/sign-in/dev", data={"_csrf": login.group(1), "token": token}, follow_redirects=False
+            )
+            session_cookie = next(
+                v for v in signed_in.headers.get_list("set-cookie") if v.startswith("strongroom_console=")
+            )
+            flags = {part.strip().lower() for part in session_cookie.split(";")[1:]}
+            assert {"httponly", "secure", "samesite=lax", "path=/console", "max-age=28800"} <= flags
+            assert (
+                signed_in.headers["location"] == "/console/audit"
+                and "token" not in signed_in.headers["location"]
+            )
+
+    asyncio.run(go())
+
+
+def test_an_admin_assigns_a_user_a_role_and_takes_it_back(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            csrf = await _sign_in(client, tmp_path, "root", "admin")
+            authorizer = client.app.state.services.authorizer  # type: ignore[attr-defined]
+            erin = Principal(subject="erin", roles=(), issuer="test")
+            assert not authorizer.allowed(erin, "chat", "demo-chat")
+            form = {"_csrf": csrf, "op": "assign", "user": "erin", "role": "analyst"}
+            assigned = await client.post(
+                "/console/admin/assignments", data=form, headers={"hx-request": "true"}
+            )
+            assert assigned.status_code == 200 and "root assigned analyst to erin" in assigned.text
+            assert authorizer.allowed(erin, "chat", "demo-chat")
+            bad = {**form, "user": "has space"}
+            refused = await client.post(
+                "/console/admin/assignments", data=bad, headers={"hx-request": "true"}
+            )
+            assert refused.status_code == 400 and "invalid" in refused.text
+            form["op"] = "unassign"
+            removed = await client.post(
+                "/console/admin/assignments", data=form, headers={"hx-request": "true"}
+            )
+            assert removed.status_code == 200 and not authorizer.allowed(erin, "chat", "demo-chat")
+        changes = (await _reopened_changes(tmp_path))[-2:]
+        assert [(c.subject, c.detail.split()[0]) for c in changes] == [
+            ("root", "assign"),
+            ("root", "unassign"),
+        ]
+
+    asyncio.run(go())
+
+
+async def _reopened_changes(tmp_path: Path) -> list[AuditEvent]:
+    log = await AuditLog.open(AuditConfig(), tmp_path, heartbeat=False, record_lifecycle=False)
+    try:
+        page = await log.search(AuditQuery(event_type="admin_change", limit=1000))
+        return [r.event for r in page.records]
+    finally:
+        await log.close()
+
+
+def test_revoking_the_officers_subject_ends_the_console_session(tmp_path: Path) -> None:
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state)) as client:
+            await _sign_in(client, tmp_path, "carol", "compliance")
+            assert (await client.get("/console/audit")).status_code == 200
+            await state["verifier"]._revocations.revoke_subject("carol", before=time.time() + 1)
+            ended = await client.get("/console/audit", follow_redirects=False)
+            assert ended.status_code == 303 and ended.headers["location"] == "/console/sign-in"
+            page = await state["log"].search(AuditQuery(subject="carol", event_type="authentication_failure"))
+            assert [r.event.reason for r in page.records] == ["console session ended: token revoked"]
+
+    asyncio.run(go())
