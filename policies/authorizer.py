@@ -23,7 +23,15 @@ from policies.config import AccessConfig
 from policies.control_scope import ControlScope
 from policies.decision_table import DecisionTable
 from policies.errors import PolicyTamperedError
-from policies.policy import ALL_DOMAINS, CONTROL_RESOURCE, Grant, Policy, is_role_name, user_member
+from policies.policy import (
+    ALL_DOMAINS,
+    CONTROL_ACTIONS,
+    CONTROL_RESOURCE,
+    Grant,
+    Policy,
+    is_role_name,
+    user_member,
+)
 from policies.policy_backend import PolicyBackend, open_policy_store
 from policies.policy_change import PolicyChange
 from policies.policy_seal import PolicySeal, tamper_event
@@ -120,6 +128,31 @@ class Authorizer:
         """Where ``principal`` holds every one of the control-plane ``actions`` (see ControlScope)."""
         held = all(self.allowed(principal, action, CONTROL_RESOURCE) for action in actions)
         return ControlScope(self.domain_of(principal) if held and actions else None)
+
+    def change_refusal(self, principal: Principal, change: PolicyChange) -> str | None:
+        """Why ``principal`` may not make ``change`` (None: it may). The one rule for every way a
+        policy is changed (the admin API, the console):
+
+        - it administers somewhere (``admin:policy``, see ``control_scope``), and the rule's domain
+          is within that reach;
+        - no escalation: an addition hands out only control-plane rights the caller holds itself
+          (granting ``audit:content``, or assigning a role such as ``admin`` or ``compliance``,
+          needs every control right it carries); model grants are what administrators give out.
+        """
+        scope = self.control_scope(principal, "admin:policy")
+        if scope.is_empty:
+            return "admin:policy required"
+        if not scope.covers(change.rule.domain):
+            return f"admin:policy not held in domain {change.rule.domain!r}"
+        if not change.adds:
+            return None
+        rule = change.rule
+        grants = [rule] if isinstance(rule, Grant) else self.effective_grants([rule.role], rule.domain)
+        missing = sorted(
+            {g.action for g in grants if g.action in CONTROL_ACTIONS}
+            - {a for a in CONTROL_ACTIONS if self.allowed(principal, a, CONTROL_RESOURCE)}
+        )
+        return f"would hand out permissions not held: {', '.join(missing)}" if missing else None
 
     def allowed_models(self, principal: Principal, action: str, models: Iterable[str]) -> list[str]:
         table, members, domain = self._table, self.members_of(principal), self.domain_of(principal)

@@ -72,7 +72,9 @@ async def admin_page(request: HTMXRequest, action: FromQuery[str] = "chat") -> T
     action = action if action in INFERENCE_ACTIONS else "chat"
     session = await console.page(request, _ADMIN, f"console admin {action}")
     context = _matrix_context(console, session, action)
-    context["engines"] = await _engines(console)
+    # The engine pool spans every tenant: shown to administrators of every tenant, as /admin/engines.
+    every_tenant = console.scope(session, *_ADMIN).is_global
+    context["engines"] = await _engines(console) if every_tenant else []
     context["assignments"] = _assignments(console, session)
     return Template(template_name="admin.html", context=context)
 
@@ -87,11 +89,14 @@ async def change_grant(request: HTMXRequest) -> Template | Redirect:
     detail = f"console {fields['op'] or 'change'} {fields['role']!r} {action} {fields['model']!r}"
     session = await console.page(request, _ADMIN, detail)
     notice, problem = await _apply(
+        request,
         console,
         session,
         fields["op"],
         ("grant", "ungrant"),
-        lambda: Grant(role=fields["role"], pattern=fields["model"], action=action, domain=ALL_DOMAINS),
+        lambda: Grant(
+            role=fields["role"], pattern=fields["model"], action=action, domain=_domain_of(session)
+        ),
         f"{action} on {fields['model']} to {fields['role']}",
     )
     if not request.htmx:
@@ -109,8 +114,9 @@ async def change_assignment(request: HTMXRequest) -> Template | Redirect:
     session = await console.page(
         request, _ADMIN, f"console {fields['op'] or 'change'} {fields['user']!r} {fields['role']!r}"
     )
-    domain = session.principal.tenant or ALL_DOMAINS
+    domain = _domain_of(session)
     notice, problem = await _apply(
+        request,
         console,
         session,
         fields["op"],
@@ -129,7 +135,13 @@ async def change_assignment(request: HTMXRequest) -> Template | Redirect:
     return Template(template_name="assignments.html", context=context, status_code=400 if problem else 200)
 
 
+def _domain_of(session: ConsoleSession) -> str:
+    """Where an administrator's changes go: its token's tenant, or every tenant without one."""
+    return session.principal.tenant or ALL_DOMAINS
+
+
 async def _apply(
+    request: HTMXRequest,
     console: Console,
     session: ConsoleSession,
     op: str,
@@ -137,11 +149,16 @@ async def _apply(
     rule: Callable[[], Grant | Assignment],
     what: str,
 ) -> tuple[str, str]:
-    """One audited policy change by this officer: (notice, problem) for the page."""
+    """One audited policy change by this officer: (notice, problem) for the page. The API's rule
+    decides whether it may (``Authorizer.change_refusal``: its own domain, no escalation)."""
     try:
         if op not in ops:
             raise PolicyError(f"op must be {ops[0]} or {ops[1]}")
         change = PolicyChange(op=op, rule=rule())  # type: ignore[arg-type]
+        refusal = console.services.authorizer.change_refusal(session.principal, change)
+        if refusal is not None:
+            await console.refuse(request, session, refusal, f"console {op} {change.describe()}")
+            return "", f"Refused: {refusal}."
         updated = await console.services.authorizer.change(
             [change], session.principal.subject, console.services.audit_log
         )
@@ -164,7 +181,7 @@ def _assignments(console: Console, session: ConsoleSession) -> list[tuple[str, s
 @get("/admin/engines")
 async def engines_fragment(request: HTMXRequest) -> Template:
     console = Console.of(request)
-    await console.page(request, _ADMIN, "console engines", is_audited=False)
+    await console.page(request, _ADMIN, "console engines", is_audited=False, every_tenant=True)
     context = {"engines": await _engines(console)}
     return Template(template_name="engines.html", context=context)
 

@@ -21,9 +21,11 @@ from litestar_htmx import HTMXRequest, HTMXTemplate
 from audit.errors import AuditError, AuditNotFoundError, AuditQueryError
 from audit.event import Decision, EventType
 from audit.query import AuditQuery
+from audit.record import AuditRecord
 from gateway.console.console import Console
-from gateway.console.errors import PageNotFoundError
+from gateway.console.errors import PageForbiddenError, PageNotFoundError
 from gateway.console.session_store import ConsoleSession
+from policies.policy import ALL_DOMAINS
 
 __all__ = ["AUDIT_PAGES"]
 
@@ -78,6 +80,8 @@ async def search_page(
         query, problem, detail = None, str(exc), "console search (invalid filters)"
     session = await console.page(request, _READ, detail)
     if query is not None:
+        query = await within_scope(console, request, session, query, detail)
+        filters["tenant"] = query.tenant
         try:
             page = await console.services.audit_log.search(query)
         except AuditQueryError as exc:
@@ -104,6 +108,37 @@ async def search_page(
     return Template(template_name="search.html", context=context, status_code=status)
 
 
+async def within_scope(
+    console: Console, request: HTMXRequest, session: ConsoleSession, query: AuditQuery, detail: str
+) -> AuditQuery:
+    """The query pinned to the officer's tenant when its audit:read reaches that tenant only;
+    asking for another tenant is refused (and recorded), as the API refuses it."""
+    scope = console.scope(session, *_READ)
+    if scope.is_global:
+        return query
+    if query.tenant is not None and query.tenant != scope.domain:
+        await console.refuse(request, session, f"audit:read not held in tenant {query.tenant!r}", detail)
+        raise PageForbiddenError("your audit rights cover your own tenant's records only")
+    return msgspec.structs.replace(query, tenant=scope.domain)
+
+
+async def _record_in_scope(
+    console: Console, request: HTMXRequest, session: ConsoleSession, seq: int, permissions: tuple[str, ...]
+) -> AuditRecord:
+    """Record ``seq`` if the officer's scope covers its tenant; otherwise 'not found' as for an
+    absent record, so other tenants' records cannot be probed (the refusal is recorded)."""
+    try:
+        record = await console.services.audit_log.get(seq)
+    except AuditNotFoundError:
+        raise PageNotFoundError(f"no audit record {seq}") from None
+    if not console.scope(session, *permissions).covers(record.event.tenant or ALL_DOMAINS):
+        await console.refuse(
+            request, session, f"record {seq} is outside the officer's tenant", f"record {seq}"
+        )
+        raise PageNotFoundError(f"no audit record {seq}")
+    return record
+
+
 def _is_fragment(request: HTMXRequest) -> bool:
     """An htmx swap wants the fragment; a history restore (back button) wants the whole page."""
     return bool(request.htmx) and not request.htmx.history_restore_request
@@ -117,10 +152,7 @@ def _next_query(filters: dict[str, str | None], cursor: str) -> dict[str, str]:
 async def record_page(request: HTMXRequest, seq: FromPath[int]) -> Template:
     console = Console.of(request)
     session = await console.page(request, _READ, f"console record {seq}")
-    try:
-        record = await console.services.audit_log.get(seq)
-    except AuditNotFoundError:
-        raise PageNotFoundError(f"no audit record {seq}") from None
+    record = await _record_in_scope(console, request, session, seq, _READ)
     event = msgspec.to_builtins(record.event)
     return Template(
         template_name="record.html",
@@ -133,6 +165,7 @@ async def content_fragment(request: HTMXRequest, seq: FromPath[int]) -> Template
     """The decrypted prompt and completion; needs audit:content, and every view is recorded first."""
     console = Console.of(request)
     session = await console.page(request, _CONTENT, f"console content view {seq}")
+    await _record_in_scope(console, request, session, seq, _CONTENT)
     problem, content = "", None
     try:
         content = await console.services.audit_log.read_content(seq)
@@ -148,7 +181,7 @@ async def content_fragment(request: HTMXRequest, seq: FromPath[int]) -> Template
 @get("/audit/verify")
 async def verify_page(request: HTMXRequest) -> Template:
     console = Console.of(request)
-    session = await console.page(request, _READ, "console verify page")
+    session = await console.page(request, _READ, "console verify page", every_tenant=True)
     audit_log = console.services.audit_log
     head = await audit_log.run_reader(audit_log.store.head)
     return Template(
@@ -161,7 +194,7 @@ async def verify_page(request: HTMXRequest) -> Template:
 async def run_verify(request: HTMXRequest) -> Template:
     """Walk the whole chain against the trusted key and the witnesses (POST: it is costly)."""
     console = Console.of(request)
-    session = await console.page(request, _READ, "console verify")
+    session = await console.page(request, _READ, "console verify", every_tenant=True)
     audit_log = console.services.audit_log
     await audit_log.checkpoint()  # so the report and the newest checkpoint cover every record so far
     report = await audit_log.verify()
@@ -175,7 +208,7 @@ async def run_verify(request: HTMXRequest) -> Template:
 @get("/audit/export")
 async def export_page(request: HTMXRequest) -> Template:
     console = Console.of(request)
-    session = await console.page(request, _READ, "console export page")
+    session = await console.page(request, _READ, "console export page", every_tenant=True)
     return Template(template_name="export.html", context=page_context(console, session, problem=""))
 
 
@@ -191,7 +224,7 @@ async def export_download(
     console = Console.of(request)
     fmt = format if format in ("jsonl", "csv") else ""
     detail = f"console export {fmt or format[:16]} {since or 'start'}..{until or 'end'}"
-    session = await console.page(request, _READ, detail)
+    session = await console.page(request, _READ, detail, every_tenant=True)
     audit_log = console.services.audit_log
     try:
         if not fmt:

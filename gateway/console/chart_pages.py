@@ -19,7 +19,7 @@ from audit.aggregates import AuditAggregates, DailyCount
 from audit.errors import AuditQueryError
 from audit.query import AuditQuery
 from audit.record import us_to_iso
-from gateway.console.audit_pages import page_context
+from gateway.console.audit_pages import page_context, within_scope
 from gateway.console.bar_chart import HEIGHT, WIDTH, BarChart
 from gateway.console.console import Console
 
@@ -72,6 +72,8 @@ async def charts_page(
         query, problem, detail = None, str(exc), "console charts (invalid filters)"
     session = await console.page(request, ("audit:read",), detail)
     if query is not None:
+        query = await within_scope(console, request, session, query, detail)
+        tenant = query.tenant
         try:
             charts = charts_of(await console.services.audit_log.aggregates(query))
         except AuditQueryError as exc:

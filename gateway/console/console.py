@@ -25,6 +25,7 @@ from gateway.request_context import RequestContext
 if TYPE_CHECKING:
     from gateway.auth.principal import Principal
     from gateway.services import Services
+    from policies.control_scope import ControlScope
 
 __all__ = ["SESSION_COOKIE", "STATE_COOKIE", "Console"]
 
@@ -89,31 +90,48 @@ class Console:
         detail: str,
         *,
         is_audited: bool = True,
+        every_tenant: bool = False,
     ) -> ConsoleSession:
         """The session, after checking ``permissions`` and recording this view (or its refusal).
 
+        Permissions reach as far as they do through the API (``policies.control_scope``): a page
+        shows one tenant's data to an officer scoped to that tenant; ``every_tenant`` pages (the
+        whole chain: verify, export) need the permissions across all tenants.
         ``is_audited=False`` records refusals only: for live refreshes of views holding no audit
         data (the engine pool every few seconds would otherwise flood the log)."""
         session = await self.session(request)
         authorizer = self.services.authorizer
         missing = [p for p in permissions if not authorizer.allowed(session.principal, p, CONTROL_PLANE)]
         if missing:
-            await self.record(
-                request,
-                session.principal,
-                EventType.AUTHORIZATION_DENIAL,
-                Decision.DENY,
-                status=403,
-                reason="missing " + ",".join(missing),
-                detail=detail,
-            )
+            await self.refuse(request, session, "missing " + ",".join(missing), detail)
             raise PageForbiddenError(f"this page needs {', '.join(missing)}")
+        if every_tenant and not self.scope(session, *permissions).is_global:
+            await self.refuse(request, session, f"{','.join(permissions)} not held in every tenant", detail)
+            raise PageForbiddenError("this page covers every tenant's records")
         if not is_audited:
             return session
         await self.record(
             request, session.principal, EventType.AUDIT_ACCESS, Decision.ALLOW, status=200, detail=detail
         )
         return session
+
+    def scope(self, session: ConsoleSession, *permissions: str) -> ControlScope:
+        """Where the officer holds ``permissions``: every tenant, or its token's one."""
+        return self.services.authorizer.control_scope(session.principal, *permissions)
+
+    async def refuse(
+        self, request: Request[Any, Any, Any], session: ConsoleSession, reason: str, detail: str
+    ) -> None:
+        """Record a refusal (403) with the officer's identity; the caller raises."""
+        await self.record(
+            request,
+            session.principal,
+            EventType.AUTHORIZATION_DENIAL,
+            Decision.DENY,
+            status=403,
+            reason=reason,
+            detail=detail,
+        )
 
     def can(self, session: ConsoleSession, permission: str) -> bool:
         return self.services.authorizer.allowed(session.principal, permission, CONTROL_PLANE)

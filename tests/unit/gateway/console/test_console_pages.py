@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,6 +28,7 @@ from gateway.auth.token_verifier import TokenVerifier
 from gateway.console.config import ConsoleConfig
 from gateway.console.console import Console
 from gateway.console.router import CSP, build_console_router, console_template_config
+from gateway.engine_pool import EnginePool
 from policies.authorizer import Authorizer
 from policies.config import AccessConfig
 from strongroom.config import Settings
@@ -35,7 +37,13 @@ IDP = "https://idp.bank.example/realms/staff"
 XSS = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
 
 
-def _app(tmp_path: Path, state: dict[str, Any], *, secure_cookies: bool | None = None) -> Litestar:
+def _app(
+    tmp_path: Path,
+    state: dict[str, Any],
+    *,
+    secure_cookies: bool | None = None,
+    seed: Callable[[AuditLog, Authorizer], Awaitable[None]] | None = None,
+) -> Litestar:
     settings = Settings(
         data_dir=str(tmp_path),
         auth=AuthConfig(
@@ -68,12 +76,16 @@ def _app(tmp_path: Path, state: dict[str, Any], *, secure_cookies: bool | None =
             verifier=TokenVerifier.create(settings.auth, tmp_path, redis=None),
             authorizer=Authorizer.open(AccessConfig(), tmp_path),
             audit_log=log,
+            engines=EnginePool([]),  # no engine: the grant matrix lists no model
             inference=SimpleNamespace(auditor=Auditor(log)),
         )
         app.state.services = services
         app.state.console = Console.create(services)  # type: ignore[arg-type]
         state["log"] = log
         state["verifier"] = services.verifier
+        state["authorizer"] = services.authorizer
+        if seed is not None:  # on the app's loop, where the log's writer runs
+            await seed(log, services.authorizer)
 
     async def shutdown() -> None:
         await state["verifier"].aclose()
@@ -87,12 +99,14 @@ def _app(tmp_path: Path, state: dict[str, Any], *, secure_cookies: bool | None =
     )
 
 
-async def _sign_in(client: httpx.AsyncClient, tmp_path: Path, sub: str, *roles: str) -> str:
+async def _sign_in(
+    client: httpx.AsyncClient, tmp_path: Path, sub: str, *roles: str, tenant: str | None = None
+) -> str:
     """Dev-token sign-in; returns the session's CSRF token ("" when the role may not see the search page)."""
     page = await client.get("/console/sign-in")
     login_csrf = re.search(r'name="_csrf" value="([^"]+)"', page.text)
     assert login_csrf is not None
-    token = DevIssuer.load_or_create(tmp_path).mint(sub, roles)
+    token = DevIssuer.load_or_create(tmp_path).mint(sub, roles, tenant=tenant)
     signed_in = await client.post(
         "/console/sign-in/dev", data={"_csrf": login_csrf.group(1), "token": token}, follow_redirects=False
     )
@@ -369,5 +383,83 @@ def test_revoking_the_officers_subject_ends_the_console_session(tmp_path: Path) 
             assert ended.status_code == 303 and ended.headers["location"] == "/console/sign-in"
             page = await state["log"].search(AuditQuery(subject="carol", event_type="authentication_failure"))
             assert [r.event.reason for r in page.records] == ["console session ended: token revoked"]
+
+    asyncio.run(go())
+
+
+def test_a_tenant_scoped_officer_sees_and_changes_only_its_tenant(tmp_path: Path) -> None:
+    """The console applies the API's domain scope (issue 18, finding 2): a retail auditor's search
+    is pinned to retail, another tenant's filter or record is refused, verify and export (every
+    tenant's chain) need the right in every tenant, and a tenant administrator writes only in its
+    tenant and hands out no right it lacks."""
+    from policies.policy import Grant
+    from policies.policy_change import PolicyChange
+
+    async def seed(log: AuditLog, authorizer: Authorizer) -> None:
+        for tenant in ("retail", "wholesale"):
+            await log.append(
+                AuditEvent(
+                    event_type=EventType.INFERENCE, decision=Decision.ALLOW, subject=f"shopper-{tenant}",
+                    tenant=tenant, model="demo-chat",
+                )
+            )  # fmt: skip
+        grants = [
+            Grant(role="retail-reader", pattern="*", action="audit:read", domain="retail"),
+            Grant(role="retail-admin", pattern="*", action="admin:policy", domain="retail"),
+        ]
+        await authorizer.change([PolicyChange(op="grant", rule=g) for g in grants], "root", log)
+
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state, seed=seed)) as client:
+            log: AuditLog = state["log"]
+            await _sign_in(client, tmp_path, "rita", "retail-reader", tenant="retail")
+            mine = await client.get("/console/audit")
+            assert mine.status_code == 200 and "shopper-retail" in mine.text
+            assert "shopper-wholesale" not in mine.text and "pii.card" not in mine.text
+            other = await client.get("/console/audit", params={"tenant": "wholesale"})
+            assert other.status_code == 403 and "shopper-wholesale" not in other.text
+            page = await log.search(AuditQuery(subject="shopper-wholesale", limit=5))
+            seq = page.records[0].seq
+            assert (await client.get(f"/console/audit/records/{seq}")).status_code == 404
+            for url in ("/console/audit/verify", "/console/audit/export"):
+                assert (await client.get(url)).status_code == 403, url
+            charts = await client.get("/console/audit/charts", params={"tenant": "wholesale"})
+            assert charts.status_code == 403
+            reasons = [r for _, _, r in await _details(log, "rita")]
+            assert "audit:read not held in tenant 'wholesale'" in reasons
+            assert f"record {seq} is outside the officer's tenant" in reasons
+
+            client.cookies.clear()
+            await _sign_in(client, tmp_path, "ada", "retail-admin", tenant="retail")
+            admin_page = await client.get("/console/admin")
+            page_html = admin_page.text
+            assert admin_page.status_code == 200, page_html[:2000]
+            found = re.search(r'name="_csrf" value="([^"]+)"', page_html)
+            assert found is not None
+            csrf = found.group(1)
+            granted = await client.post(
+                "/console/admin/grants",
+                data={
+                    "_csrf": csrf,
+                    "op": "grant",
+                    "role": "shopper",
+                    "model": "demo-chat",
+                    "action": "chat",
+                },
+                headers={"hx-request": "true"},
+            )
+            assert granted.status_code == 200, granted.text
+            policy = state["authorizer"].policy
+            assert Grant(role="shopper", pattern="demo-chat", action="chat", domain="retail") in policy.grants
+            assert not any(g.role == "shopper" and g.domain == "*" for g in policy.grants)
+            escalated = await client.post(
+                "/console/admin/assignments",
+                data={"_csrf": csrf, "op": "assign", "user": "ada", "role": "admin"},
+                headers={"hx-request": "true"},
+            )
+            assert escalated.status_code == 400 and "would hand out permissions not held" in escalated.text
+            assignments = state["authorizer"].policy.assignments
+            assert not any(a.role == "admin" and a.member == "user:ada" for a in assignments)
 
     asyncio.run(go())
