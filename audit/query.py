@@ -35,6 +35,9 @@ class AuditQuery(msgspec.Struct, frozen=True, kw_only=True):
         for value in (self.role, self.finding):
             if value is not None and "|" in value:
                 raise AuditQueryError("role and finding filters cannot contain '|'")
+        for moment in (self.since, self.until):
+            if moment is not None:
+                _time_us(moment)  # a bad time is refused with the query, before any log is opened
 
 
 class AuditPage(msgspec.Struct, frozen=True, kw_only=True):
