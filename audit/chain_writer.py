@@ -29,6 +29,9 @@ class Entry(NamedTuple):
     encoded: EncodedEvent
     """The event with its time, already canonical (see ``encode_event``)."""
     content: AuditContent | None
+    served: bool = False
+    """The client already has its answer (a stream's final record): refusing this append cuts the
+    stream short with an error event instead of answering 503, and the outage record says so."""
 
     @property
     def event(self) -> AuditEvent:
@@ -38,9 +41,12 @@ class Entry(NamedTuple):
 class _Outage(NamedTuple):
     since_us: int
     num_refused: int
+    """Appends refused whose request was answered 503."""
     last_error: str
     landed: tuple[tuple[int, int], ...] = ()
-    """Seq ranges whose commit failed with an unknown outcome but that the store did keep."""
+    """Seq ranges whose appends were reported refused but that the store did keep."""
+    num_cut: int = 0
+    """Appends refused after the client had its answer: streams ended with an error, not [DONE]."""
 
 
 class _Sealed(NamedTuple):
@@ -106,17 +112,39 @@ class ChainWriter:
         """No append is waiting: the store's writer-side housekeeping (SQLite: rewind the WAL)."""
         self._store.idle()
 
-    def note_failure(self, num_refused: int, error: BaseException) -> bool:
-        """Remember an outage; True when this failure starts one."""
+    @property
+    def has_outage(self) -> bool:
+        """Refusals are waiting for the outage record that the next commit starts with."""
+        return self._outage is not None
+
+    def note_failure(self, num_refused: int, error: BaseException, *, num_cut: int = 0) -> bool:
+        """A commit failed: reload the head before the next one; True when this starts an outage."""
         self._is_stale = True
+        return self.note_refused(num_refused, type(error).__name__, num_cut=num_cut)
+
+    def note_refused(self, num_refused: int, cause: str, *, num_cut: int = 0) -> bool:
+        """Count appends whose callers were told "refused"; True when this starts an outage."""
         if self._outage is None:
             now_us = int(self._clock() * 1_000_000)
-            self._outage = _Outage(now_us, num_refused, type(error).__name__)
+            self._outage = _Outage(now_us, num_refused, cause, num_cut=num_cut)
             return True
         self._outage = self._outage._replace(
-            num_refused=self._outage.num_refused + num_refused, last_error=type(error).__name__
+            num_refused=self._outage.num_refused + num_refused,
+            num_cut=self._outage.num_cut + num_cut,
+            last_error=cause,
         )
         return False
+
+    def note_landed(self, seqs: Sequence[int]) -> None:
+        """Committed records whose callers had already been told "refused" (after ``note_refused``)."""
+        assert self._outage is not None
+        ranges: list[tuple[int, int]] = []
+        for seq in sorted(seqs):
+            if ranges and ranges[-1][1] == seq - 1:
+                ranges[-1] = (ranges[-1][0], seq)
+            else:
+                ranges.append((seq, seq))
+        self._outage = self._outage._replace(landed=self._outage.landed + tuple(ranges))
 
     def commit(self, entries: Sequence[Entry], *, checkpoint: bool, final: bool = False) -> list[int]:
         """Seal and store ``entries``; returns their sequence numbers once durable."""
@@ -239,10 +267,15 @@ class ChainWriter:
 
     def _outage_entry(self, outage: _Outage) -> Entry:
         now_us = int(self._clock() * 1_000_000)
+        cut = (
+            f"; {outage.num_cut} streams ended with an error event instead of [DONE]"
+            if outage.num_cut
+            else ""
+        )
         event = AuditEvent(
             event_type=EventType.AUDIT_OUTAGE,
             decision=Decision.ERROR,
-            reason=f"audit store unavailable; {outage.num_refused} appends refused (answered 503)",
+            reason=f"audit store unavailable; {outage.num_refused} appends refused (answered 503){cut}",
             detail=f"from {us_to_iso(outage.since_us)} to {us_to_iso(now_us)}; last error {outage.last_error}"
             + "".join(
                 f"; records {a}-{b} were stored although their appends were reported refused"

@@ -1,8 +1,9 @@
 """``strongroom audit``: tail, search, verify, export, public-key, archive.
 
-Commands open the log without lifecycle records or idle checkpoints, so they can run beside a
-live gateway (the chain writer re-reads the head on a conflict). Searches and exports made
-here are themselves audited, under the operating-system user.
+Commands run beside a live gateway: they read through a read-only view of the store and append
+through the gateway that owns the log (``OperatorLog``), so they never checkpoint, truncate or
+delete anything it writes, and a command that only reads leaves the log as it found it.
+Searches and exports made here are themselves audited, under the operating-system user.
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ import msgspec
 
 from audit.bundle import verify_bundle
 from audit.config import AuditConfig
-from audit.errors import AuditConfigError, AuditIntegrityError
+from audit.errors import AuditConfigError, AuditIntegrityError, AuditUnavailableError
 from audit.event import AuditEvent, Decision, EventType
-from audit.log import AuditLog
+from audit.operator_log import OperatorLog
 from audit.query import AuditQuery
 from audit.record import AuditRecord, iso_to_us
 from audit.signer import CheckpointVerifier
-from audit.trusted_key import trusted_key
 from audit.verifier import VerifyReport
 
 T = TypeVar("T")
@@ -44,11 +44,7 @@ def _settings(config_path: str | None) -> tuple[AuditConfig, Path]:
 
 
 def _with_log(
-    config_path: str | None,
-    action: Callable[[AuditLog], Awaitable[T]],
-    *,
-    check_witness: bool = True,
-    may_create: bool = False,
+    config_path: str | None, action: Callable[[OperatorLog], Awaitable[T]], *, may_create: bool = False
 ) -> T:
     cfg, data_dir = _settings(config_path)
     store = cfg.resolve(data_dir, cfg.sqlite_path)
@@ -59,18 +55,19 @@ def _with_log(
         )
 
     async def run() -> T:
-        log = await AuditLog.open(
-            cfg, data_dir, heartbeat=False, record_lifecycle=False, check_witness=check_witness
-        )
+        log = OperatorLog(cfg, data_dir, may_create_key=may_create)
         try:
             return await action(log)
         finally:
             await log.close()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except AuditUnavailableError as exc:  # no log yet, or the gateway refused the access record
+        raise click.ClickException(str(exc)) from None
 
 
-async def _audit_access(log: AuditLog, what: str) -> None:
+async def _audit_access(log: OperatorLog, what: str) -> None:
     await log.append(
         AuditEvent(
             event_type=EventType.AUDIT_ACCESS,
@@ -153,7 +150,7 @@ def search(config_path: str | None, as_json: bool, **filters: str | int | None) 
     """Search records; prints a cursor for the next page when there is one."""
     query = msgspec.convert(filters, AuditQuery)
 
-    async def run(log: AuditLog) -> tuple[list[AuditRecord], str | None]:
+    async def run(log: OperatorLog) -> tuple[list[AuditRecord], str | None]:
         await _audit_access(log, f"search {msgspec.json.encode(query).decode()}")
         page = await log.search(query)
         return page.records, page.next_cursor
@@ -179,7 +176,7 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
     Exit status: 0 verified, 1 failed, 3 newest checkpoint stale and not final, 4 verified but
     against an unpinned key with create_signing_key off (production): authenticity not vouched for.
     """
-    cfg, data_dir = _settings(config_path)
+    cfg, _ = _settings(config_path)
     key_path = Path(public_key) if public_key is not None else None
     if bundle is not None:
         key_path = key_path or (Path(cfg.public_key_file) if cfg.public_key_file else None)
@@ -191,12 +188,11 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
         _print_report(verify_bundle(Path(bundle), verifier))
         return
 
-    async def run(log: AuditLog) -> VerifyReport:
-        trusted = trusted_key(cfg, data_dir, log.signer.verifier, public_key_path=key_path)
-        return await log.verify(trusted)
+    async def run(log: OperatorLog) -> VerifyReport:
+        return await log.verify(key_path)
 
     try:
-        report = _with_log(config_path, run, check_witness=False)
+        report = _with_log(config_path, run)
     except (AuditConfigError, AuditIntegrityError) as exc:
         click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
@@ -230,7 +226,7 @@ def verify(config_path: str | None, bundle: str | None, public_key: str | None) 
 def export(config_path: str | None, output: str, fmt: str, first_seq: int, last_seq: int | None) -> None:
     """Export a contiguous range (JSONL bundles are sealed and verify offline)."""
 
-    async def run(log: AuditLog) -> int:
+    async def run(log: OperatorLog) -> int:
         await _audit_access(log, f"export {fmt} {first_seq}..{last_seq or 'end'} to {output}")
         return await log.export(Path(output), fmt=fmt, first_seq=first_seq, last_seq=last_seq)
 
@@ -263,10 +259,9 @@ def archive_command(config_path: str | None) -> None:
 
     With PostgreSQL this needs the schema owner's DSN: the gateway's append-only role cannot delete.
     """
-    _, data_dir = _settings(config_path)
 
-    async def run(log: AuditLog) -> tuple[str, bool, str]:
-        entry = await log.archive(data_dir)
+    async def run(log: OperatorLog) -> tuple[str, bool, str]:
+        entry = await log.archive()
         report = await log.verify_archives()
         moved = (
             "nothing old enough"

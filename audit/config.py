@@ -101,8 +101,9 @@ class AuditConfig(msgspec.Struct, frozen=True, kw_only=True):
     public_key_fingerprint: str | None = None
     """``sha256:<64 hex>`` of the trusted public key (``strongroom audit public-key --fingerprint``):
     pins the key wherever it lives (key file or HSM); start-up refuses a signing key that differs."""
-    operator_socket: str = "audit/operator.sock"
-    """Unix socket (0600) where a running gateway records the CLI's security operations for it."""
+    writer_lock_wait_s: float = 10.0
+    """SQLite: how long a starting gateway waits for the log's writer lock (held by the previous
+    gateway while it stops, or briefly by a CLI command) before it refuses to start."""
 
     def __post_init__(self) -> None:
         if self.backend == "postgres" and not self.postgres_dsn:
@@ -113,6 +114,8 @@ class AuditConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("audit.checkpoint_every must be >= 1")
         if self.max_pending < 1 or self.append_timeout_s <= 0:
             raise ValueError("audit.max_pending must be >= 1 and audit.append_timeout_s > 0")
+        if not 0 <= self.writer_lock_wait_s <= 600:
+            raise ValueError("audit.writer_lock_wait_s must be in [0, 600]")
         if self.max_batch < 1:
             raise ValueError("audit.max_batch must be >= 1")
         if self.retention_days < 365:

@@ -17,6 +17,10 @@ class AuditUnavailableError(AuditError):
     code = "audit_unavailable"
 
 
+class AuditWriterBusyError(AuditUnavailableError):
+    """Another process holds the SQLite log's writer lock (a running gateway)."""
+
+
 class AuditConfigError(AuditError):
     """The audit configuration or key material is unusable."""
 

@@ -29,6 +29,8 @@ class EventType(enum.StrEnum):
     REQUEST = "request"
     """A request no component recorded itself (a framework refusal, a metadata read): who asked
     what, and the status answered. Keeps "one record per request" whatever answered it."""
+    AUDIT_RECOVERY = "audit_recovery"
+    """Written by the log itself when it opens after its previous writer stopped uncleanly."""
 
 
 class Decision(enum.StrEnum):

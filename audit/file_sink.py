@@ -24,7 +24,7 @@ class FileSink:
     def __repr__(self) -> str:
         return f"FileSink({str(self._path)!r})"
 
-    async def append(self, event: AuditEvent) -> int:
+    async def append(self, event: AuditEvent, *, served: bool = False) -> int:
         return await asyncio.to_thread(self._append, event)
 
     def _append(self, event: AuditEvent) -> int:

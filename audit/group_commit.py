@@ -13,9 +13,14 @@ housekeeping (``idle``: SQLite rewinds its WAL there), so that no waiting batch 
 Entries are encoded by the caller (``encode_event``) before they are queued; the writer only
 chains, hashes and stores.
 
-An append that times out before the writer took it is dropped, never written: ``taken`` and
-``dropped`` are only set under one lock. A cancelled caller does not drop its record (it
-may describe a response already sent). Only the writer thread calls the ``ChainWriter``.
+What the client is told is what gets written. An append still queued at its deadline
+(``append_timeout_s``) is dropped, never written, and counted by the next outage record; one
+the writer already took waits for that commit's outcome (so a success is never answered 503),
+and only a commit that outlasts a second deadline is abandoned: its caller gets 503 and, should
+the commit land after all, the outage record names those records. ``taken``, ``dropped``,
+``abandoned`` and ``settled`` only change under one lock. Appends refused because the backlog
+is full are counted too. A cancelled caller does not drop its record (it may describe a
+response already sent). Only the writer thread calls the ``ChainWriter``.
 """
 
 from __future__ import annotations
@@ -50,18 +55,28 @@ class BatchTiming(NamedTuple):
 
 
 class _Pending:
-    __slots__ = ("dropped", "entry", "future", "taken")
+    __slots__ = ("abandoned", "dropped", "entry", "future", "settled", "taken", "timer")
 
     def __init__(self, entry: Entry | None, future: asyncio.Future[int]) -> None:
         self.entry = entry
         """None for a barrier (``checkpoint``)."""
         self.future = future
         self.taken = False
+        """The writer put it in a batch: its commit's outcome decides the answer."""
         self.dropped = False
+        """Timed out while queued: never written."""
+        self.abandoned = False
+        """Its commit outlasted the second deadline: the caller was answered 503 meanwhile."""
+        self.settled = False
+        """The writer knows its commit's outcome."""
+        self.timer: asyncio.TimerHandle | None = None
 
 
 _FAILURE_BACKOFF_S = 0.05
 """After a failed commit, a due checkpoint alone retries no sooner than this (appends still wake it)."""
+
+_FAILURE_RETRY_S = 0.5
+"""While failing, the writer tries again (the outage record first) at least this often."""
 
 _WAKE = object()
 """Queued by ``close`` so a writer blocked in the queue looks at the closing flag."""
@@ -74,7 +89,7 @@ class GroupCommit:
         writer: ChainWriter,
         *,
         heartbeat: bool,
-        record_lifecycle: bool,
+        final_on_close: bool,
         on_checkpoint: Callable[[], None],
         on_failure: Callable[[list[Entry], bool], None],
         on_batch: Callable[[BatchTiming], None] | None = None,
@@ -84,7 +99,7 @@ class GroupCommit:
         self._cfg = cfg
         self._writer = writer
         self._heartbeat = heartbeat
-        self._record_lifecycle = record_lifecycle
+        self._final_on_close = final_on_close
         self._on_checkpoint = on_checkpoint
         self._on_failure = on_failure
         self._on_batch = on_batch
@@ -94,9 +109,16 @@ class GroupCommit:
         self._force_checkpoint = False
         self._is_failing = False
         self._is_closing = False
+        self._num_unqueued = [0, 0]
+        """Appends refused before they were queued (backlog full): [answered 503, streams cut]."""
         self._stopped: asyncio.Future[None] = self._loop.create_future()
         self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
         self._thread.start()
+
+    @property
+    def is_failing(self) -> bool:
+        """The last commit failed (and none succeeded since)."""
+        return self._is_failing or self._stopped.done()
 
     async def append(self, entry: Entry) -> int:
         """Queue ``entry``; its sequence number once durable, or ``AuditUnavailableError``."""
@@ -104,14 +126,16 @@ class GroupCommit:
             raise AuditUnavailableError("audit writer stopped")
         if self._queue.qsize() >= self._cfg.max_pending:
             # The writer is not keeping up (a hung store): refuse rather than queue without bound.
+            with self._lock:
+                self._num_unqueued[entry.served] += 1
             raise AuditUnavailableError("audit log backlog is full")
         pending = _Pending(entry, self._loop.create_future())
         self._queue.put(pending)
-        timer = self._loop.call_later(self._cfg.append_timeout_s, self._expire, pending)
+        pending.timer = self._loop.call_later(self._cfg.append_timeout_s, self._expire, pending, False)
         try:
             return await pending.future
         finally:
-            timer.cancel()
+            pending.timer.cancel()
 
     async def barrier(self) -> int:
         """Commit a checkpoint covering everything queued so far; returns the head seq."""
@@ -132,10 +156,18 @@ class GroupCommit:
             if isinstance(item, _Pending) and not item.future.done():
                 item.future.set_exception(AuditUnavailableError("audit log is closed"))
 
-    def _expire(self, pending: _Pending) -> None:
+    def _expire(self, pending: _Pending, is_second: bool) -> None:
         with self._lock:
+            if pending.settled:
+                return  # the outcome is on its way to the event loop
             if not pending.taken:
                 pending.dropped = True  # the writer skips it: a refused request never gets a record
+            elif not is_second:
+                # In a commit now: answering 503 could contradict the record it is about to write.
+                pending.timer = self._loop.call_later(self._cfg.append_timeout_s, self._expire, pending, True)
+                return
+            else:
+                pending.abandoned = True
         if not pending.future.done():
             pending.future.set_exception(AuditUnavailableError("audit append timed out"))
 
@@ -158,16 +190,26 @@ class GroupCommit:
             real = [p for p in items if p.entry is not None and not p.dropped]
             for p in real:
                 p.taken = True
+            refused = [p.entry for p in items if p.entry is not None and p.dropped]
+            num_unqueued, self._num_unqueued = self._num_unqueued, [0, 0]
+        num_cut = sum(e.served for e in refused) + num_unqueued[1]
+        if refused or num_unqueued[0] or num_cut:
+            self._writer.note_refused(
+                len(refused) - num_cut + sum(num_unqueued),
+                "append timed out or backlog full",
+                num_cut=num_cut,
+            )
         barriers = [p for p in items if p.entry is None]
         closing = self._is_closing and self._queue.empty()
+        unsealed = bool(real) or self._writer.num_unsealed > 0 or self._writer.has_outage
         due = (
             self._force_checkpoint
             or bool(barriers)
-            or closing
+            or (closing and unsealed)
             or self._writer.is_checkpoint_due(len(real), heartbeat=self._heartbeat)
         )
-        if real or due:
-            self._commit(real, barriers, checkpoint=due, final=closing and self._record_lifecycle)
+        if real or due or self._writer.has_outage:
+            self._commit(real, barriers, checkpoint=due, final=closing and self._final_on_close)
         return not closing
 
     def _take(self) -> list[_Pending]:
@@ -175,8 +217,13 @@ class GroupCommit:
         timeout = (
             self._writer.seconds_to_checkpoint() if self._heartbeat or self._writer.num_unsealed else None
         )
-        if self._is_failing and timeout is not None:
-            timeout = max(timeout, _FAILURE_BACKOFF_S)
+        if self._is_failing:
+            # Retry on our own: a replica that reports itself not ready gets no traffic to do it.
+            timeout = (
+                _FAILURE_RETRY_S
+                if timeout is None
+                else min(max(timeout, _FAILURE_BACKOFF_S), _FAILURE_RETRY_S)
+            )
         if self._queue.empty() and not self._is_failing:
             self._idle()
         items: list[_Pending] = []
@@ -208,13 +255,27 @@ class GroupCommit:
             seqs = self._writer.commit(entries, checkpoint=checkpoint, final=final)
         except Exception as exc:
             _log.error("audit append failed (%d records refused): %s", len(real), type(exc).__name__)
-            is_new_outage = self._writer.note_failure(len(real), exc)
+            with self._lock:
+                for p in real:
+                    p.settled = True
+            num_cut = sum(e.served for e in entries)
+            is_new_outage = self._writer.note_failure(len(real) - num_cut, exc, num_cut=num_cut)
             self._is_failing = True
             self._force_checkpoint = self._force_checkpoint or bool(barriers)
             error = exc if isinstance(exc, AuditUnavailableError) else AuditUnavailableError(str(exc))
             self._loop.call_soon_threadsafe(self._fail, [*real, *barriers], error, entries, is_new_outage)
             return
         committed_at = time.perf_counter()
+        with self._lock:
+            for p in real:
+                p.settled = True
+            late = [(p, seq) for p, seq in zip(real, seqs, strict=True) if p.abandoned]
+        if late:  # answered 503 while this commit hung: the next outage record names them
+            num_cut = sum(p.entry is not None and p.entry.served for p, _ in late)
+            self._writer.note_refused(
+                len(late) - num_cut, "commit outlasted the append timeout", num_cut=num_cut
+            )
+            self._writer.note_landed([seq for _, seq in late])
         if checkpoint:
             self._on_checkpoint()
         self._force_checkpoint = self._is_failing = False

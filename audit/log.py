@@ -40,6 +40,7 @@ from audit.event_bounds import bounded_event
 from audit.group_commit import BatchTiming, GroupCommit
 from audit.query import MAX_LIMIT, AuditPage, AuditQuery, decode_cursor, encode_cursor
 from audit.record import AuditContent, AuditRecord, encode_event, record_from_row
+from audit.recovery import recover
 from audit.signer import CheckpointSigner
 from audit.sink import AuditSink
 from audit.store import ArchiveEntry, AuditStore, open_store
@@ -69,6 +70,7 @@ class AuditLog:
         second_sink: AuditSink | None,
         heartbeat: bool,
         record_lifecycle: bool,
+        final_on_close: bool,
         on_batch: Callable[[BatchTiming], None] | None,
         trusted: TrustedKey,
         witness: Witness | None,
@@ -93,7 +95,7 @@ class AuditLog:
             cfg,
             writer,
             heartbeat=heartbeat,
-            record_lifecycle=record_lifecycle,
+            final_on_close=final_on_close,
             on_checkpoint=self._maintenance,
             on_failure=self._on_failure,
             on_batch=on_batch,
@@ -114,22 +116,23 @@ class AuditLog:
         second_sink: AuditSink | None = None,
         heartbeat: bool = True,
         record_lifecycle: bool = True,
+        final_on_close: bool | None = None,
         on_batch: Callable[[BatchTiming], None] | None = None,
         check_witness: bool = True,
     ) -> AuditLog:
         """Open (creating if needed) the log. The CLI passes heartbeat/record_lifecycle False.
 
-        ``on_batch`` sees the timing of every group commit, on the event loop (metrics, benchmarks).
-        Refuses a signing key that is not the pinned one, and (unless ``check_witness`` is False,
-        as for ``audit verify``, which reports it instead) a store behind its witness.
+        ``final_on_close`` (default: ``record_lifecycle``): the last checkpoint says the writer
+        stopped cleanly; only a sole writer may say so. Closing writes a checkpoint only when
+        something was appended since the last one. ``on_batch`` sees the timing of every group
+        commit, on the event loop (metrics, benchmarks). Refuses a signing key that is not the
+        pinned one, and (unless ``check_witness`` is False, as for ``audit verify``, which reports
+        it instead) a store behind its witness. After an unclean stop the records since the newest
+        signed checkpoint are verified first (``recovery``), and the recovery recorded.
         """
         signer = CheckpointSigner.open(cfg, data_dir)
         trusted = trusted_key(cfg, data_dir, signer.verifier)
-        if trusted.verifier.key_id != signer.key_id:
-            raise AuditConfigError(
-                f"audit signing key {signer.key_id} is not the pinned key {trusted.verifier.key_id} "
-                f"({trusted.source}): were the key files replaced?"
-            )
+        trusted.require_signer(signer.key_id)
         witness = open_witness(cfg, data_dir, signer)
         store = store if store is not None else open_store(cfg, data_dir)
         keys = content_keys or FileContentKeys(
@@ -143,25 +146,29 @@ class AuditLog:
         loop = asyncio.get_running_loop()
         try:
             head = await loop.run_in_executor(read_pool, store.open, uuid.uuid4().hex)
+        except AuditError:  # e.g. another writer holds the lock: its own type, for the caller to tell
+            read_pool.shutdown()
+            raise
         except Exception as exc:
             read_pool.shutdown()
             raise AuditUnavailableError(f"cannot open the audit store: {exc}") from exc
-        if head.checkpoint is not None and head.checkpoint.key_id != signer.key_id:
-            read_pool.shutdown()
-            raise AuditConfigError(
-                f"audit log is signed by key {head.checkpoint.key_id}, configured key is {signer.key_id}"
-            )
         witness_note = ""
-        if witness is not None and check_witness:
-            try:
+        try:
+            if head.checkpoint is not None and head.checkpoint.key_id != signer.key_id:
+                raise AuditConfigError(
+                    f"audit log is signed by key {head.checkpoint.key_id}, configured key is {signer.key_id}"
+                )
+            if witness is not None and check_witness:
                 witness_note = await loop.run_in_executor(
                     read_pool, witness.check_store, store, signer.verifier
                 )
-            except Exception:
-                read_pool.shutdown()
-                await asyncio.to_thread(store.close)
+            recovered = await loop.run_in_executor(read_pool, recover, store, signer.verifier, head)
+        except BaseException:
+            read_pool.shutdown()
+            await asyncio.to_thread(store.close)  # releases the writer lock
+            if witness is not None:
                 await asyncio.to_thread(witness.close)
-                raise
+            raise
         guard = ContentGuard(cfg, keys)
         writer = ChainWriter(cfg, store, signer, guard, head, clock, witness)
         log = cls(
@@ -175,10 +182,13 @@ class AuditLog:
             second_sink=second_sink,
             heartbeat=heartbeat,
             record_lifecycle=record_lifecycle,
+            final_on_close=record_lifecycle if final_on_close is None else final_on_close,
             on_batch=on_batch,
             trusted=trusted,
             witness=witness,
         )
+        if recovered is not None:
+            await log.append(recovered)
         if record_lifecycle:
             await log.append(
                 AuditEvent(event_type=EventType.SERVICE_START, decision=Decision.ALLOW, detail=witness_note)
@@ -189,8 +199,14 @@ class AuditLog:
     def log_id(self) -> str:
         return self._writer.head.log_id
 
-    async def append(self, event: AuditEvent, content: AuditContent | None = None) -> int:
-        """Record ``event`` (and content, kept as the policy says); returns its sequence number once durable."""
+    async def append(
+        self, event: AuditEvent, content: AuditContent | None = None, *, served: bool = False
+    ) -> int:
+        """Record ``event`` (and content, kept as the policy says); returns its sequence number once durable.
+
+        ``served``: the client already has its answer (a stream's final record), so a refusal
+        here cuts that stream short rather than answering 503; the outage record counts it apart.
+        """
         if self._is_closing:
             raise AuditUnavailableError("audit log is closed")
         try:
@@ -198,7 +214,25 @@ class AuditLog:
         except (TypeError, ValueError) as exc:  # e.g. a NaN: refuse this append, not its whole batch
             _log.error("audit event cannot be encoded: %s", type(exc).__name__)
             raise AuditUnavailableError("audit event cannot be encoded") from exc
-        return await self._group.append(Entry(encoded, content))
+        return await self._group.append(Entry(encoded, content, served))
+
+    def problem(self) -> str:
+        """Why appends would fail now ("" when they should succeed): for readiness probes.
+
+        Cheap enough for every probe: no store round trip, only the writer's last outcome and,
+        for SQLite, whether the files on disk are still the ones it writes.
+        """
+        if self._is_closing:
+            return "audit log is closed"
+        if self._group.is_failing:
+            return "the last audit commit failed"
+        check_files = getattr(self._store, "check_files", None)  # SQLite only
+        if check_files is not None:
+            try:
+                check_files()
+            except AuditUnavailableError as exc:
+                return str(exc)
+        return ""
 
     async def checkpoint(self) -> None:
         """Seal everything appended so far now, witnessed (also used by tests instead of waiting 60 s)."""

@@ -32,6 +32,9 @@ class AuditQuery(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_LIMIT:
             raise AuditQueryError(f"limit must be within 1..{MAX_LIMIT}")
+        for moment in (self.since, self.until):
+            if moment is not None:
+                _time_us(moment)  # a bad time is refused with the query, before any log is opened
 
 
 class AuditPage(msgspec.Struct, frozen=True, kw_only=True):

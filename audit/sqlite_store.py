@@ -9,6 +9,14 @@ overwrite frames rather than grow the file; the WAL is preallocated when the sto
 that they overwrite from the first commit on (``_preallocate_wal``). Append-only: triggers
 abort any UPDATE or DELETE; only ``prune`` (archiving, an operator action) lifts them inside
 its own transaction.
+
+One writer: the store opened for writing takes the ``WriterLock`` and holds it until it closes;
+every other process opens it with ``SqliteStore.read_only`` (``mode=ro`` and ``query_only``), and
+a read-only connection can neither checkpoint nor delete the WAL. The writer must never open and
+close a second descriptor of the database: Linux drops every POSIX lock the process holds on a
+file when any descriptor of it closes, and without its locks another process closing its last
+connection checkpoints and deletes the WAL the writer is still appending to. The one extra
+descriptor (for ``fdatasync``) is opened once and closed after the connections.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +37,7 @@ from audit.errors import AuditUnavailableError
 from audit.query import AuditQuery, where_clause
 from audit.record import RecordRow, genesis_hash
 from audit.store import ArchiveEntry, StoreConflictError, StoreHead
+from audit.writer_lock import WriterLock
 
 _log = logging.getLogger(__name__)
 
@@ -77,6 +87,13 @@ _PREALLOCATE_WAL_BYTES = 64 << 20
 """WAL size written (zeros) at open: the rewind length plus what a checkpoint interval adds before
 the next ``maintain`` looks (1,000 single-record commits write ~5,000 frames, ~20 MiB)."""
 
+_PREALLOCATE_SHARE_OF_FREE = 4
+"""The WAL takes at most 1/4 of the free space at open, so a small volume keeps room for records."""
+
+MIN_FREE_BYTES = 8 << 20
+"""Below this much free space under the database the store refuses to open: a start-up that
+would fail on its first appends (503 for every request) is better refused with one message."""
+
 _REWIND_GRACE_S = 0.2
 """How long a due rewind waits for the writer to be idle before an append pays for it. Even 64
 closed-loop appenders leave the writer idle within 0.003-0.24 s of most requests; at 0.5 s the WAL
@@ -90,8 +107,10 @@ class SqliteStore:
         *,
         rewind_at_frames: int = _REWIND_AT_FRAMES,
         preallocate_wal_bytes: int = _PREALLOCATE_WAL_BYTES,
+        lock_wait_s: float = 0.0,
     ) -> None:
         self._path = path
+        self._lock_wait_s = lock_wait_s
         self._rewind_at_frames = rewind_at_frames
         self._preallocate_wal_bytes = preallocate_wal_bytes
         self._local = threading.local()
@@ -100,12 +119,32 @@ class SqliteStore:
         self._rewind_due_since: float | None = None
         """Set by ``maintain`` once the WAL is long, cleared by the writer's rewind."""
         self._num_backfilled = 0
+        self._is_read_only = False
+        self._writer_lock: WriterLock | None = None
+        self._db_fd: int | None = None
+        """The writer's own descriptor of the database (``fdatasync``), open until ``close``."""
+        self._file_ids: dict[Path, tuple[int, int]] = {}
+        """(st_dev, st_ino) of the database and WAL the writer opened: see ``check_files``."""
+
+    @classmethod
+    def read_only(cls, path: Path) -> SqliteStore:
+        """A reader beside the writer (CLI): never writes, checkpoints or deletes anything."""
+        store = cls(path, preallocate_wal_bytes=0)
+        store._is_read_only = True
+        return store
 
     def __repr__(self) -> str:
-        return f"SqliteStore({str(self._path)!r})"
+        return f"SqliteStore({str(self._path)!r}{', read-only' if self._is_read_only else ''})"
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None and self._is_read_only:
+            uri = f"file:{urllib.parse.quote(str(self._path))}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=5.0)
+            conn.execute("PRAGMA query_only=1")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
         if conn is None:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=5.0)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -122,15 +161,46 @@ class SqliteStore:
         return conn
 
     def open(self, new_log_id: str) -> StoreHead:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        conn = self._conn()
-        conn.executescript(_SCHEMA + _guards())
-        conn.execute("INSERT OR IGNORE INTO audit_meta (key, value) VALUES ('log_id', ?)", (new_log_id,))
-        self._preallocate_wal(conn)
-        return self.head()
+        """As the writer: take the writer lock, create the files (0600 in 0700 folders) and schema."""
+        if self._is_read_only:
+            if not self._path.exists():
+                raise AuditUnavailableError(f"no audit log at {self._path}")
+            return self.head()
+        free = require_free_space(self._path.parent)
+        self._writer_lock = WriterLock.acquire(self._path, wait_s=self._lock_wait_s)
+        try:
+            # Created private before SQLite opens it: the -wal and -shm files get the same mode.
+            self._db_fd = os.open(self._path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            conn = self._conn()
+            conn.executescript(_SCHEMA + _guards())
+            conn.execute("INSERT OR IGNORE INTO audit_meta (key, value) VALUES ('log_id', ?)", (new_log_id,))
+            self._preallocate_wal(conn, min(self._preallocate_wal_bytes, free // _PREALLOCATE_SHARE_OF_FREE))
+            wal = Path(f"{self._path}-wal")
+            for path in (self._path, wal):
+                st = path.stat()
+                self._file_ids[path] = (st.st_dev, st.st_ino)
+            return self.head()
+        except BaseException:
+            self.close()
+            raise
 
-    def _preallocate_wal(self, conn: sqlite3.Connection) -> None:
-        """Extend the WAL with zeros up to ``preallocate_wal_bytes`` and make that size durable.
+    def check_files(self) -> None:
+        """Raise unless the database and WAL on disk are still the files the writer appends to.
+
+        Deleted or replaced underneath it (a rogue checkpoint-and-delete, a restore over a live
+        log), the writer's commits would land in files nobody will ever read: every append must
+        then fail (503), not succeed into a ghost.
+        """
+        for path, file_id in self._file_ids.items():
+            try:
+                st = os.stat(path)
+            except OSError as exc:
+                raise AuditUnavailableError(f"sqlite audit store: {path.name} is gone: {exc}") from exc
+            if (st.st_dev, st.st_ino) != file_id:
+                raise AuditUnavailableError(f"sqlite audit store: {path.name} was replaced under the writer")
+
+    def _preallocate_wal(self, conn: sqlite3.Connection, target: int) -> None:
+        """Extend the WAL with zeros up to ``target`` bytes and make that size durable.
 
         A commit that extends the file pays for journaling the new size in its fdatasync: on this
         VM's disk (``bench/audit_throughput.py --disk-floor``) +50-100 % at p50 and p99.9 3.5 ms
@@ -149,13 +219,14 @@ class SqliteStore:
             return
         try:
             size = wal.stat().st_size
-            if size >= self._preallocate_wal_bytes:
+            if size >= target:
                 return
+            # SQLite holds no lock on the WAL file itself, so this descriptor's close drops none.
             fd = os.open(wal, os.O_WRONLY | os.O_CLOEXEC)
             try:
                 chunk = bytes(1 << 20)
-                for offset in range(size, self._preallocate_wal_bytes, len(chunk)):
-                    os.pwrite(fd, chunk[: self._preallocate_wal_bytes - offset], offset)
+                for offset in range(size, target, len(chunk)):
+                    os.pwrite(fd, chunk[: target - offset], offset)
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
@@ -180,6 +251,8 @@ class SqliteStore:
         return StoreHead(log_id=log_id, seq=seq, hash=digest, checkpoint=checkpoint)
 
     def append(self, rows: Sequence[RecordRow], checkpoint: Checkpoint | None) -> None:
+        if self._is_read_only:
+            raise AuditUnavailableError("sqlite audit store opened read-only")
         conn = self._conn()
         if self._rewind_due_since is not None and time.monotonic() - self._rewind_due_since > _REWIND_GRACE_S:
             self._rewind(conn)  # never idle (saturated): this batch pays for it
@@ -197,6 +270,7 @@ class SqliteStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            self.check_files()  # replaced before or during the commit: it went to a file nobody reads
         except sqlite3.IntegrityError as exc:
             raise StoreConflictError(str(exc)) from exc
         except sqlite3.Error as exc:
@@ -243,6 +317,8 @@ class SqliteStore:
         return [ArchiveEntry(*r) for r in cur.fetchall()]
 
     def prune(self, entry: ArchiveEntry) -> None:
+        if self._is_read_only:
+            raise AuditUnavailableError("sqlite audit store opened read-only")
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -286,11 +362,8 @@ class SqliteStore:
             self._rewind(self._conn())
 
     def _sync_database(self) -> None:
-        fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        if self._db_fd is not None:  # never a fresh descriptor: its close would drop SQLite's locks
+            os.fdatasync(self._db_fd)
 
     def _rewind(self, conn: sqlite3.Connection) -> None:
         """Copy the frames committed since the last checkpoint; the next BEGIN then rewinds.
@@ -311,3 +384,22 @@ class SqliteStore:
                 conn.close()
             self._connections.clear()
         self._local = threading.local()
+        if self._db_fd is not None:  # after the connections: nothing of SQLite's is left to drop
+            os.close(self._db_fd)
+            self._db_fd = None
+        if self._writer_lock is not None:
+            self._writer_lock.release()
+            self._writer_lock = None
+
+
+def require_free_space(directory: Path) -> int:
+    """Create ``directory`` (0700) and return its free bytes; refuse below ``MIN_FREE_BYTES``."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise AuditUnavailableError(
+            f"only {free >> 20} MiB free under {directory}: the audit log needs at least "
+            f"{MIN_FREE_BYTES >> 20} MiB to start"
+        )
+    return free

@@ -104,7 +104,7 @@ def open_store(cfg: AuditConfig, data_dir: Path) -> AuditStore:
         return PostgresStore(cfg.postgres_dsn, cfg.postgres_schema)
     from audit.sqlite_store import SqliteStore
 
-    return SqliteStore(cfg.resolve(data_dir, cfg.sqlite_path))
+    return SqliteStore(cfg.resolve(data_dir, cfg.sqlite_path), lock_wait_s=cfg.writer_lock_wait_s)
 
 
 class StoreConflictError(Exception):

@@ -15,7 +15,7 @@ class MemorySink:
         self.events: list[AuditEvent] = []
         self.is_available = True
 
-    async def append(self, event: AuditEvent) -> int:
+    async def append(self, event: AuditEvent, *, served: bool = False) -> int:
         if not self.is_available:
             raise AuditUnavailableError("memory sink switched off")
         self.events.append(event)

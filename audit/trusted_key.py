@@ -27,6 +27,14 @@ class TrustedKey(NamedTuple):
     source: str
     """Where the key came from, for the verify report."""
 
+    def require_signer(self, signer_key_id: str) -> None:
+        """Refuse a signing key that is not the pinned one (the key files were swapped)."""
+        if self.verifier.key_id != signer_key_id:
+            raise AuditConfigError(
+                f"audit signing key {signer_key_id} is not the pinned key {self.verifier.key_id} "
+                f"({self.source}): were the key files replaced?"
+            )
+
 
 def trusted_key(
     cfg: AuditConfig, data_dir: Path, own: CheckpointVerifier, *, public_key_path: Path | None = None

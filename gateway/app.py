@@ -77,9 +77,12 @@ async def healthz() -> Response[bytes]:
 
 @get("/readyz")
 async def readyz(services: Services) -> Response[bytes]:
-    ready = services.engines.is_ready
-    # Unauthenticated: counts only, model names are for callers allowed to see them.
-    body = {"ready": ready, "models": len(services.engines.models())}
+    """503 unless the engine, the audit store and (when configured) Redis all work: a replica
+    that would refuse every request (fail closed) must not receive traffic."""
+    parts = await services.readiness()
+    ready = all(ok is not False for ok in parts.values())
+    # Unauthenticated: counts and booleans only, model names are for callers allowed to see them.
+    body = {"ready": ready, "models": len(services.engines.models()), **parts}
     return Response(msgspec.json.encode(body), status_code=200 if ready else 503, media_type=_JSON)
 
 

@@ -22,7 +22,9 @@ __all__ = ["Auditor", "RequestSink"]
 class ContentSink(Protocol):
     """``AuditLog.append``: an event, and the content its policy may keep."""
 
-    async def append(self, event: AuditEvent, content: AuditContent | None = None) -> int: ...
+    async def append(
+        self, event: AuditEvent, content: AuditContent | None = None, *, served: bool = False
+    ) -> int: ...
 
 
 class Auditor:
@@ -45,7 +47,9 @@ class Auditor:
         model_manifest: str = "",
         content: AuditContent | None = None,
         detail: str = "",
+        served: bool = False,
     ) -> int:
+        """``served``: the client already has (part of) its answer, e.g. a stream's final record."""
         p = ctx.principal
         event = AuditEvent(
             event_type=event_type,
@@ -71,8 +75,13 @@ class Auditor:
             detail=detail,
         )
         try:
-            # Content only when there is some: any AuditSink takes the plain call.
-            seq = await (self._sink.append(event) if content is None else self._sink.append(event, content))
+            # Only what is given: any AuditSink takes the plain call.
+            if content is not None:
+                seq = await self._sink.append(event, content, served=served)
+            elif served:
+                seq = await self._sink.append(event, served=True)
+            else:
+                seq = await self._sink.append(event)
         except AuditUnavailableError as exc:
             ctx.is_audit_down = True
             log.error("audit log unavailable, refusing request %s: %s", ctx.request_id, type(exc).__name__)

@@ -6,7 +6,9 @@
 
 Every exit, allowed or refused, writes its audit record before the client sees an answer;
 if the record cannot be written, the request gets 503 instead (fail closed). A streamed answer
-records the decision before its first byte and the usage before ``[DONE]``.
+records the decision before its first byte and its final record (usage, findings) before the
+last events and ``[DONE]``; if that record cannot be written the stream ends with an error
+event instead, so a client that saw ``[DONE]`` got an answer that is on the record.
 """
 
 from __future__ import annotations
@@ -319,7 +321,14 @@ class InferenceService:
             await _close_lease(prep.lease, used)
 
     async def _audit_done(
-        self, prep: Prepared, prompt_tokens: int, completion_tokens: int, blocked: bool, texts: dict[int, str]
+        self,
+        prep: Prepared,
+        prompt_tokens: int,
+        completion_tokens: int,
+        blocked: bool,
+        texts: dict[int, str],
+        *,
+        served: bool = False,
     ) -> None:
         self.telemetry.tokens.add(prompt_tokens, {"kind": "prompt", "model": prep.body.model})
         self.telemetry.tokens.add(completion_tokens, {"kind": "completion", "model": prep.body.model})
@@ -334,6 +343,7 @@ class InferenceService:
             completion_tokens=completion_tokens,
             model_manifest=prep.card.manifest_sha256,
             content=_content(prep.body, texts),
+            served=served,
         )
 
     async def open_stream(self, prep: Prepared) -> AsyncIterator[bytes]:
@@ -379,7 +389,7 @@ class InferenceService:
         from gateway.stream_writer import StreamWriter
 
         writer = StreamWriter(prep, self.filters, self._clock)
-        outcome = "client disconnected"
+        is_finished = False
         try:
             if head := writer.start():
                 yield head
@@ -391,7 +401,11 @@ class InferenceService:
                     break
             for chunk in writer.finish():
                 yield chunk
-            outcome = ""
+            is_finished = True
+            failure = await _shielded_outcome(self._finish_stream(prep, stack, writer, ""))
+            if failure is not None:
+                yield writer.error(http_error_of(failure))
+                return
             if writer.blocked:
                 yield writer.filter_error()
             elif prep.body.include_usage:
@@ -400,12 +414,15 @@ class InferenceService:
         except EngineError as exc:
             if isinstance(exc, EngineUnavailableError):
                 self.engines.mark_down(prep.client)
+            is_finished = True
             outcome = f"engine failed mid-stream: {exc.code}"
+            await _shielded(self._finish_stream(prep, stack, writer, outcome))
             yield writer.error(http_error_of(exc))
         finally:
             # A disconnect cancels this generator: shield the clean-up so the engine request is
             # aborted, the quota settled and released, and the outcome audited all the same.
-            await _shielded(self._finish_stream(prep, stack, writer, outcome))
+            if not is_finished:
+                await _shielded(self._finish_stream(prep, stack, writer, "client disconnected"))
 
     async def _finish_stream(
         self, prep: Prepared, stack: contextlib.AsyncExitStack, writer: Any, outcome: str
@@ -416,7 +433,12 @@ class InferenceService:
         await _close_lease(prep.lease, usage.total_tokens)
         if not outcome:
             await self._audit_done(
-                prep, usage.prompt_tokens, usage.completion_tokens, writer.blocked, writer.texts()
+                prep,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                writer.blocked,
+                writer.texts(),
+                served=True,
             )
             return
         await self.auditor.record(
@@ -430,6 +452,7 @@ class InferenceService:
             completion_tokens=usage.completion_tokens,
             model_manifest=prep.card.manifest_sha256,
             content=_content(prep.body, writer.texts()),
+            served=True,
         )
 
 
@@ -446,6 +469,18 @@ async def _shielded(awaitable: Any) -> None:
             await awaitable
         except Exception:
             log.exception("clean-up after a stream failed")
+
+
+async def _shielded_outcome(awaitable: Any) -> Exception | None:
+    """Like ``_shielded``, but the failure comes back: the caller must not claim success after it."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await awaitable
+        except Exception as exc:
+            if not isinstance(exc, GatewayError):
+                log.exception("finishing a stream failed")
+            return exc
+    return None
 
 
 async def _close_lease(lease: QuotaLease, used_tokens: int) -> None:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
 from audit.log import AuditLog
-from audit.operator_channel import OperatorChannel
+from audit.writer_socket import WriterSocket
 from engine.client import EngineClient
 from filters import FilterPipeline
 from gateway.auditor import Auditor
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
     from strongroom.config import Settings
 
 __all__ = ["Services"]
+
+_REDIS_PROBE_TIMEOUT_S = 0.5
+"""A readiness probe answers within this even when Redis hangs."""
 
 
 def _redis_client(url: str) -> Redis:
@@ -76,7 +81,7 @@ class Services:
         engines: EnginePool,
         inference: InferenceService,
         metrics_access: MetricsAccess,
-        operator_channel: OperatorChannel | None = None,
+        writer_socket: WriterSocket | None = None,
     ) -> None:
         self.settings = settings
         self.telemetry = telemetry
@@ -89,8 +94,7 @@ class Services:
         self.engines = engines
         self.inference = inference
         self.metrics_access = metrics_access
-        self.operator_channel = operator_channel
-        """Where the CLI's security operations reach the log this gateway owns."""
+        self.writer_socket = writer_socket
 
     @classmethod
     async def create(
@@ -113,9 +117,11 @@ class Services:
             raise ConfigError(f"${settings.server.engine_token_env} must hold the engine token")
         metrics_access = MetricsAccess(settings.telemetry, settings.server, os.environ)
         audit_log = await AuditLog.open(settings.audit, data_dir)
-        operator_channel = await OperatorChannel.start(
-            audit_log, settings.audit.resolve(data_dir, settings.audit.operator_socket)
-        )
+        writer_socket = None
+        if settings.audit.backend == "sqlite":
+            # Operator commands beside this gateway append through it: it holds the writer lock.
+            db_path = settings.audit.resolve(data_dir, settings.audit.sqlite_path)
+            writer_socket = await WriterSocket.start(audit_log, db_path, data_dir)
         verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
         authorizer = await _open_authorizer(settings, audit_log, redis)
         await authorizer.start()
@@ -169,16 +175,30 @@ class Services:
             engines=engines,
             inference=inference,
             metrics_access=metrics_access,
-            operator_channel=operator_channel,
+            writer_socket=writer_socket,
         )
 
+    async def readiness(self) -> dict[str, bool | None]:
+        """What a load balancer needs: the engine, the audit store and Redis (None: not configured)."""
+        redis_ok: bool | None = None
+        if self.redis is not None:
+            try:
+                redis_ok = bool(await asyncio.wait_for(self.redis.ping(), _REDIS_PROBE_TIMEOUT_S))
+            except (TimeoutError, RedisError, OSError):
+                redis_ok = False
+        return {
+            "engine": self.engines.is_ready,
+            "audit": not self.audit_log.problem(),
+            "redis": redis_ok,
+        }
+
     async def aclose(self) -> None:
-        if self.operator_channel is not None:
-            await self.operator_channel.stop()
         await self.engines.aclose()
         await self.authorizer.stop()
         await self.verifier.aclose()
         await self.quotas.aclose()
+        if self.writer_socket is not None:
+            await self.writer_socket.close()
         await self.audit_log.close()
         if self.redis is not None:
             await self.redis.aclose()

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from audit.operator_channel import OperatorSink
+from audit.security_operation import OperatorSink
 from keys.config import KeysConfig
 from keys.errors import KeysError
 from keys.factory import build_provider, key_file_path, seal_registry

@@ -48,7 +48,7 @@ def _open(config_path: str | None) -> tuple[Any, Authorizer]:
 
 
 def _change(config_path: str | None, changes: Sequence[PolicyChange], actor: str | None) -> None:
-    from audit.operator_channel import OperatorSink, local_identity
+    from audit.security_operation import OperatorSink, local_identity
 
     settings, authorizer = _open(config_path)
     who = actor or local_identity()

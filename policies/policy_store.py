@@ -11,6 +11,7 @@ is signed with every change and checked on every read (see ``policy_seal.py``).
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -63,7 +64,9 @@ class PolicyStore:
         # while the first change awaits its audit append on that same loop.
         self._lock = asyncio.Lock()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not path.exists():  # private before SQLite creates it: its -wal and -shm copy the mode
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
             conn = self._connect()
             try:
                 conn.executescript(_SCHEMA)

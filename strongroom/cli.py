@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from typing import Any
 
@@ -44,6 +45,9 @@ class _Main(click.Group):
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Strongroom: an on-prem LLM gateway with a security and compliance layer."""
+    # Keys, audit log, policies, sealed models: everything under the data directory is the
+    # service user's alone (files 0600, folders 0700), the engine it starts included.
+    os.umask(0o077)
 
 
 @main.command()
@@ -77,6 +81,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     settings.data_path.mkdir(parents=True, exist_ok=True)
+    _check_audit_volume(settings)
     _exit_on_sigterm()
     supervisor = None
     urls = settings.server.engine_urls
@@ -113,6 +118,19 @@ def _refuse_on_problems(settings: Any, role: Any) -> None:
         raise click.ClickException(
             "refusing to start; `strongroom config check` lists the same:\n  " + "\n  ".join(errors)
         )
+
+
+def _check_audit_volume(settings: Any) -> None:
+    """A volume too small for the SQLite audit log stops ``serve`` with one line, before the engine."""
+    if settings.audit.backend != "sqlite":
+        return
+    from audit.errors import AuditUnavailableError
+    from audit.sqlite_store import require_free_space
+
+    try:
+        require_free_space(settings.audit.resolve(settings.data_path, settings.audit.sqlite_path).parent)
+    except AuditUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _exit_on_sigterm() -> None:

@@ -107,7 +107,7 @@ class _ListSink:
     def __init__(self, events: list[Any]) -> None:
         self._events = events
 
-    async def append(self, event: Any) -> int:
+    async def append(self, event: Any, *, served: bool = False) -> int:
         self._events.append(event)
         return len(self._events)
 

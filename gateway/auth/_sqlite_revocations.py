@@ -7,6 +7,7 @@ takes microseconds, far less than a hop to a worker thread would.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -30,7 +31,9 @@ class SqliteRevocations:
     """``RevocationStore`` over one SQLite file; raises ``sqlite3.Error`` on failure."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not path.exists():  # private before SQLite creates it: its -wal and -shm copy the mode
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         self._path = path
         self._db = sqlite3.connect(path, timeout=1.0, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")

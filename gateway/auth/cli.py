@@ -17,7 +17,7 @@ import redis.asyncio
 
 from audit.errors import AuditError
 from audit.event import AuditEvent, Decision, EventType
-from audit.operator_channel import record_operations
+from audit.security_operation import record_operations
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.errors import RevocationUnavailableError
 from gateway.auth.revocation import RevocationList

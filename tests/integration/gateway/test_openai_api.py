@@ -198,7 +198,8 @@ def test_client_disconnect_aborts_generation(gateway: Any) -> None:
 def test_health_ready_metrics_and_request_ids(gateway: Any) -> None:
     assert httpx.get(f"{gateway.base_url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{gateway.base_url}/readyz").json()
-    assert ready == {"ready": True, "models": 2}  # unauthenticated: no model names
+    # unauthenticated: no model names
+    assert ready == {"ready": True, "models": 2, "engine": True, "audit": True, "redis": None}
     metrics = httpx.get(f"{gateway.base_url}/metrics")
     assert metrics.status_code == 200 and "strongroom_request_duration" in metrics.text
     ids = {httpx.get(f"{gateway.base_url}/healthz").headers["x-request-id"] for _ in range(3)}

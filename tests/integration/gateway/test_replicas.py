@@ -42,7 +42,15 @@ def test_two_replicas_admit_exactly_the_limit_and_share_policy(tmp_path: Path, s
         first = stack.enter_context(serve(tmp_path, extra_env=env))
         (tmp_path / "second").mkdir()
         second = stack.enter_context(
-            serve(tmp_path / "second", extra_env={**env, "STRONGROOM_DATA_DIR": str(first.data_dir)})
+            serve(
+                tmp_path / "second",
+                extra_env={
+                    **env,
+                    "STRONGROOM_DATA_DIR": str(first.data_dir),
+                    # One writer per SQLite audit log (several gateways on one log: PostgreSQL).
+                    "STRONGROOM_AUDIT__SQLITE_PATH": "audit/second-replica.db",
+                },
+            )
         )
         token = first.token("carol", "analyst")
         body = {"model": "demo-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}

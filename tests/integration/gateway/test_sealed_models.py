@@ -36,7 +36,7 @@ def test_tampered_model_is_refused_and_the_other_serves(tmp_path: Path, serve: A
 
     with serve(tmp_path) as gw:
         ready = httpx.get(f"{gw.base_url}/readyz").json()
-        assert ready == {"ready": True, "models": 1}
+        assert ready == {"ready": True, "models": 1, "engine": True, "audit": True, "redis": None}
         admin = OpenAI(base_url=gw.v1, api_key=gw.token("root", "admin"), max_retries=0)
         with pytest.raises(openai.APIStatusError) as err:
             admin.chat.completions.create(model="demo-base", messages=[{"role": "user", "content": "hi"}])

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -80,3 +81,23 @@ def test_a_pinned_fingerprint_makes_verify_vouch_for_the_key(tmp_path: Path) -> 
     config.write_text(config.read_text() + f'[audit]\npublic_key_fingerprint = "{fingerprint}"\n')
     pinned = cli.invoke(audit, ["verify", "--config", str(config)])
     assert pinned.exit_code == 0 and pinned.output.startswith("OK:") and "WARNING" not in pinned.output
+
+
+def test_commands_after_a_clean_stop_leave_it_clean(tmp_path: Path) -> None:
+    """Issue 17, finding 7: every command appended a non-final checkpoint, so ``verify`` exited 3
+    ("writer stopped uncleanly") once it was older than two intervals. Reads now write nothing; an
+    audited command, run with no gateway, ends with a final checkpoint of its own."""
+    config = _seed(tmp_path)
+    config.write_text(config.read_text() + "[audit]\ncheckpoint_interval_s = 0.05\n")
+    db = tmp_path / "data" / "audit" / "audit.db"
+    cli = CliRunner()
+    before = db.read_bytes()
+    for args in (["tail"], ["verify"], ["public-key"]):
+        assert cli.invoke(audit, [*args, "--config", str(config)]).exit_code == 0
+    assert db.read_bytes() == before
+    for args in (["search", "--model", "qwen-7b"], ["export", str(tmp_path / "out.jsonl")]):
+        assert cli.invoke(audit, [*args, "--config", str(config)]).exit_code == 0
+    time.sleep(0.2)
+    result = cli.invoke(audit, ["verify", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "stopped uncleanly" not in result.output

@@ -90,7 +90,8 @@ def test_export_refuses_to_start_unrecorded(
     src.mkdir()
     (src / "config.json").write_text('{"a": 1}')
     assert runner.invoke(models, ["seal", str(src), str(dst), "--config", config]).exit_code == 0
-    monkeypatch.setenv("STRONGROOM_AUDIT__SQLITE_PATH", "/dev/null/audit.db")  # no log can be opened
+    (tmp_path / "a-folder.db").mkdir()
+    monkeypatch.setenv("STRONGROOM_AUDIT__SQLITE_PATH", str(tmp_path / "a-folder.db"))  # no log opens
     result = runner.invoke(models, ["unseal", str(dst), str(out), "--export", "--config", config])
     assert result.exit_code == 1 and "audited" in result.output
     assert not (out / "config.json").exists()
