@@ -222,19 +222,27 @@ class Authorizer:
         await self._watcher.announce(updated.version)
         return updated
 
+    async def record_opening(self, audit: AuditSink, actor: str = "") -> None:
+        """Record what opening the store did to it (the seed policy imported into a new store),
+        once, by whoever opened it: the gateway at start, or a CLI command with its operator."""
+        if not self.store.opening_note:
+            return
+        await audit.append(
+            AuditEvent(
+                event_type=EventType.ADMIN_CHANGE,
+                decision=Decision.ALLOW,
+                subject=actor,
+                endpoint="policy",
+                detail=f"policy import: {self.store.opening_note}; version {self.version}",
+            )
+        )
+        self.store.opening_note = ""
+
     async def start(self) -> None:
         """Begin following changes made by other replicas or the CLI."""
         self._loop = asyncio.get_running_loop()
-        if self.store.opening_note and self._audit is not None:
-            await self._audit.append(
-                AuditEvent(
-                    event_type=EventType.ADMIN_CHANGE,
-                    decision=Decision.ALLOW,
-                    endpoint="policy",
-                    detail=f"{self.store.opening_note}; version {self.version}",
-                )
-            )
-            self.store.opening_note = ""
+        if self._audit is not None:
+            await self.record_opening(self._audit)
         await self._watcher.start()
 
     async def stop(self) -> None:

@@ -42,9 +42,18 @@ def _open(config_path: str | None) -> tuple[Any, Authorizer]:
     settings = load_settings(config_path)
     seal = PolicySeal(CheckpointSigner.open(settings.audit, settings.data_path))
     try:
-        return settings, Authorizer.open(settings.access, settings.data_path, seal=seal)
+        authorizer = Authorizer.open(settings.access, settings.data_path, seal=seal)
     except PolicyError as exc:
         raise click.ClickException(exc.message) from None
+    if authorizer.store.opening_note:  # this command created the store: the import is recorded
+        from audit.security_operation import OperatorSink, local_identity
+
+        try:
+            sink = OperatorSink(settings.audit, settings.data_path)
+            asyncio.run(authorizer.record_opening(sink, local_identity()))
+        except AuditError as exc:
+            raise click.ClickException(f"policy store created but its import not audited: {exc}") from None
+    return settings, authorizer
 
 
 def _change(config_path: str | None, changes: Sequence[PolicyChange], actor: str | None) -> None:

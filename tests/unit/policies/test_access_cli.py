@@ -49,3 +49,30 @@ def test_invalid_input_is_explained(config: str) -> None:
     assert code == 2 and "exactly one of --user or --member-role" in out
     code, out = call(config, "ungrant", "analyst", "never-granted")
     assert code == 1 and "not in the policy" in out
+
+
+def test_the_policy_import_of_a_new_store_is_recorded_by_whoever_creates_it(
+    config: str, tmp_path: Path
+) -> None:
+    """A CLI command that creates the policy store (seeding it from the packaged policy) records
+    that import with the operator, as the gateway does at its first start; a second command finds
+    the store and records nothing more."""
+    import asyncio
+
+    from audit.config import AuditConfig
+    from audit.log import AuditLog
+    from audit.query import AuditQuery
+
+    assert call(config, "check", "chat", "demo-chat", "--role", "analyst")[0] == 0
+    assert call(config, "show")[0] == 0
+
+    async def imports() -> list[str]:
+        log = await AuditLog.open(AuditConfig(), tmp_path / "data")
+        try:
+            page = await log.search(AuditQuery(event_type="admin_change", limit=50))
+        finally:
+            await log.close()
+        return [r.event.detail for r in page.records if r.event.detail.startswith("policy import:")]
+
+    found = asyncio.run(imports())
+    assert len(found) == 1 and "created from the seed policy" in found[0], found
