@@ -121,6 +121,7 @@ class Services:
             audit=audit_log,
         )
         await engines.start()
+        telemetry.serving.watch_engines(engines.engine_stats)
         inference = InferenceService(
             verifier=verifier,
             authorizer=authorizer,
