@@ -341,7 +341,7 @@ class LLMEngine:
 
     def stats(self) -> dict[str, int | float]:
         kv = self.kv_manager
-        return {
+        out: dict[str, int | float] = {
             "blocks_total": self.block_pool.num_blocks,
             "blocks_free": self.block_pool.num_free_blocks,
             "blocks_cached": self.block_pool.num_cached_blocks,
@@ -355,7 +355,13 @@ class LLMEngine:
             "prefix_cache_hit_rate": kv.num_cache_hit_tokens / kv.num_cache_query_tokens
             if kv.num_cache_query_tokens
             else 0.0,
+            "prefix_cache_query_tokens": kv.num_cache_query_tokens,
         }
+        # Per model, flat so the stats stay one mapping of numbers on the wire.
+        for model, (running, waiting) in self.scheduler.num_by_model().items():
+            out[f"running:{model}"] = running
+            out[f"waiting:{model}"] = waiting
+        return out
 
 
 def _resolve(spec: ModelSpec, data_dir: str | Path) -> Path:

@@ -104,6 +104,13 @@ class Scheduler:
     def num_running(self) -> int:
         return len(self.running)
 
+    def num_by_model(self) -> dict[str, tuple[int, int]]:
+        """model -> (running, waiting) sequences."""
+        running = {m: 0 for m in self.models}
+        for seq in self.running:
+            running[seq.model] = running.get(seq.model, 0) + 1
+        return {m: (running.get(m, 0), len(self._waiting.get(m, ()))) for m in self.models}
+
     @property
     def has_work(self) -> bool:
         return bool(self.running) or self.num_waiting > 0

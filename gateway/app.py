@@ -98,8 +98,9 @@ async def metrics_endpoint(request: Request[Any, Any, Any], services: Services) 
             reason=reason,
         )
         raise UnauthenticatedError(reason)
-    text, content_type = Telemetry.prometheus_text()
-    return Response(text, media_type=content_type)
+    text, content_type = services.telemetry.prometheus_text()
+    # As a header, not a media type: litestar would append a second "; charset=utf-8".
+    return Response(text, headers={"content-type": content_type})
 
 
 @get("/admin/engines")

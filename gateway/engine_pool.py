@@ -211,6 +211,10 @@ class EnginePool:
         finally:
             member.in_flight -= 1
 
+    def engine_stats(self) -> list[tuple[str, dict[str, float]]]:
+        """(instance id, last stats) of every engine in service, for /metrics."""
+        return [(m.instance_id, m.stats) for m in self._members if m.healthy]
+
     def describe(self) -> list[dict[str, object]]:
         return [
             {

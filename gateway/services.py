@@ -153,6 +153,7 @@ class Services:
         )
         await engines.start()
         telemetry.count_in_flight(engines.num_in_flight)
+        telemetry.serving.watch_engines(engines.engine_stats)
         inference = InferenceService(
             verifier=verifier,
             authorizer=authorizer,

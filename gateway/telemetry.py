@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from gateway.serving_metrics import ServingMetrics
 from gateway.telemetry_config import TelemetryConfig
 
 __all__ = ["CountsByLabels", "Telemetry"]
@@ -86,6 +87,7 @@ class Telemetry:
         meter.create_observable_counter(
             "strongroom.requests", [self.requests.observe], description="Requests by endpoint and status"
         )
+        self.serving = ServingMetrics()
         self._in_flight: Callable[[], int] = lambda: 0
         # The queue a HorizontalPodAutoscaler scales gateways on (deploy/helm: strongroom_requests_in_flight).
         meter.create_observable_gauge(
@@ -111,9 +113,9 @@ class Telemetry:
             metrics.set_meter_provider(_installed.meter_provider)
         return _installed
 
-    @staticmethod
-    def prometheus_text() -> tuple[bytes, str]:
-        return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    def prometheus_text(self) -> tuple[bytes, str]:
+        """The exposition text and its one Content-Type value (charset included once)."""
+        return generate_latest(REGISTRY) + generate_latest(self.serving.registry), CONTENT_TYPE_LATEST
 
     def shutdown(self) -> None:
         self.tracer_provider.shutdown()

@@ -202,6 +202,19 @@ def test_health_ready_metrics_and_request_ids(gateway: Any) -> None:
     assert ready == {"ready": True, "models": 2, "engine": True, "audit": True, "redis": None}
     metrics = httpx.get(f"{gateway.base_url}/metrics")
     assert metrics.status_code == 200 and "strongroom_request_duration" in metrics.text
+    # One Content-Type value (it used to carry "charset=utf-8" twice).
+    [content_type] = metrics.headers.get_list("content-type")
+    assert content_type.startswith("text/plain") and content_type.count("charset") == 1, content_type
+    # The engines' scheduler and KV-pool state under vLLM's names, per model and engine instance.
+    text = metrics.text
+    for model in ("demo-chat", "demo-base"):
+        assert any(
+            line.startswith('vllm:num_requests_running{engine="engine-') and f'model_name="{model}"' in line
+            for line in text.splitlines()
+        ), text
+    assert "# TYPE vllm:num_requests_waiting gauge" in text
+    assert 0.0 <= _series(text, "vllm:kv_cache_usage_perc") <= 1.0
+    assert "# TYPE vllm:num_preemptions_total counter" in text and "vllm:prefix_cache_queries_total{" in text
     ids = {httpx.get(f"{gateway.base_url}/healthz").headers["x-request-id"] for _ in range(3)}
     assert len(ids) == 3
 

@@ -18,6 +18,7 @@ from gateway.config import ServerConfig
 from gateway.errors import response_parts
 from gateway.metrics_access import MetricsAccess
 from gateway.services import Services
+from gateway.telemetry import Telemetry
 from gateway.telemetry_config import TelemetryConfig
 
 SCRAPE = "scrape-token-of-a-decent-length"
@@ -40,6 +41,7 @@ def test_off_loopback_metrics_need_the_scrape_token(tmp_path: Any) -> None:
     )
     services = Services.__new__(Services)  # only what /metrics touches
     services.metrics_access = access
+    services.telemetry = Telemetry.install(TelemetryConfig())
     services.inference = SimpleNamespace(auditor=Auditor(sink))  # type: ignore[assignment]
 
     def on_error(_: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
