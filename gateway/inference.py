@@ -298,6 +298,12 @@ class InferenceService:
             await self._audit_done(
                 prep, usage.prompt_tokens, usage.completion_tokens, builder.any_blocked, builder.texts()
             )
+            self.telemetry.serving.finished(
+                prep.body.model,
+                e2e_s=prep.ctx.elapsed_s(),
+                ttft_s=None,
+                num_output_tokens=usage.completion_tokens,
+            )
             return builder.encode()
         except asyncio.CancelledError:
             # The client left (see routes.openai): leaving the engine call aborted it there.
@@ -390,6 +396,9 @@ class InferenceService:
 
         writer = StreamWriter(prep, self.filters, self._clock)
         is_finished = False
+        serving, model = self.telemetry.serving, prep.body.model
+        ttft_s: float | None = None
+        last_s = 0.0
         try:
             if head := writer.start():
                 yield head
@@ -397,6 +406,14 @@ class InferenceService:
             async for event in _chain(pending, events):
                 for chunk in writer.add(event):
                     yield chunk
+                # Token latencies as the client sees them: from arrival, then between deltas.
+                now_s = prep.ctx.elapsed_s()
+                if ttft_s is None:
+                    ttft_s = now_s
+                    serving.time_to_first_token.labels(model).observe(now_s)
+                elif event.token_ids:
+                    serving.inter_token_latency.labels(model).observe((now_s - last_s) / len(event.token_ids))
+                last_s = now_s
                 if writer.blocked:
                     break
             for chunk in writer.finish():
@@ -411,6 +428,12 @@ class InferenceService:
             elif prep.body.include_usage:
                 yield writer.usage_chunk()
             yield b"data: [DONE]\n\n"
+            serving.finished(
+                model,
+                e2e_s=prep.ctx.elapsed_s(),
+                ttft_s=ttft_s,
+                num_output_tokens=writer.usage().completion_tokens,
+            )
         except EngineError as exc:
             if isinstance(exc, EngineUnavailableError):
                 self.engines.mark_down(prep.client)

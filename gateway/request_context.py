@@ -45,6 +45,9 @@ class RequestContext:
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000.0
 
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started
+
 
 def request_context(scope: dict[str, Any], endpoint: str | None = None) -> RequestContext:
     """The request's one context (made by RequestMiddleware), labelled with ``endpoint`` if given.

@@ -3,8 +3,7 @@
 Two sources:
 
 - the gateway's own request path: time to first token, time per output token, inter-token
-  latency and end-to-end latency per model, and the latency of each gateway stage (auth, policy,
-  filters, quota, audit, engine) — histograms observed as requests run;
+  latency and end-to-end latency per model — histograms observed as requests run;
 - the engines' scheduler and KV-pool counters, read from the engine pool's last refresh at scrape
   time (``EngineStatsCollector``): running and waiting sequences per model, KV-cache usage,
   preemptions and prefix-cache hits per engine instance.
@@ -22,16 +21,12 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["STAGES", "EngineStatsCollector", "ServingMetrics"]
-
-STAGES = ("auth", "policy", "filters", "quota", "audit", "engine")
-"""The gateway stages a request passes; each has a latency histogram."""
+__all__ = ["EngineStatsCollector", "ServingMetrics"]
 
 # Bucket edges as vLLM uses them (seconds), so histograms line up across the two.
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 _TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 _E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
-_STAGE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 EngineStats = Callable[[], Iterable[tuple[str, Mapping[str, float]]]]
 """(engine instance id, that engine's last stats) for every engine in service."""
@@ -114,13 +109,6 @@ class ServingMetrics:
             buckets=_E2E_BUCKETS,
             registry=self.registry,
         )
-        self.stage_latency = Histogram(
-            "strongroom:gateway_stage_seconds",
-            "Time a request spent in one gateway stage",
-            ["stage"],
-            buckets=_STAGE_BUCKETS,
-            registry=self.registry,
-        )
         self._engines: EngineStatsCollector | None = None
 
     def watch_engines(self, source: EngineStats) -> None:
@@ -129,9 +117,6 @@ class ServingMetrics:
             self.registry.unregister(self._engines)
         self._engines = EngineStatsCollector(source)
         self.registry.register(self._engines)
-
-    def stage(self, name: str, seconds: float) -> None:
-        self.stage_latency.labels(name).observe(seconds)
 
     def finished(self, model: str, *, e2e_s: float, ttft_s: float | None, num_output_tokens: int) -> None:
         """One request done: its end-to-end latency, and its TPOT when it produced two tokens or more."""

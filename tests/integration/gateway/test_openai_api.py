@@ -370,3 +370,22 @@ def test_non_streamed_request_is_aborted_when_the_client_leaves(gateway: Any) ->
         raise AssertionError(f"the engine kept generating for a client that left: {engine}")
     records = [r["event"] for r in gateway.audit_records(50) if r["event"].get("status") == 499]
     assert records and records[-1]["reason"] == "client disconnected"
+
+
+def test_token_latencies_are_on_metrics_under_vllms_names(gateway: Any) -> None:
+    c = client(gateway, gateway.token("alice", "analyst"))
+    before = httpx.get(f"{gateway.base_url}/metrics").text
+    stream = c.completions.create(
+        model="demo-chat", prompt="tick", max_tokens=6, stream=True, extra_body={"ignore_eos": True}
+    )
+    assert sum(1 for _ in stream) >= 1
+    c.completions.create(model="demo-chat", prompt="tock", max_tokens=3)
+    after = httpx.get(f"{gateway.base_url}/metrics").text
+
+    def added(name: str) -> float:
+        return _series(after, name, model_name="demo-chat") - _series(before, name, model_name="demo-chat")
+
+    assert added("vllm:time_to_first_token_seconds_count") == 1  # streamed answers only
+    assert added("vllm:inter_token_latency_seconds_count") >= 1
+    assert added("vllm:e2e_request_latency_seconds_count") == 2
+    assert added("vllm:time_per_output_token_seconds_count") == 1
