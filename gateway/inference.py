@@ -157,10 +157,34 @@ class InferenceService:
             max_tokens = self._max_tokens(body, card)
             params = self._params(body, max_tokens)
             texts = _texts_of(body, allow_token_ids=self._allow_token_ids)
+        except Exception as exc:
+            raise await self._rejected(ctx, exc) from None
+        # The filters first: a request they refuse costs the engine nothing (counting a 1 MB
+        # prompt's tokens takes an engine about a second), and the count is of what is sent.
+        try:
+            result = await self.filters.acheck_request(
+                texts, FilterContext(roles=ctx.principal.roles, model=body.model)
+            )
+        except ScanBudgetError as exc:
+            raise await self.reject(ctx, exc) from None
+        findings = list(result.findings)
+        if result.blocked:
+            await self.auditor.record(
+                ctx,
+                EventType.FILTER_ACTION,
+                Decision.DENY,
+                status=400,
+                reason="request blocked by content policy",
+                findings=findings,
+                content=_content(body, {}),
+            )
+            raise ContentPolicyError("The request was blocked by the content policy")
+        generate = self._generate_request(ctx, body, params, list(result.texts))
+        try:
             # Counted by the engine, with the model's own template and tokenizer, before anything
             # is reserved: a guess (bytes / 3) let concurrent requests overrun token quotas.
             try:
-                num_prompt = await client.count_tokens(self._generate_request(ctx, body, params, texts))
+                num_prompt = await client.count_tokens(generate)
             except EngineUnavailableError:
                 self.engines.mark_down(client)
                 raise
@@ -168,35 +192,7 @@ class InferenceService:
                 ctx.principal, body.model, num_prompt + params.n * max_tokens, max_tokens=max_tokens
             )
         except Exception as exc:
-            # GatewayError, EngineError and the sibling packages' errors all carry a status.
-            if isinstance(exc, GatewayError | EngineError) or isinstance(
-                getattr(exc, "status_code", None), int
-            ):
-                raise await self.reject(ctx, exc) from None
-            raise
-        try:
-            try:
-                result = await self.filters.acheck_request(
-                    texts, FilterContext(roles=ctx.principal.roles, model=body.model)
-                )
-            except ScanBudgetError as exc:
-                raise await self.reject(ctx, exc) from None
-            findings = list(result.findings)
-            if result.blocked:
-                await self.auditor.record(
-                    ctx,
-                    EventType.FILTER_ACTION,
-                    Decision.DENY,
-                    status=400,
-                    reason="request blocked by content policy",
-                    findings=findings,
-                    content=_content(body, {}),
-                )
-                raise ContentPolicyError("The request was blocked by the content policy")
-            generate = self._generate_request(ctx, body, params, list(result.texts))
-        except BaseException:
-            await _close_lease(lease, 0)
-            raise
+            raise await self._rejected(ctx, exc) from None
         return Prepared(
             kind=kind,
             ctx=ctx,
@@ -207,6 +203,13 @@ class InferenceService:
             lease=lease,
             findings=findings,
         )
+
+    async def _rejected(self, ctx: RequestContext, exc: Exception) -> BaseException:
+        """The audited HTTP error for a refusal before the engine call; anything else re-raised."""
+        # GatewayError, EngineError and the sibling packages' errors all carry a status.
+        if isinstance(exc, GatewayError | EngineError) or isinstance(getattr(exc, "status_code", None), int):
+            return await self.reject(ctx, exc)
+        raise exc
 
     def _max_tokens(self, body: ChatCompletionRequest | CompletionRequest, card: ModelCard) -> int:
         asked = body.max_completion_tokens if isinstance(body, ChatCompletionRequest) else None
