@@ -157,15 +157,7 @@ def verify_bundle(path: Path, verifier: CheckpointVerifier) -> VerifyReport:
 
 
 def _failed(seq: int, problem: str) -> VerifyReport:
-    return VerifyReport(
-        ok=False,
-        num_records=0,
-        num_checkpoints=0,
-        last_seq=0,
-        sealed_seq=0,
-        first_bad_seq=seq,
-        problem=problem,
-    )
+    return VerifyReport.failure(seq, problem)
 
 
 CSV_COLUMNS = ("seq", "time", *RecordRow._fields[2:9], "event", "prev_hash", "hash")

@@ -45,13 +45,4 @@ def verify_log(store: AuditStore, trusted: TrustedKey, witness: Witness | None) 
 
 
 def _failed(trusted: TrustedKey, seq: int, problem: str) -> VerifyReport:
-    return VerifyReport(
-        ok=False,
-        num_records=0,
-        num_checkpoints=0,
-        last_seq=0,
-        sealed_seq=0,
-        first_bad_seq=seq,
-        problem=problem,
-        key_pinned=trusted.is_pinned,
-    )
+    return VerifyReport.failure(seq, problem, key_pinned=trusted.is_pinned)

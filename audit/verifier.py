@@ -44,6 +44,20 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     witnessed_seq: int = 0
     """Records up to here match a checkpoint that a witness outside the store holds."""
 
+    @classmethod
+    def failure(cls, seq: int, problem: str, *, key_pinned: bool = False) -> VerifyReport:
+        """A report that failed before any record was walked."""
+        return cls(
+            ok=False,
+            num_records=0,
+            num_checkpoints=0,
+            last_seq=0,
+            sealed_seq=0,
+            first_bad_seq=seq,
+            problem=problem,
+            key_pinned=key_pinned,
+        )
+
 
 class Witnessed(NamedTuple):
     """What the witnesses saw, small enough for a year of checkpoints: digests by index, and the newest."""
