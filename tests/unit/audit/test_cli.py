@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -128,3 +130,14 @@ def test_export_reports_records_written_and_the_cli_draws_nothing_in_a_pipe(
     out = tmp_path / f"cli.{fmt}"
     done = CliRunner().invoke(audit, ["export", "--config", str(config), "--format", fmt, str(out)])
     assert done.exit_code == 0 and done.output == f"exported 8 records to {out}\n"
+    terminal = _Terminal()
+    monkeypatch.setattr("strongroom.progress_bar.sys", SimpleNamespace(stderr=terminal))
+    done = CliRunner().invoke(
+        audit, ["export", "--config", str(config), "--format", fmt, str(tmp_path / "t")]
+    )
+    assert done.exit_code == 0 and "exporting to t" in terminal.getvalue() and "100%" in terminal.getvalue()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from click.testing import CliRunner
 from keys_testing import CHUNK
 
@@ -91,9 +94,20 @@ def test_rotation_counts_models_and_unsealing_counts_bytes_checked_then_written(
     assert (tmp_path / "plain" / "model.safetensors").read_bytes() == plain_files["model.safetensors"]
 
 
-def test_rotate_and_unseal_draw_nothing_in_a_pipe(tmp_path: Path) -> None:
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("on_terminal", [False, True])
+def test_rotate_and_unseal_draw_a_bar_on_a_terminal_only(
+    tmp_path: Path, on_terminal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg, src = _config_and_model(tmp_path)
-    cli = CliRunner()  # stderr is not a terminal here, as in a pipe or a log
+    terminal = _Terminal()
+    if on_terminal:  # CliRunner's own stderr is never a terminal, as in a pipe or a log
+        monkeypatch.setattr("strongroom.progress_bar.sys", SimpleNamespace(stderr=terminal))
+    cli = CliRunner()
     for args in (
         ["keys", "init"],
         ["models", "seal", str(src), str(tmp_path / "data" / "models" / "tiny")],
@@ -105,3 +119,8 @@ def test_rotate_and_unseal_draw_nothing_in_a_pipe(tmp_path: Path) -> None:
         assert done.exit_code == 0, done.output
         assert "%" not in done.output and "rewrapping" not in done.output and "exporting " not in done.output
     assert done.output == f"exported plaintext to {tmp_path / 'out'}\n"
+    drawn = terminal.getvalue()
+    if on_terminal:
+        assert "rewrapping models" in drawn and "exporting tiny" in drawn and "100%" in drawn
+    else:
+        assert drawn == ""
