@@ -4,10 +4,10 @@ with the progress bar drawn on a terminal (``script`` gives the command one)."""
 from __future__ import annotations
 
 import json
-import shlex
-import subprocess
 import sys
 from pathlib import Path
+
+from tests.terminal import run_on_terminal
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -26,16 +26,8 @@ def test_smallest_run_writes_rows_and_draws_its_bar_on_a_terminal(tmp_path: Path
         "--output",
         str(out),
     ]
-    command = shlex.join([sys.executable, "-m", "strongroom", *args])
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "TERM": "dumb", "COLUMNS": "100"}
-    done = subprocess.run(
-        ["script", "-qec", command, "/dev/null"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = run_on_terminal([sys.executable, "-m", "strongroom", *args], env, timeout=120)
     assert "measuring" in done.stdout and "100%" in done.stdout
     (row,) = json.loads(out.read_text())["rows"]
     assert row["concurrency"] == 1 and row["direct"]["rps"] > 0 and row["gateway"]["rps"] > 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from keys import KeyFileProvider, seal_model, verify_model
 from keys.cli import keys, models
 from keys.rotation import rotate
 from keys.sealed_model import unseal_model
+from tests.terminal import run_on_terminal
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -61,15 +61,7 @@ def test_cli_draws_a_bar_on_a_terminal_and_none_in_a_pipe(tmp_path: Path) -> Non
     dst = tmp_path / "data" / "models" / "tiny"
     piped = run("models", "seal", "--config", str(cfg), str(src), str(dst))
     assert "sealing" not in piped.stderr and piped.stdout.startswith("sealed 2 file(s)")
-    command = shlex.join([*cli, "models", "verify", "--config", str(cfg), str(dst)])
-    tty = subprocess.run(
-        ["script", "-qec", command, "/dev/null"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    tty = run_on_terminal([*cli, "models", "verify", "--config", str(cfg), str(dst)], env)
     assert "verifying tiny" in tty.stdout and "100%" in tty.stdout
     assert "ok tiny: 2 file(s)" in tty.stdout
 
