@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from audit.checkpoint import Checkpoint, ExportSeal
+from audit.export_progress import Progress, RecordCounter
 from audit.record import RecordRow, genesis_hash, us_to_iso
 from audit.signer import CheckpointSigner, CheckpointVerifier
 from audit.store import AuditStore
@@ -75,9 +76,17 @@ def verify_store(
 
 
 def export_bundle(
-    store: AuditStore, signer: CheckpointSigner, path: Path, *, first_seq: int, last_seq: int, now_us: int
+    store: AuditStore,
+    signer: CheckpointSigner,
+    path: Path,
+    *,
+    first_seq: int,
+    last_seq: int,
+    now_us: int,
+    progress: Progress | None = None,
 ) -> ExportSeal:
     """Write records first_seq..last_seq with their checkpoints and a signed seal (fsynced)."""
+    counter = RecordCounter(first_seq, last_seq, progress)
     log_id = store.head().log_id
     checkpoints = [cp for cp in iter_checkpoints(store) if first_seq <= cp.seq <= last_seq]
     tmp = path.with_name(path.name + ".tmp")
@@ -92,6 +101,7 @@ def export_bundle(
                 first_prev = row.prev_hash
             out.write(msgspec.json.encode({"type": "record", **row._asdict()}) + b"\n")
             num_records += 1
+            counter.step(num_records)
             head = row.hash
             while pending is not None and pending.seq <= row.seq:
                 out.write(msgspec.json.encode({"type": "checkpoint", **msgspec.to_builtins(pending)}) + b"\n")
@@ -109,6 +119,7 @@ def export_bundle(
         )
         seal = ExportSeal(**{**unsigned.payload(), "signature": signer.sign("seal", unsigned.payload())})
         out.write(msgspec.json.encode({"type": "seal", **msgspec.to_builtins(seal)}) + b"\n")
+        counter.finish(num_records)
         out.flush()
         os.fsync(out.fileno())
     tmp.replace(path)
@@ -163,8 +174,11 @@ def _failed(seq: int, problem: str) -> VerifyReport:
 CSV_COLUMNS = ("seq", "time", *RecordRow._fields[2:9], "event", "prev_hash", "hash")
 
 
-def export_csv(store: AuditStore, path: Path, *, first_seq: int, last_seq: int) -> int:
+def export_csv(
+    store: AuditStore, path: Path, *, first_seq: int, last_seq: int, progress: Progress | None = None
+) -> int:
     """Spreadsheet view with the chain hashes per row; verify with the JSONL bundle of the same range."""
+    counter = RecordCounter(first_seq, last_seq, progress)
     count = 0
     with path.open("w", newline="", encoding="utf-8") as out:
         writer = csv.writer(out)
@@ -172,4 +186,6 @@ def export_csv(store: AuditStore, path: Path, *, first_seq: int, last_seq: int) 
         for row in iter_rows(store, first_seq - 1, last_seq):
             writer.writerow([row.seq, us_to_iso(row.time_us), *row[2:9], row.event, row.prev_hash, row.hash])
             count += 1
+            counter.step(count)
+    counter.finish(count)
     return count

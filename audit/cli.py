@@ -28,6 +28,7 @@ from audit.query import AuditQuery
 from audit.record import AuditRecord, iso_to_us
 from audit.signer import CheckpointVerifier
 from audit.verifier import VerifyReport
+from strongroom.progress_bar import ProgressBar
 
 T = TypeVar("T")
 
@@ -228,9 +229,10 @@ def export(config_path: str | None, output: str, fmt: str, first_seq: int, last_
 
     async def run(log: OperatorLog) -> int:
         await _audit_access(log, f"export {fmt} {first_seq}..{last_seq or 'end'} to {output}")
-        return await log.export(Path(output), fmt=fmt, first_seq=first_seq, last_seq=last_seq)
+        return await log.export(Path(output), fmt=fmt, first_seq=first_seq, last_seq=last_seq, progress=bar)
 
-    count = _with_log(config_path, run)
+    with ProgressBar(f"exporting to {Path(output).name}") as bar:
+        count = _with_log(config_path, run)
     click.echo(f"exported {count} records to {output}")
 
 

@@ -25,6 +25,7 @@ from audit.bundle import export_bundle, export_csv
 from audit.config import AuditConfig
 from audit.errors import AuditQueryError, AuditWriterBusyError
 from audit.event import AuditEvent
+from audit.export_progress import Progress
 from audit.log import AuditLog
 from audit.query import AuditPage, AuditQuery, decode_cursor, encode_cursor
 from audit.record import AuditRecord, record_from_row
@@ -160,19 +161,32 @@ class OperatorLog:
         store = await self._read_store()
         return await asyncio.to_thread(verify_archives, store, self.trusted().verifier)
 
-    async def export(self, path: Path, *, fmt: str, first_seq: int, last_seq: int | None) -> int:
-        """Export what is committed now; a JSONL bundle's seal signs the exact range it holds."""
+    async def export(
+        self, path: Path, *, fmt: str, first_seq: int, last_seq: int | None, progress: Progress | None = None
+    ) -> int:
+        """Export what is committed now; a JSONL bundle's seal signs the exact range it holds.
+
+        ``progress`` is told (records written, records in the range) from the export's thread."""
         store = await self._read_store()
         head = await asyncio.to_thread(store.head)
         last = head.seq if last_seq is None else min(last_seq, head.seq)
         first = max(first_seq, 1)
         if fmt == "csv":
-            return await asyncio.to_thread(export_csv, store, path, first_seq=first, last_seq=last)
+            return await asyncio.to_thread(
+                export_csv, store, path, first_seq=first, last_seq=last, progress=progress
+            )
         if fmt != "jsonl":
             raise AuditQueryError("export format must be jsonl or csv")
         now_us = int(time.time() * 1_000_000)
         seal = await asyncio.to_thread(
-            export_bundle, store, self.signer, path, first_seq=first, last_seq=last, now_us=now_us
+            export_bundle,
+            store,
+            self.signer,
+            path,
+            first_seq=first,
+            last_seq=last,
+            now_us=now_us,
+            progress=progress,
         )
         return seal.num_records
 

@@ -37,6 +37,7 @@ import msgspec
 from bench.provenance import git_commit, machine
 from engine.protocol import GenerateRequest
 from engine.sampling_params import SamplingParams
+from strongroom.progress_bar import ProgressBar
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -212,6 +213,7 @@ async def _measure(
     *,
     rounds: int,
     pids: dict[str, int],
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     direct = msgspec.json.encode(
         GenerateRequest(
@@ -236,6 +238,7 @@ async def _measure(
     )
     paths = {"direct": (engine, to_engine), "gateway": (gateway, via_gateway)}
     rows = []
+    steps, done = len(levels) * rounds * len(paths), 0
     for level in levels:
         scratch = _Samples()
         for url, request in paths.values():  # warm-up: connections, pools, caches
@@ -249,6 +252,9 @@ async def _measure(
                     start, end = before[proc], _cpu_seconds(pid)
                     if start is not None and end is not None:
                         samples[name].cpu_s[proc] = samples[name].cpu_s.get(proc, 0.0) + end - start
+                done += 1
+                if progress is not None:
+                    progress(done, steps)
         d, g = samples["direct"].summary(), samples["gateway"].summary()
         rows.append(
             {
@@ -263,8 +269,15 @@ async def _measure(
 
 
 def run(
-    levels: list[int], duration_s: float, max_tokens: int, data_dir: Path, *, rounds: int = 5
+    levels: list[int],
+    duration_s: float,
+    max_tokens: int,
+    data_dir: Path,
+    *,
+    rounds: int = 5,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
+    """Start a stub engine and a gateway, then measure; ``progress`` is told (runs done, runs in all)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     engine_token = secrets.token_urlsafe(24)
     engine_port, gw_port = _free_port(), _free_port()
@@ -313,6 +326,7 @@ def run(
                     max_tokens,
                     rounds=rounds,
                     pids={"engine": procs[0].pid, "gateway": procs[1].pid},
+                    progress=progress,
                 )
             )
     finally:
@@ -360,8 +374,8 @@ def gateway(
 ) -> None:
     """Added latency and sustained requests/s of the full gateway over a stub engine."""
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp:
-        result = run(list(levels), duration_s, max_tokens, Path(tmp), rounds=rounds)
+    with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:
+        result = run(list(levels), duration_s, max_tokens, Path(tmp), rounds=rounds, progress=bar)
     stamp = datetime.now(UTC)
     record = {
         "benchmark": "gateway_overhead",

@@ -43,6 +43,7 @@ from bench.serve_metrics import (
 from bench.serve_peer import PeerSpec, ServePeer
 from bench.serve_report import format_comparison, format_metrics, redacted
 from bench.workload import Workload, nano_vllm_workload
+from strongroom.progress_bar import ProgressBar
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -133,8 +134,12 @@ async def run_serve(
     timeout_s: float = 600.0,
     api_key: str | None = None,
     num_warmup: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ServeMetrics:
-    """Send the workload at Poisson arrivals; ``num_warmup`` untimed short requests go first, one by one."""
+    """Send the workload at Poisson arrivals; ``num_warmup`` untimed short requests go first, one by one.
+
+    ``progress`` is told (requests finished, requests in all) as each timed request ends."""
+    finished = 0
     gaps = arrival_gaps(workload.num_requests, request_rate, seed)
     limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     url = base_url.rstrip("/") + "/v1/completions"
@@ -144,7 +149,7 @@ async def run_serve(
         timeout=timeout_s, limits=limits, transport=transport, headers=headers
     ) as client:
 
-        async def one(i: int) -> RequestTiming:
+        async def send(i: int) -> RequestTiming:
             body = completion_body(
                 model, workload.prompt_token_ids[i], workload.max_tokens[i], workload.temperature
             )
@@ -153,6 +158,14 @@ async def run_serve(
                 return await send_request(client, url, body, num_prompt_tokens=num_prompt, clock=clock)
             async with limit:
                 return await send_request(client, url, body, num_prompt_tokens=num_prompt, clock=clock)
+
+        async def one(i: int) -> RequestTiming:
+            nonlocal finished
+            timing = await send(i)
+            finished += 1
+            if progress is not None:
+                progress(finished, workload.num_requests)
+            return timing
 
         for _ in range(num_warmup):
             warm = completion_body(model, workload.prompt_token_ids[0], 4, workload.temperature)
@@ -251,17 +264,19 @@ def serve(
         )
 
     async def measure(url: str, served_model: str, key: str | None) -> ServeMetrics:
-        return await run_serve(
-            base_url=url,
-            model=served_model,
-            workload=workload,
-            request_rate=request_rate,
-            seed=seed,
-            max_concurrency=max_concurrency,
-            slo=slo,
-            api_key=key,
-            num_warmup=warmup_requests,
-        )
+        with ProgressBar(f"requests to {served_model}") as bar:
+            return await run_serve(
+                base_url=url,
+                model=served_model,
+                workload=workload,
+                request_rate=request_rate,
+                seed=seed,
+                max_concurrency=max_concurrency,
+                slo=slo,
+                api_key=key,
+                num_warmup=warmup_requests,
+                progress=bar,
+            )
 
     async def measure_both() -> tuple[ServeMetrics, dict[str, Any] | None]:
         ours = await measure(base_url, model, api_key)

@@ -28,6 +28,7 @@ import click
 from bench.provenance import provenance
 from bench.random_model import SHAPES, build_random_qwen3
 from bench.workload import Workload, nano_vllm_workload
+from strongroom.progress_bar import ProgressBar
 
 SYSTEMS = ("ours", "hf-generate", "hf-continuous")
 RESULTS_DIR = Path(__file__).parent / "results"
@@ -198,9 +199,11 @@ def run_benchmark(
     device: str,
     hf_batch_size: int,
     on_error: Callable[[str, BaseException], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[RunResult]:
+    """Run each system in turn; ``progress`` is told (systems run, systems in all) after each."""
     results = []
-    for system in systems:
+    for done, system in enumerate(systems, 1):
         kwargs: dict[str, Any] = {"dtype": dtype, "device": device}
         if system == "hf-generate":
             kwargs["batch_size"] = hf_batch_size
@@ -210,6 +213,8 @@ def run_benchmark(
             if on_error is None:
                 raise
             on_error(system, exc)
+        if progress is not None:
+            progress(done, len(systems))
     return results
 
 
@@ -279,15 +284,17 @@ def throughput(
         model_dir = model_path or build_random_qwen3(
             Path(tmp) / shape, shape=shape, dtype=dtype, device=device
         )
-        results = run_benchmark(
-            model_dir=model_dir,
-            workload=workload,
-            systems=chosen,
-            dtype=dtype,
-            device=device,
-            hf_batch_size=hf_batch_size,
-            on_error=on_error,
-        )
+        with ProgressBar(f"running {len(chosen)} system(s)") as bar:
+            results = run_benchmark(
+                model_dir=model_dir,
+                workload=workload,
+                systems=chosen,
+                dtype=dtype,
+                device=device,
+                hf_batch_size=hf_batch_size,
+                on_error=on_error,
+                progress=bar,
+            )
     click.echo(
         f"workload: {workload.num_requests} requests, {workload.num_prompt_tokens} prompt and "
         f"{workload.num_output_tokens} output tokens (scale {scale})"

@@ -14,9 +14,7 @@ import hashlib
 import json
 import os
 import socket
-import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -34,6 +32,7 @@ from keys.seal_registry import SealRegistry
 from keys.sealed_model import admission, is_sealed, unseal_model, verify_model
 from keys.sealer import seal_model
 from keys.secret import Secret
+from strongroom.progress_bar import ProgressBar
 
 _config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False), default=None, envvar="STRONGROOM_CONFIG",
@@ -135,32 +134,6 @@ def init(config_path: str | None, passphrase: bool) -> None:
         raise _fail(exc) from None
 
 
-class _ProgressBar:
-    """A byte-count progress bar on stderr, drawn only on a terminal: a log or a pipe gets the
-    result line alone. Used as the ``progress`` callback of sealing and verifying."""
-
-    def __init__(self, label: str) -> None:
-        self._label = label
-        self._bar: Any = None
-        self._shown = 0
-
-    def __enter__(self) -> _ProgressBar:
-        return self
-
-    def __call__(self, done: int, total: int) -> None:
-        if self._bar is None:
-            if not sys.stderr.isatty():
-                return
-            self._bar = click.progressbar(length=total, label=self._label, file=sys.stderr)
-            self._bar.__enter__()
-        self._bar.update(done - self._shown)
-        self._shown = done
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-
-
 _json_option = click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 
 
@@ -196,13 +169,15 @@ def rotate(config_path: str | None, model_dirs: tuple[str, ...]) -> None:
         dirs = sorted(str(p) for p in root.iterdir() if is_sealed(p)) if root.is_dir() else []
     try:
         provider = _provider(config_path)
-        report = rotate_models(
-            provider,
-            dirs,
-            audit=_operator_sink(config_path),
-            process=f"cli-rotate:{os.getpid()}",
-            registry=_registry(config_path, provider),
-        )
+        with ProgressBar("rewrapping models") as bar:
+            report = rotate_models(
+                provider,
+                dirs,
+                audit=_operator_sink(config_path),
+                process=f"cli-rotate:{os.getpid()}",
+                registry=_registry(config_path, provider),
+                progress=bar,
+            )
     except KeysError as exc:
         raise _fail(exc) from None
     click.echo(f"now {report.new_key}; rewrapped {len(report.rewrapped)} model(s)")
@@ -223,7 +198,7 @@ def seal(config_path: str | None, src: str, dst: str, model_id: str | None) -> N
         provider = _provider(config_path)
         registry = _registry(config_path, provider)
         name = model_id or Path(dst).name
-        with _ProgressBar(f"sealing {name}") as bar:
+        with ProgressBar(f"sealing {name}") as bar:
             manifest = seal_model(
                 src, dst, name, provider, registry=registry, sealed_by=_operator(), progress=bar
             )
@@ -252,7 +227,7 @@ def verify(config_path: str | None, model_dir: str, name: str | None) -> None:
         if expected is None:
             expected = read_verified_manifest(Path(model_dir), provider)[0].model_id
         admit = admission(expected, _registry(config_path, provider))
-        with _ProgressBar(f"verifying {expected}") as bar:
+        with ProgressBar(f"verifying {expected}") as bar:
             report = verify_model(
                 model_dir,
                 provider,
@@ -367,14 +342,16 @@ def unseal(config_path: str | None, model_dir: str, dst: str, export: bool) -> N
     if not export:
         raise click.ClickException("unsealing writes plaintext weights to disk: add --export to confirm")
     try:
-        unseal_model(
-            model_dir,
-            dst,
-            _provider(config_path),
-            export=export,
-            audit=_operator_sink(config_path),
-            process=f"cli-unseal:{os.getpid()}",
-        )
+        with ProgressBar(f"exporting {Path(model_dir).name}") as bar:
+            unseal_model(
+                model_dir,
+                dst,
+                _provider(config_path),
+                export=export,
+                audit=_operator_sink(config_path),
+                process=f"cli-unseal:{os.getpid()}",
+                progress=bar,
+            )
     except KeysError as exc:
         raise _fail(exc) from None
     click.echo(f"exported plaintext to {dst}")

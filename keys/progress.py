@@ -1,7 +1,8 @@
 """Progress of the long key operations (sealing or verifying gigabytes takes seconds to minutes).
 
 A ``Progress`` is called with (bytes done, bytes in all) after each chunk; the CLI draws a bar
-from it. Counting plaintext bytes keeps the figure the same for sealing and verifying.
+from it. Counting plaintext bytes keeps the figure the same for sealing and verifying (unsealing
+counts them twice: checked, then written); rotation counts models rewrapped.
 """
 
 from __future__ import annotations

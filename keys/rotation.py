@@ -18,6 +18,7 @@ from audit.sink import AuditSink
 from keys.errors import KeysError
 from keys.key_audit import key_event, record_all
 from keys.manifest import SIGNATURE_NAME, encode_signature, read_verified_manifest
+from keys.progress import Progress
 from keys.provider import KeyProvider, KeyRef, WrappedKey
 from keys.report import RotationReport
 from keys.seal_registry import SealRegistry
@@ -89,12 +90,14 @@ def rotate(
     audit: AuditSink | None = None,
     process: str = "rotate",
     registry: SealRegistry | None = None,
+    progress: Progress | None = None,
 ) -> RotationReport:
     """Rotate the master key and rewrap ``model_dirs`` plus every sealing in ``registry``.
 
     Without a registry, a model left out stays under the old version and is lost at retirement;
     with one, every registered sealing (wherever it lives) is rewrapped, the registry is re-signed
-    under the new version, and no version still wrapping a registered model is retired."""
+    under the new version, and no version still wrapping a registered model is retired.
+    ``progress`` is told (models rewrapped or failed so far, models in all) after each model."""
     dirs = _with_registered(model_dirs, registry)
     new = provider.rotate()
     done: list[str] = []
@@ -112,6 +115,8 @@ def rotate(
             failures.append(
                 f"{path}: registered sealing is missing (`strongroom models unregister` if destroyed)"
             )
+        if progress is not None:
+            progress(len(done) + len(failures), len(dirs))
     audit_events = list(events)
     if failures:
         asyncio.run(record_all(audit, audit_events))

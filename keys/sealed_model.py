@@ -238,8 +238,11 @@ def unseal_model(
     export: bool = False,
     audit: AuditSink | None = None,
     process: str = "unseal",
+    progress: Progress | None = None,
 ) -> ManifestReport:
-    """Write the plaintext model to ``dst_dir``. Plaintext on disk is the point, so ``export=True`` is required."""
+    """Write the plaintext model to ``dst_dir``. Plaintext on disk is the point, so ``export=True`` is required.
+
+    ``progress`` is told plaintext bytes checked, then written: its total is twice the model's size."""
     if not export:
         raise ExportNotConfirmedError(
             "unsealing writes plaintext weights to disk; pass export=True to confirm"
@@ -247,7 +250,10 @@ def unseal_model(
     dst = Path(dst_dir)
     if dst.exists() and any(dst.iterdir()):
         raise KeysError(f"{dst}: exists and is not empty")
-    report = verify_model(model_dir, provider, audit=audit, process=process)
+    checked = None if progress is None else (lambda done, total: progress(done, 2 * total))
+    report = verify_model(model_dir, provider, audit=audit, process=process, progress=checked)
+    counter = ByteCounter(2 * report.total_bytes, progress)
+    counter.done = report.total_bytes
     with open_model(model_dir, provider, audit=audit, process=process) as source:
         asyncio.run(record_all(audit, [key_event("export", source.key, model=source.model_id, process=process,
                                                  provider=provider.kind)]))  # fmt: skip
@@ -256,7 +262,7 @@ def unseal_model(
             target.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                _stream_file(source.sealed_file(name), fd)
+                _stream_file(source.sealed_file(name), fd, counter)
             finally:
                 os.close(fd)
     return report

@@ -191,15 +191,24 @@ def unassign(
     )
 
 
+json_option = click.option("--json", "as_json", is_flag=True, help="One JSON document on one line.")
+
+
 @admin.command("show")
 @click.option("--user", default=None, help="Show this user's effective roles and grants.")
 @click.option("--role", default=None, help="Show this role's effective roles and grants.")
 @click.option("--tenant", default=None)
 @config_option
-def show(user: str | None, role: str | None, tenant: str | None, config_path: str | None) -> None:
+@json_option
+def show(
+    user: str | None, role: str | None, tenant: str | None, config_path: str | None, as_json: bool
+) -> None:
     """Print the policy (CSV with its version), or one user's or role's effective permissions."""
     _, authorizer = _open(config_path)
     if user is None and role is None:
+        if as_json:  # the admin API's form: version, grants, assignments
+            click.echo(json.dumps(authorizer.policy.to_dict()))
+            return
         click.echo(f"# policy version {authorizer.version}")
         click.echo(authorizer.policy.to_csv(), nl=False)
         return
@@ -211,7 +220,7 @@ def show(user: str | None, role: str | None, tenant: str | None, config_path: st
         "roles": authorizer.effective_roles([member], domain),
         "grants": [", ".join(g.as_line()) for g in authorizer.effective_grants([member], domain)],
     }
-    click.echo(json.dumps(out, indent=2))
+    click.echo(json.dumps(out) if as_json else json.dumps(out, indent=2))
 
 
 @admin.command("check")
@@ -221,6 +230,7 @@ def show(user: str | None, role: str | None, tenant: str | None, config_path: st
 @click.option("--role", "roles", multiple=True, help="A role in the caller's token (repeatable).")
 @click.option("--tenant", default=None)
 @config_option
+@json_option
 def check(
     action: str,
     model: str,
@@ -228,6 +238,7 @@ def check(
     roles: tuple[str, ...],
     tenant: str | None,
     config_path: str | None,
+    as_json: bool,
 ) -> None:
     """Dry run: may this caller perform ACTION on MODEL? Exit status 0 allowed, 1 denied."""
     if user is None and not roles:
@@ -235,6 +246,10 @@ def check(
     _, authorizer = _open(config_path)
     caller = Principal(subject=user if user is not None else "\0", roles=roles, issuer="cli", tenant=tenant)
     allowed = authorizer.allowed(caller, action, model)
+    if as_json:
+        row = {"allowed": allowed, "action": action, "model": model, "policy_version": authorizer.version}
+        click.echo(json.dumps(row))
+        raise SystemExit(0 if allowed else 1)
     click.echo(
         f"{'allowed' if allowed else 'denied'}: {action} on {model} (policy version {authorizer.version})"
     )

@@ -207,20 +207,30 @@ def config_show(config_path: str | None) -> None:
 )
 @click.option("--connect", is_flag=True, help="Also reach Redis and PostgreSQL.")
 @click.option("--strict", is_flag=True, help="Warnings fail the check too.")
-def config_check(config_path: str | None, role: str, connect: bool, strict: bool) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help='One {"severity", "problem"} JSON object per line, on stdout.'
+)
+def config_check(config_path: str | None, role: str, connect: bool, strict: bool, as_json: bool) -> None:
     """Check a config with the files, secrets and services it names; one line per problem.
 
     Exit status: 0 when it would start, 1 on any error (or warning with --strict)."""
+    import json
+
     from strongroom.config_check import ConfigCheck
 
     settings = load_settings(config_path)
     problems = ConfigCheck(settings, "engine" if role == "engine" else "serve").problems(connect=connect)
     for problem in problems:
-        click.echo(f"{'warning' if problem.is_warning else 'error'}: {problem}", err=True)
+        severity = "warning" if problem.is_warning else "error"
+        if as_json:
+            click.echo(json.dumps({"severity": severity, "problem": str(problem)}))
+        else:
+            click.echo(f"{severity}: {problem}", err=True)
     failed = [p for p in problems if strict or not p.is_warning]
     if failed:
         raise SystemExit(1)
-    click.echo(f"ok: {config_path or 'embedded defaults'} ({role}, {len(problems)} warning(s))")
+    if not as_json:
+        click.echo(f"ok: {config_path or 'embedded defaults'} ({role}, {len(problems)} warning(s))")
 
 
 @config.command("example")

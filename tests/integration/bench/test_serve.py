@@ -76,11 +76,13 @@ async def test_sequential_run_gives_exact_metrics(server: SSEServer) -> None:
     # One request at a time and a clock that ticks once per reading: every timing is an exact count.
     ticks = itertools.count()
     slept: list[float] = []
+    finished: list[tuple[int, int]] = []
 
     async def fake_sleep(seconds: float) -> None:
         slept.append(seconds)
 
     metrics = await run_serve(
+        progress=lambda done, total: finished.append((done, total)),
         base_url=f"http://127.0.0.1:{server.port}",
         model="tiny",
         workload=WORKLOAD,
@@ -91,6 +93,7 @@ async def test_sequential_run_gives_exact_metrics(server: SSEServer) -> None:
         sleep=fake_sleep,
     )
     assert len(slept) == 2  # a Poisson gap before every request but the first
+    assert finished == [(1, 3), (2, 3), (3, 3)]  # what `strongroom bench serve` draws its bar from
     assert metrics.num_completed == 3 and metrics.num_failed == 0
     assert metrics.num_output_tokens == 8 and metrics.num_prompt_tokens == 6
     # Each request: one reading at send, one per text chunk -> TTFT 1 s, ITL 1 s, E2E = chunks s.

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from click.testing import CliRunner
 
 from audit.cli import audit
 from audit.config import AuditConfig
 from audit.log import AuditLog
+from audit.operator_log import OperatorLog
 from audit.testing import sample_event as event
 
 
@@ -101,3 +105,39 @@ def test_commands_after_a_clean_stop_leave_it_clean(tmp_path: Path) -> None:
     result = cli.invoke(audit, ["verify", "--config", str(config)])
     assert result.exit_code == 0, result.output
     assert "stopped uncleanly" not in result.output
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_export_reports_records_written_and_the_cli_draws_nothing_in_a_pipe(
+    tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _seed(tmp_path)
+    monkeypatch.setattr("audit.export_progress.REPORT_EVERY", 2)
+    calls: list[tuple[int, int]] = []
+
+    async def go() -> int:
+        log = OperatorLog(AuditConfig(), tmp_path / "data")
+        try:
+            out = tmp_path / f"lib.{fmt}"
+            return await log.export(
+                out, fmt=fmt, first_seq=1, last_seq=None, progress=lambda d, t: calls.append((d, t))
+            )
+        finally:
+            await log.close()
+
+    count = asyncio.run(go())
+    assert count == 7 and calls == [(2, 7), (4, 7), (6, 7), (7, 7)]
+    out = tmp_path / f"cli.{fmt}"
+    done = CliRunner().invoke(audit, ["export", "--config", str(config), "--format", fmt, str(out)])
+    assert done.exit_code == 0 and done.output == f"exported 8 records to {out}\n"
+    terminal = _Terminal()
+    monkeypatch.setattr("strongroom.progress_bar.sys", SimpleNamespace(stderr=terminal))
+    done = CliRunner().invoke(
+        audit, ["export", "--config", str(config), "--format", fmt, str(tmp_path / "t")]
+    )
+    assert done.exit_code == 0 and "exporting to t" in terminal.getvalue() and "100%" in terminal.getvalue()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,7 +21,16 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def test_tiny_run_through_ours_and_hf_generate_writes_json(tmp_path: Path) -> None:
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_tiny_run_through_ours_and_hf_generate_writes_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    terminal = _Terminal()  # the progress bar goes to a terminal's stderr, never into the output
+    monkeypatch.setattr("strongroom.progress_bar.sys", SimpleNamespace(stderr=terminal))
     model_dir = build_random_qwen3(tmp_path / "model", shape="tiny", dtype="float32")
     out = tmp_path / "result.json"
     result = CliRunner().invoke(
@@ -47,6 +58,8 @@ def test_tiny_run_through_ours_and_hf_generate_writes_json(tmp_path: Path) -> No
     for key in ("command", "git_commit", "machine", "date"):
         assert report[key]
     assert "ours/hf-generate" in result.output
+    assert "running 2 system(s)" in terminal.getvalue() and "100%" in terminal.getvalue()
+    assert "running 2 system(s)" not in result.output
 
 
 def test_unknown_system_is_rejected() -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,29 @@ def test_the_policy_import_of_a_new_store_is_recorded_by_whoever_creates_it(
 
     found = asyncio.run(imports())
     assert len(found) == 1 and "created from the seed policy" in found[0], found
+
+
+def test_json_holds_what_the_text_form_lists(config: str) -> None:
+    assert call(config, "grant", "analyst", "demo-base", "--action", "chat", "--actor", "ops")[0] == 0
+    assert call(config, "assign", "auditor", "--user", "carol")[0] == 0
+    _, text = call(config, "show")
+    code, out = call(config, "show", "--json")
+    policy = json.loads(out)
+    assert code == 0 and len(out.splitlines()) == 1
+    assert f"# policy version {policy['version']}" in text
+    rows = [", ".join(("p", g["role"], g["domain"], g["pattern"], g["action"])) for g in policy["grants"]]
+    rows += [", ".join(("g", a["member"], a["role"], a["domain"])) for a in policy["assignments"]]
+    assert rows == text.splitlines()[1:]
+    _, pretty = call(config, "show", "--user", "carol")
+    code, out = call(config, "show", "--user", "carol", "--json")
+    assert code == 0 and len(out.splitlines()) == 1 and json.loads(out) == json.loads(pretty)
+    code, out = call(config, "check", "chat", "demo-base", "--role", "analyst", "--json")
+    assert code == 0
+    assert json.loads(out) == {
+        "allowed": True,
+        "action": "chat",
+        "model": "demo-base",
+        "policy_version": policy["version"],
+    }
+    code, out = call(config, "check", "chat", "demo-base", "--user", "carol", "--json")
+    assert code == 1 and json.loads(out)["allowed"] is False

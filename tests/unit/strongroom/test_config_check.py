@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -222,3 +223,22 @@ def test_an_audit_content_key_of_the_wrong_size_is_an_error(tmp_path: Path) -> N
     (keys / "audit-content.key").write_bytes(b"\n" * 33)  # an editor's newline, say
     (problem,) = _check(tmp_path, "")
     assert problem.startswith("audit.content_key_file:") and "exactly 32 bytes" in problem
+
+
+def test_json_lists_the_same_problems_one_object_a_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from strongroom.cli import main
+
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n[keys]\nrequire_sealed = false\n'
+        '[[engine.models]]\nname = "m"\npath = "models/m"\n[engine_listener]\nhost = "0.0.0.0"\n'
+    )
+    args = ["config", "check", "--config", str(cfg), "--role", "engine"]
+    text = CliRunner().invoke(main, args, env={})
+    done = CliRunner().invoke(main, [*args, "--json"], env={})
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.exit_code == text.exit_code == 1
+    assert {r["severity"] for r in rows} == {"error", "warning"}
+    assert [f"{r['severity']}: {r['problem']}" for r in rows] == text.stderr.splitlines()
