@@ -152,7 +152,9 @@ async def ask_writer(db_path: Path, request: WriterRequest) -> WriterReply | Non
     try:
         with _addressable(path) as address:
             reader, writer = await asyncio.open_unix_connection(address, limit=_MAX_LINE)
-    except (FileNotFoundError, ConnectionRefusedError):
+    except OSError:
+        # No gateway reachable there (absent, refused, a path that cannot be a socket): the caller
+        # opens the log itself, and the writer lock still refuses it if a gateway holds the log.
         return None
     try:
         writer.write(msgspec.json.encode(request) + b"\n")
