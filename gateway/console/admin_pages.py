@@ -1,5 +1,6 @@
 """The administrator's pages: the roles × models grant matrix and user-to-role assignments with
-live edits, and the engine pool.
+live edits, the recent policy changes (from the audit log, scoped like the rest), and the
+engine pool.
 
 Needs ``admin:policy``, like ``/admin``. An edit is one ``PolicyChange`` through
 ``Authorizer.change``: atomic, recorded as ``admin_change`` with the officer as actor (fail
@@ -19,6 +20,7 @@ from litestar_htmx import HTMXRequest
 
 from gateway.auth.principal import Principal
 from gateway.console.console import Console
+from gateway.console.policy_history import PolicyHistory
 from gateway.console.session_store import ConsoleSession
 from policies.errors import PolicyError
 from policies.policy import ALL_DOMAINS, INFERENCE_ACTIONS, USER_PREFIX, Assignment, Grant, user_member
@@ -76,6 +78,8 @@ async def admin_page(request: HTMXRequest, action: FromQuery[str] = "chat") -> T
     every_tenant = console.scope(session, *_ADMIN).is_global
     context["engines"] = await _engines(console) if every_tenant else []
     context["assignments"] = _assignments(console, session)
+    scope = console.scope(session, *_ADMIN)
+    context["history"] = await PolicyHistory.recent(console.services.audit_log, scope)
     return Template(template_name="admin.html", context=context)
 
 

@@ -118,6 +118,12 @@ ZH: dict[str, str] = {
     "Remove": "移除",
     "Assign": "分配",
     "No user has a role from the policy yet.": "尚无用户被策略分配角色。",
+    "Policy change history": "策略变更历史",
+    "Version": "版本",
+    "Change": "变更",
+    "By": "操作人",
+    "When": "时间",
+    "No policy change recorded yet.": "尚无策略变更记录。",
 }
 
 

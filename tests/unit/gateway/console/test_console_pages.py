@@ -463,3 +463,54 @@ def test_a_tenant_scoped_officer_sees_and_changes_only_its_tenant(tmp_path: Path
             assert not any(a.role == "admin" and a.member == "user:ada" for a in assignments)
 
     asyncio.run(go())
+
+
+def test_the_admin_page_shows_policy_changes_within_the_officers_tenant_escaped(tmp_path: Path) -> None:
+    """Issue 24: the recent admin_change records with version, edit, actor and time, newest first;
+    a tenant administrator sees its own tenant's changes only (not another tenant's, not a
+    record it cannot place such as a tamper refusal); planted payloads are escaped."""
+    from policies.errors import PolicyTamperedError
+    from policies.policy import Assignment, Grant
+    from policies.policy_change import PolicyChange
+    from policies.policy_seal import tamper_event
+
+    async def seed(log: AuditLog, authorizer: Authorizer) -> None:
+        retail_admin = Grant(role="retail-admin", pattern="*", action="admin:policy", domain="retail")
+        await authorizer.change([PolicyChange(op="grant", rule=retail_admin)], "root", log)
+        wholesale = Grant(role="buyer", pattern="demo-chat", action="chat", domain="wholesale")
+        await authorizer.change([PolicyChange(op="grant", rule=wholesale)], XSS, log)
+        retail = Assignment(member="user:erin", role="analyst", domain="retail")
+        await authorizer.change([PolicyChange(op="assign", rule=retail)], "ada", log)
+        await authorizer.change([PolicyChange(op="unassign", rule=retail)], "ada", log)
+        await log.append(tamper_event(PolicyTamperedError(f"seal mismatch {XSS}"), action="kept"))
+
+    def rows(html: str) -> list[str]:
+        table = html.split('data-testid="policy-history"', 1)[1].split("</table>", 1)[0]
+        return [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip() for row in table.split("<tr>")[2:]]
+
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state, seed=seed)) as client:
+            await _sign_in(client, tmp_path, "root", "admin")
+            page = await client.get("/console/admin")
+            assert page.status_code == 200
+            assert "<script>alert(1)</script>" not in page.text and "&lt;script&gt;" in page.text
+            everything = rows(page.text)
+            assert len(everything) == 5, everything
+            assert "seal mismatch" in everything[0] and "kept" in everything[0]
+            assert everything[1].startswith("5 unassign g, user:erin, analyst, retail ada")
+            assert everything[2].startswith("4 assign g, user:erin, analyst, retail ada")
+            assert everything[3].startswith("3 grant p, buyer, wholesale, demo-chat, chat")
+            assert everything[4].startswith("2 grant p, retail-admin, retail, *, admin:policy root")
+
+            client.cookies.clear()
+            await _sign_in(client, tmp_path, "ada", "retail-admin", tenant="retail")
+            mine = rows((await client.get("/console/admin")).text)
+            assert len(mine) == 3, mine
+            assert mine[0].startswith("5 unassign g, user:erin, analyst, retail ada")
+            assert mine[1].startswith("4 assign g, user:erin, analyst, retail ada")
+            assert mine[2].startswith("2 grant p, retail-admin, retail, *, admin:policy root")
+            assert "wholesale" not in " ".join(mine) and "&lt;script&gt;" not in " ".join(mine)
+            assert "console admin chat" in [d for _, d, _ in await _details(state["log"], "ada")]
+
+    asyncio.run(go())
