@@ -80,6 +80,7 @@ async def admin_page(request: HTMXRequest, action: FromQuery[str] = "chat") -> T
     context["assignments"] = _assignments(console, session)
     scope = console.scope(session, *_ADMIN)
     context["history"] = await PolicyHistory.recent(console.services.audit_log, scope)
+    context["can_keys"] = console.scope(session, "admin:keys").is_global
     return Template(template_name="admin.html", context=context)
 
 

@@ -124,6 +124,20 @@ ZH: dict[str, str] = {
     "By": "操作人",
     "When": "时间",
     "No policy change recorded yet.": "尚无策略变更记录。",
+    "Keys and sealed models": "密钥与密封模型",
+    "Sealed models": "密封模型",
+    "Seal": "密封",
+    "Manifest SHA-256": "清单 SHA-256",
+    "Path": "路径",
+    "Pinned": "固定",
+    "pinned": "已固定",
+    "Registered": "登记",
+    "No sealed model is registered.": "尚无登记的密封模型。",
+    "Master key versions": "主密钥版本",
+    "Key": "密钥",
+    "State": "状态",
+    "Signing public key": "签名公钥",
+    "No key versions to show.": "无可显示的密钥版本。",
 }
 
 

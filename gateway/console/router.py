@@ -29,6 +29,7 @@ from gateway.console.admin_pages import ADMIN_PAGES
 from gateway.console.audit_pages import AUDIT_PAGES
 from gateway.console.chart_pages import CHART_PAGES
 from gateway.console.errors import ConsoleError, NotSignedInError
+from gateway.console.key_pages import KEY_PAGES
 from gateway.console.language import LANG_COOKIE, LANGUAGES, Language
 from gateway.console.sign_in_routes import SIGN_IN_ROUTES
 from gateway.errors import GatewayError
@@ -113,7 +114,15 @@ def build_console_router() -> Router:
     static = create_static_files_router(path="/static", directories=[_HERE / "static"], name="console-static")
     return Router(
         path="/console",
-        route_handlers=[*SIGN_IN_ROUTES, *AUDIT_PAGES, *CHART_PAGES, *ADMIN_PAGES, switch_language, static],
+        route_handlers=[
+            *SIGN_IN_ROUTES,
+            *AUDIT_PAGES,
+            *CHART_PAGES,
+            *ADMIN_PAGES,
+            *KEY_PAGES,
+            switch_language,
+            static,
+        ],
         before_request=_choose_language,
         request_class=HTMXRequest,
         after_request=_security_headers,

@@ -363,6 +363,12 @@ def test_an_admin_assigns_a_user_a_role_and_takes_it_back(tmp_path: Path) -> Non
     asyncio.run(go())
 
 
+def _rows(html: str, testid: str) -> list[str]:
+    """The text of each body row of the table marked ``testid``, tags dropped, spaces collapsed."""
+    body = html.split(f'data-testid="{testid}"', 1)[1].split("</table>", 1)[0]
+    return [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip() for row in body.split("<tr>")[2:]]
+
+
 async def _reopened_changes(tmp_path: Path) -> list[AuditEvent]:
     log = await AuditLog.open(AuditConfig(), tmp_path, heartbeat=False, record_lifecycle=False)
     try:
@@ -484,10 +490,6 @@ def test_the_admin_page_shows_policy_changes_within_the_officers_tenant_escaped(
         await authorizer.change([PolicyChange(op="unassign", rule=retail)], "ada", log)
         await log.append(tamper_event(PolicyTamperedError(f"seal mismatch {XSS}"), action="kept"))
 
-    def rows(html: str) -> list[str]:
-        table = html.split('data-testid="policy-history"', 1)[1].split("</table>", 1)[0]
-        return [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip() for row in table.split("<tr>")[2:]]
-
     async def go() -> None:
         state: dict[str, Any] = {}
         async with AsyncTestClient(_app(tmp_path, state, seed=seed)) as client:
@@ -495,7 +497,7 @@ def test_the_admin_page_shows_policy_changes_within_the_officers_tenant_escaped(
             page = await client.get("/console/admin")
             assert page.status_code == 200
             assert "<script>alert(1)</script>" not in page.text and "&lt;script&gt;" in page.text
-            everything = rows(page.text)
+            everything = _rows(page.text, "policy-history")
             assert len(everything) == 5, everything
             assert "seal mismatch" in everything[0] and "kept" in everything[0]
             assert everything[1].startswith("5 unassign g, user:erin, analyst, retail ada")
@@ -505,12 +507,66 @@ def test_the_admin_page_shows_policy_changes_within_the_officers_tenant_escaped(
 
             client.cookies.clear()
             await _sign_in(client, tmp_path, "ada", "retail-admin", tenant="retail")
-            mine = rows((await client.get("/console/admin")).text)
+            mine = _rows((await client.get("/console/admin")).text, "policy-history")
             assert len(mine) == 3, mine
             assert mine[0].startswith("5 unassign g, user:erin, analyst, retail ada")
             assert mine[1].startswith("4 assign g, user:erin, analyst, retail ada")
             assert mine[2].startswith("2 grant p, retail-admin, retail, *, admin:policy root")
             assert "wholesale" not in " ".join(mine) and "&lt;script&gt;" not in " ".join(mine)
             assert "console admin chat" in [d for _, d, _ in await _details(state["log"], "ada")]
+
+    asyncio.run(go())
+
+
+def test_the_keys_page_lists_sealings_and_key_versions_for_every_tenant_key_officers(tmp_path: Path) -> None:
+    """Issue 24: admin:keys in every tenant reads the seal registry (model, version, seal id,
+    manifest digest, path, pinned) and the key versions; a provider that cannot be opened or a
+    registry that does not verify is said plainly; nobody else gets the page; payloads escaped."""
+    from keys.key_file_provider import KeyFileProvider
+    from keys.seal_registry import SealRegistry
+    from policies.policy import Grant
+    from policies.policy_change import PolicyChange
+
+    async def seed(log: AuditLog, authorizer: Authorizer) -> None:
+        keeper = Grant(role="retail-keeper", pattern="*", action="admin:keys", domain="retail")
+        await authorizer.change([PolicyChange(op="grant", rule=keeper)], "root", log)
+
+    async def go() -> None:
+        state: dict[str, Any] = {}
+        async with AsyncTestClient(_app(tmp_path, state, seed=seed)) as client:
+            await _sign_in(client, tmp_path, "root", "admin")
+            assert 'data-testid="keys-link"' in (await client.get("/console/admin")).text
+            closed = await client.get("/console/admin/keys")
+            assert closed.status_code == 200 and "The key provider cannot be opened" in closed.text
+            assert _rows(closed.text, "sealings") == ["No sealed model is registered."]
+
+            provider = KeyFileProvider.create(tmp_path / "keys" / "master.key")
+            registry = SealRegistry(tmp_path / "keys" / "sealings.json", provider)
+            registry.register("demo-chat", "seal-one", "a" * 64, tmp_path / "v1", by=XSS)
+            registry.register("demo-chat", "seal-two", "b" * 64, tmp_path / "v2", by="root")
+            registry.pin("demo-chat", "seal-one")
+            page = await client.get("/console/admin/keys")
+            assert page.status_code == 200 and 'data-testid="keys-problem"' not in page.text
+            assert "<script>alert(1)</script>" not in page.text and "&lt;script&gt;" in page.text
+            one, two = _rows(page.text, "sealings")
+            assert one.startswith(f"demo-chat 1 seal-one {'a' * 64} {tmp_path / 'v1'} pinned")
+            assert two.startswith(f"demo-chat 2 seal-two {'b' * 64} {tmp_path / 'v2'} 20")
+            (version,) = provider.versions()
+            assert _rows(page.text, "key-versions") == [
+                f"{version.ref.key_id} 1 current {version.signing_public_key}"
+            ]
+
+            signed = (tmp_path / "keys" / "sealings.json").read_text()
+            (tmp_path / "keys" / "sealings.json").write_text(signed.replace("seal-two", "seal-evil"))
+            tampered = await client.get("/console/admin/keys")
+            assert "does not verify" in tampered.text and "seal-evil" not in tampered.text
+            assert len(_rows(tampered.text, "key-versions")) == 1
+
+            for sub, role, tenant in (("dave", "auditor", None), ("kim", "retail-keeper", "retail")):
+                client.cookies.clear()
+                await _sign_in(client, tmp_path, sub, role, tenant=tenant)
+                refused = await client.get("/console/admin/keys")
+                assert refused.status_code == 403 and "seal-one" not in refused.text, sub
+            assert "console keys" in [d for _, d, _ in await _details(state["log"], "root")]
 
     asyncio.run(go())
