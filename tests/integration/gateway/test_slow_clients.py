@@ -7,20 +7,17 @@ Before the guard, each of these connections stayed open for as long as the clien
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
 import msgspec
 import pytest
-import uvicorn
 
-from engine.server import EngineServer
-from engine.stub_engine import StubEngine
 from gateway.listener_config import ConnectionLimits, TlsConfig
 from strongroom.listener import Listener
+from tests.stub_engine_server import stub_engine_on
 
 pytestmark = pytest.mark.integration
 TOKEN = "engine-token-for-slow-client-tests"
@@ -36,26 +33,8 @@ HEALTH = f"GET /engine/v1/health HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {T
 GIVE_UP_S = 5.0
 
 
-@contextmanager
-def served(limits: ConnectionLimits) -> Iterator[int]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    listener = Listener(TlsConfig(), limits, resolve=Path, where="test")
-    config = listener.uvicorn_config(EngineServer(StubEngine(), TOKEN).app())
-    config.log_level = "error"
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+def served(limits: ConnectionLimits) -> AbstractContextManager[int]:
+    return stub_engine_on(Listener(TlsConfig(), limits, resolve=Path, where="test"), TOKEN)
 
 
 @pytest.fixture(scope="module")

@@ -15,17 +15,15 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -36,12 +34,11 @@ from engine.client import EngineClient
 from engine.errors import EngineUnavailableError
 from engine.protocol import GenerateRequest
 from engine.sampling_params import SamplingParams
-from engine.server import EngineServer
-from engine.stub_engine import StubEngine
 from gateway.config import EngineTlsConfig
 from gateway.listener_config import ConnectionLimits, TlsConfig
 from gateway.tls_context import engine_client_context
 from strongroom.listener import Listener
+from tests.stub_engine_server import stub_engine_on
 
 pytestmark = pytest.mark.integration
 TOKEN = "engine-token-for-tls-tests"
@@ -134,26 +131,9 @@ def server_tls(pki: Pki, client_cert: str = "required") -> TlsConfig:
     )
 
 
-@contextmanager
-def engine_on(listener: Listener) -> Iterator[int]:
+def engine_on(listener: Listener) -> AbstractContextManager[int]:
     """The stub engine's server on a free loopback port, in a thread, through ``listener``."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = listener.uvicorn_config(EngineServer(StubEngine(), TOKEN).app())
-    config.log_level = "error"
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    return stub_engine_on(listener, TOKEN)
 
 
 def mtls_listener(pki: Pki, client_cert: str = "required") -> Listener:
