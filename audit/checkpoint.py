@@ -21,6 +21,13 @@ import msgspec
 from audit.canonical import canonical_json
 
 
+def unsigned_payload(signed: msgspec.Struct) -> dict[str, Any]:
+    """What a signed struct's ``signature`` field signs: every other field, as builtins."""
+    body = msgspec.to_builtins(signed)
+    del body["signature"]
+    return dict(body)
+
+
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     log_id: str
     index: int
@@ -36,9 +43,7 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     """base64 Ed25519 signature over JCS(payload)."""
 
     def payload(self) -> dict[str, Any]:
-        body = msgspec.to_builtins(self)
-        del body["signature"]
-        return dict(body)
+        return unsigned_payload(self)
 
     def digest(self) -> str:
         return hashlib.sha256(
@@ -59,9 +64,7 @@ class ExportSeal(msgspec.Struct, frozen=True, kw_only=True):
     signature: str = ""
 
     def payload(self) -> dict[str, Any]:
-        body = msgspec.to_builtins(self)
-        del body["signature"]
-        return dict(body)
+        return unsigned_payload(self)
 
 
 def checkpoint_genesis(log_id: str) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from audit.checkpoint import Checkpoint
+from audit.checkpoint import Checkpoint, unsigned_payload
 from audit.signer import CheckpointSigner, CheckpointVerifier
 from audit.witness import WitnessError
 
@@ -46,9 +46,7 @@ class WitnessLine(msgspec.Struct, frozen=True, kw_only=True):
     signature: str = ""
 
     def payload(self) -> dict[str, Any]:
-        body = msgspec.to_builtins(self)
-        del body["signature"]
-        return dict(body)
+        return unsigned_payload(self)
 
 
 def line_genesis(log_id: str) -> str:
