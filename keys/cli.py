@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import hashlib
 import json
 import os
 import socket
@@ -24,7 +23,7 @@ from keys.errors import KeysError
 from keys.factory import build_provider, key_file_path, seal_registry
 from keys.key_audit import key_event, record_all
 from keys.key_file_provider import KeyFileProvider
-from keys.manifest import MANIFEST_NAME, read_verified_manifest
+from keys.manifest import read_verified_manifest
 from keys.pkcs11_provider import Pkcs11Provider
 from keys.provider import KeyProvider, KeyRef
 from keys.rotation import rotate as rotate_models
@@ -202,7 +201,9 @@ def seal(config_path: str | None, src: str, dst: str, model_id: str | None) -> N
             manifest = seal_model(
                 src, dst, name, provider, registry=registry, sealed_by=_operator(), progress=bar
             )
-        sealing = registry.check(manifest.model_id, manifest.seal_id, _digest(dst), dst)
+        sealing = registry.read().find(manifest.seal_id)
+        if sealing is None:  # seal_model registers it under the registry's lock
+            raise KeysError(f"{dst}: sealed but not registered")
         _record(config_path, "seal", provider.current(), provider.kind, model=manifest.model_id)
     except KeysError as exc:
         raise _fail(exc) from None
@@ -242,10 +243,6 @@ def verify(config_path: str | None, model_dir: str, name: str | None) -> None:
         f"ok {report.model_id}: {len(report.files)} file(s), {report.total_bytes} bytes, key {report.key}, "
         f"manifest sha256:{report.manifest_sha256}"
     )
-
-
-def _digest(model_dir: str) -> str:
-    return hashlib.sha256((Path(model_dir) / MANIFEST_NAME).read_bytes()).hexdigest()
 
 
 @models.command("register")

@@ -62,6 +62,9 @@ class RegistryBody(msgspec.Struct, frozen=True, kw_only=True):
     pins: dict[str, str] = msgspec.field(default_factory=dict)
     """model_id -> seal_id an admin chose to serve although a newer sealing is registered."""
 
+    def find(self, seal_id: str) -> Sealing | None:
+        return next((s for s in self.sealings if s.seal_id == seal_id), None)
+
 
 class _SignedRegistry(msgspec.Struct, frozen=True, kw_only=True):
     body: str
@@ -136,13 +139,13 @@ class SealRegistry:
     ) -> Sealing:
         """Add a sealing as the newest version of ``model_id`` (idempotent for the same seal_id)."""
         with self._locked() as body:
-            for known in body.sealings:
-                if known.seal_id == seal_id:
-                    if known.manifest_sha256 != manifest_sha256 or known.model_id != model_id:
-                        raise SealRegistryError(
-                            f"seal {seal_id} is registered for {known.model_id!r} with another manifest"
-                        )
-                    return known
+            known = body.find(seal_id)
+            if known is not None:
+                if known.manifest_sha256 != manifest_sha256 or known.model_id != model_id:
+                    raise SealRegistryError(
+                        f"seal {seal_id} is registered for {known.model_id!r} with another manifest"
+                    )
+                return known
             version = 1 + max((s.version for s in body.sealings if s.model_id == model_id), default=0)
             sealing = Sealing(
                 model_id=model_id,
@@ -159,7 +162,7 @@ class SealRegistry:
     def unregister(self, seal_id: str) -> Sealing:
         """Forget one sealing (its directory was destroyed); its key versions may then be retired."""
         with self._locked() as body:
-            found = next((s for s in body.sealings if s.seal_id == seal_id), None)
+            found = body.find(seal_id)
             if found is None:
                 raise SealRegistryError(f"seal {seal_id} is not registered")
             pins = {m: s for m, s in body.pins.items() if s != seal_id}
@@ -175,8 +178,8 @@ class SealRegistry:
                 pins.pop(model_id, None)
                 self._write(msgspec.structs.replace(body, pins=pins))
                 return None
-            found = next((s for s in body.sealings if s.seal_id == seal_id and s.model_id == model_id), None)
-            if found is None:
+            found = body.find(seal_id)
+            if found is None or found.model_id != model_id:
                 raise SealRegistryError(f"seal {seal_id} is not a registered sealing of {model_id!r}")
             pins[model_id] = seal_id
             self._write(msgspec.structs.replace(body, pins=pins))
@@ -190,7 +193,7 @@ class SealRegistry:
     def check(self, model_id: str, seal_id: str, manifest_sha256: str, where: str) -> Sealing:
         """The registered sealing, if ``seal_id`` may be served as ``model_id``; else SealRegistryError."""
         body = self.read()
-        found = next((s for s in body.sealings if s.seal_id == seal_id), None)
+        found = body.find(seal_id)
         if found is None or found.model_id != model_id:
             raise SealRegistryError(
                 f"{where}: sealing {seal_id} of {model_id!r} is not registered "
