@@ -171,6 +171,7 @@ class AuditFeed:
         if self._writer is not None:
             self._writer.close()
         if self._reading is not None:
+            self._reading.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reading
         self._fail_all(AuditUnavailableError("audit log is closed"))

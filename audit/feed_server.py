@@ -38,6 +38,7 @@ class AuditFeedServer:
         self.path = path
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._connections: set[asyncio.StreamWriter] = set()
         self._decoder = msgspec.msgpack.Decoder(FeedRequest)
 
     def __repr__(self) -> str:
@@ -61,6 +62,8 @@ class AuditFeedServer:
             self._server = None
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in self._connections:
+            writer.close()  # ends each connection's read loop
         self.path.unlink(missing_ok=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -70,6 +73,7 @@ class AuditFeedServer:
             writer.close()
             return
         sending = asyncio.Lock()
+        self._connections.add(writer)
         try:
             while True:
                 request = self._decoder.decode(await read_frame(reader))
@@ -80,6 +84,7 @@ class AuditFeedServer:
             if not isinstance(exc, asyncio.IncompleteReadError) or exc.partial:
                 _log.warning("audit feed connection: %s", type(exc).__name__)
         finally:
+            self._connections.discard(writer)
             writer.close()
 
     async def _answer(

@@ -369,10 +369,25 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="JSON file (default bench/results/)."
 )
+@click.option(
+    "--workers",
+    "worker_counts",
+    default=None,
+    help="Instead: requests/s and CPU per request and token at these gateway worker counts, in one "
+    'run (comma-separated; "all" is one per core), e.g. "1,2,all". Needs Redis on 127.0.0.1:6379.',
+)
 def gateway(
-    levels: tuple[int, ...], duration_s: float, rounds: int, max_tokens: int, output: Path | None
+    levels: tuple[int, ...],
+    duration_s: float,
+    rounds: int,
+    max_tokens: int,
+    output: Path | None,
+    worker_counts: str | None,
 ) -> None:
     """Added latency and sustained requests/s of the full gateway over a stub engine."""
+    if worker_counts is not None:
+        _scaling(_worker_counts(worker_counts), list(levels), duration_s, rounds, max_tokens, output)
+        return
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:
         result = run(list(levels), duration_s, max_tokens, Path(tmp), rounds=rounds, progress=bar)
@@ -396,6 +411,53 @@ def gateway(
     }
     click.echo(format_rows(result["rows"]))
     out = output or RESULTS / f"gateway_overhead_{stamp:%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    click.echo(f"wrote {out}")
+
+
+def _worker_counts(text: str) -> list[int]:
+    counts: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        n = (os.cpu_count() or 1) if part == "all" else int(part) if part.isdigit() else 0
+        if n < 1:
+            raise click.BadParameter(
+                f"{part!r} is not a worker count (a number >= 1 or all)", param_hint="--workers"
+            )
+        if n not in counts:
+            counts.append(n)
+    return counts
+
+
+def _scaling(
+    counts: list[int], levels: list[int], duration_s: float, rounds: int, max_tokens: int, output: Path | None
+) -> None:
+    from bench.gateway_scaling import format_scaling, run_scaling
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:
+        result = run_scaling(counts, levels, duration_s, max_tokens, Path(tmp), rounds=rounds, progress=bar)
+    stamp = datetime.now(UTC)
+    record = {
+        "benchmark": "gateway_workers",
+        "command": " ".join(["strongroom", "bench", "gateway", *sys.argv[3:]]),
+        "git_commit": git_commit(),
+        "machine": machine("cpu"),
+        "date": stamp.isoformat(timespec="seconds"),
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
+        "config": {
+            "worker_counts": counts,
+            "levels": levels,
+            "duration_s": duration_s,
+            "rounds": rounds,
+            "max_tokens": max_tokens,
+            "path": "JWT (EdDSA) + RBAC + quota (Redis) + request/response filters + audit (SQLite, one writer)",
+        },
+        **result,
+    }
+    click.echo(format_scaling(result["rows"]))
+    out = output or RESULTS / f"gateway_workers_{stamp:%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
     click.echo(f"wrote {out}")
