@@ -19,11 +19,13 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import msgspec
 
 from bench.gateway_overhead import (
@@ -36,9 +38,12 @@ from bench.gateway_overhead import (
     _post,
     _Samples,
     _wait,
+    bench_env,
+    write_record,
 )
+from strongroom.progress_bar import ProgressBar
 
-__all__ = ["format_scaling", "run_scaling"]
+__all__ = ["format_scaling", "run_scaling", "scaling"]
 
 _REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -90,20 +95,16 @@ def run_scaling(
     rounds: int = 3,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     engine_token = secrets.token_urlsafe(24)
     engine_port = _free_port()
     prefix = f"bench-{uuid.uuid4().hex}"
+    env = bench_env(data_dir, engine_token, engine_port)
     env.update(
         {
-            "STRONGROOM_DATA_DIR": str(data_dir),
-            "STRONGROOM_ENGINE_TOKEN": engine_token,
-            "STRONGROOM_SERVER__ENGINE_URLS": f'["http://127.0.0.1:{engine_port}"]',
             "STRONGROOM_REDIS_URL": _REDIS_URL,
             "STRONGROOM_QUOTA__KEY_PREFIX": f"{prefix}:quota",
             "STRONGROOM_AUTH__REVOCATION_KEY_PREFIX": f"{prefix}:revoked:",
             "STRONGROOM_ACCESS__CHANNEL": f"{prefix}:policy",
-            "STRONGROOM_QUOTA__DEFAULT": "{ requests_per_minute = 100000000, tokens_per_minute = 1000000000, concurrent_requests = 100000, max_tokens_ceiling = 4096 }",
         }
     )
     cmd = [sys.executable, "-m", "strongroom"]
@@ -179,3 +180,36 @@ def format_scaling(rows: list[dict[str, Any]]) -> str:
             f"| {r['gateway_cpu_ms_per_token']:8.4f} | {r.get('engine_cpu_ms_per_request', 0):17.3f}"
         )
     return "\n".join(lines)
+
+
+def worker_counts(text: str) -> list[int]:
+    """``"1,2,all"`` as distinct counts, in order; "all" is one per core."""
+    counts: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        n = (os.cpu_count() or 1) if part == "all" else int(part) if part.isdigit() else 0
+        if n < 1:
+            raise click.BadParameter(f"{part!r} is not a worker count (>= 1, or all)", param_hint="--workers")
+        if n not in counts:
+            counts.append(n)
+    return counts
+
+
+def scaling(
+    counts_text: str, levels: list[int], duration_s: float, rounds: int, max_tokens: int, output: Path | None
+) -> None:
+    """``strongroom bench gateway --workers``: measure, print, write bench/results/gateway_workers_*.json."""
+    counts = worker_counts(counts_text)
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:
+        result = run_scaling(counts, levels, duration_s, max_tokens, Path(tmp), rounds=rounds, progress=bar)
+    config = {
+        "worker_counts": counts,
+        "levels": levels,
+        "duration_s": duration_s,
+        "rounds": rounds,
+        "max_tokens": max_tokens,
+        "load_generator": "closed loop, one keep-alive HTTP/1.1 connection per concurrent caller",
+        "path": "JWT (EdDSA) + RBAC + quota (Redis) + request/response filters + audit (SQLite, one writer)",
+    }
+    click.echo(format_scaling(result["rows"]))
+    click.echo(f"wrote {write_record('gateway_workers', load_before, config, result, output)}")
