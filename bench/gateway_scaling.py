@@ -115,6 +115,8 @@ def run_scaling(
         stderr=subprocess.DEVNULL,
     )
     samples = {(n, level): _Samples() for n in worker_counts for level in levels}
+    others = dict.fromkeys(samples, 0.0)
+    """CPU seconds the rest of the machine used while each was measured (a shared machine)."""
     try:
         _wait(f"http://127.0.0.1:{engine_port}/engine/v1/health", {"authorization": f"Bearer {engine_token}"})
         body = msgspec.json.encode(_chat_body(max_tokens))
@@ -135,11 +137,14 @@ def run_scaling(
                         into = samples[(n, level)]
                         if not into.latencies:  # warm-up: connections, caches
                             runner.run(_drive(url, request, level, min(1.0, duration_s / 4), _Samples()))
-                        tree = {"gateway": pids, "engine": [engine.pid]}
+                        tree = {"gateway": pids, "engine": [engine.pid], "load_generator": [os.getpid()]}
                         before = {name: _tree_cpu(ps) for name, ps in tree.items()}
+                        busy_before = _machine_busy_s()
                         runner.run(_drive(url, request, level, duration_s / rounds, into))
                         for name, ps in tree.items():
                             into.cpu_s[name] = into.cpu_s.get(name, 0.0) + _tree_cpu(ps) - before[name]
+                        ours = sum(_tree_cpu(ps) - before[name] for name, ps in tree.items())
+                        others[(n, level)] += _machine_busy_s() - busy_before - ours
                         done += 1
                         if progress is not None:
                             progress(done, steps)
@@ -159,9 +164,17 @@ def run_scaling(
                     **s,
                     "gateway_cpu_ms_per_token": per_req / max_tokens,
                     "rps_vs_first": s["rps"] / base,
+                    "other_cpu_cores": max(0.0, others[(n, level)]) / samples[(n, level)].elapsed_s,
                 }
             )
     return {"rows": rows, "rounds": rounds, "max_tokens": max_tokens}
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds all cores spent busy since boot (/proc/stat: user, nice, system, irq, softirq)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def _tree_cpu(pids: list[int]) -> float:
@@ -170,14 +183,17 @@ def _tree_cpu(pids: list[int]) -> float:
 
 def format_scaling(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "workers | conc | gateway rps | x first | p50 / p99 ms | gateway CPU ms/req | ms/token | engine CPU ms/req",
-        "--------|------|-------------|---------|--------------|--------------------|----------|------------------",
+        "workers | conc | gateway rps | x first | p50 / p99 ms | gateway CPU ms/req | ms/token | engine CPU ms/req"
+        " | others' cores",
+        "--------|------|-------------|---------|--------------|--------------------|----------|------------------"
+        "|--------------",
     ]
     for r in rows:
         lines.append(
             f"{r['workers']:>7} | {r['concurrency']:>4} | {r['rps']:11.0f} | {r['rps_vs_first']:7.2f} "
             f"| {r['p50_ms']:5.2f} / {r['p99_ms']:5.2f} | {r.get('gateway_cpu_ms_per_request', 0):18.3f} "
             f"| {r['gateway_cpu_ms_per_token']:8.4f} | {r.get('engine_cpu_ms_per_request', 0):17.3f}"
+            f" | {r['other_cpu_cores']:13.2f}"
         )
     return "\n".join(lines)
 

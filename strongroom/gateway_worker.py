@@ -31,7 +31,7 @@ def run_worker(
     from gateway.services import Services
     from gateway.telemetry import Telemetry
     from strongroom.engine_process import end_with_parent
-    from strongroom.gateway_workers import ready_path
+    from strongroom.gateway_workers import engine_down_path, ready_path
     from strongroom.listener import Listener
 
     end_with_parent()
@@ -39,11 +39,16 @@ def run_worker(
     listener = Listener(server.tls, server.limits, resolve=settings.resolve, where="server")
     telemetry = Telemetry.install(settings.telemetry)
     metrics = telemetry.identify_worker(index, run_dir)
+    down = engine_down_path(run_dir)
+
+    def is_process_alive(url: str) -> bool:
+        return url not in engine_urls or not down.exists()
 
     async def services() -> Services:
         created = await Services.create(
             settings,
             engine_urls or None,
+            is_process_alive=is_process_alive if engine_urls else None,
             audit_feed=run_dir / "audit.sock",
             records_engine_events=index == 0,
         )

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from strongroom.audit_owner import AuditOwner
@@ -40,12 +41,18 @@ from strongroom.config import Settings
 
 log = logging.getLogger("strongroom.serve")
 
-__all__ = ["GatewayWorkers", "ready_path", "serve_workers"]
+__all__ = ["GatewayWorkers", "engine_down_path", "ready_path", "serve_workers"]
 
 _HEALTHY_S = 300.0
 """A worker that ran this long and then died is not in a crash loop: restart it at once."""
 _START_TIMEOUT_S = 120.0
 _POLL_S = 0.1
+
+
+def engine_down_path(run_dir: Path) -> Path:
+    """Present while the supervised engine's process is dead: workers' heartbeats read it, so a
+    dead engine is out of service within a beat, as with one worker (``is_process_alive``)."""
+    return run_dir / "engine.down"
 
 
 def ready_path(run_dir: Path, index: int) -> Path:
@@ -123,14 +130,21 @@ class GatewayWorkers:
                 raise RuntimeError(f"the gateway workers did not start within {_START_TIMEOUT_S:.0f} s")
             await asyncio.sleep(_POLL_S)
 
-    async def watch(self, stopping: asyncio.Event) -> None:
-        """Restart workers that die, until ``stopping`` is set."""
+    async def watch(self, stopping: asyncio.Event, engine_alive: Callable[[], bool] | None = None) -> None:
+        """Restart workers that die, and tell them when the engine process is dead, until ``stopping``."""
         due: dict[int, float] = {}
+        down = engine_down_path(self._run_dir)
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), _POLL_S)
             if stopping.is_set():
                 return
+            is_down = engine_alive is not None and not engine_alive()
+            if is_down != down.exists():
+                if is_down:
+                    down.touch()
+                else:
+                    down.unlink(missing_ok=True)
             now = time.monotonic()
             for slot in self._slots:
                 proc = slot.proc
@@ -184,7 +198,12 @@ def listening_sockets(host: str, port: int, num: int) -> list[socket.socket]:
 
 
 def serve_workers(
-    settings: Settings, config_path: str | None, *, num_workers: int, engine_urls: tuple[str, ...]
+    settings: Settings,
+    config_path: str | None,
+    *,
+    num_workers: int,
+    engine_urls: tuple[str, ...],
+    engine_alive: Callable[[], bool] | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; raises ``SystemExit`` when the port is taken."""
     server = settings.server
@@ -195,7 +214,7 @@ def serve_workers(
         raise SystemExit(3) from None
     run_dir = Path(tempfile.mkdtemp(prefix="strongroom-"))  # 0700: the feed socket and ready files
     try:
-        asyncio.run(_supervise(settings, config_path, socks, run_dir, engine_urls))
+        asyncio.run(_supervise(settings, config_path, socks, run_dir, engine_urls, engine_alive))
     finally:
         for sock in socks:
             sock.close()
@@ -208,6 +227,7 @@ async def _supervise(
     socks: list[socket.socket],
     run_dir: Path,
     engine_urls: tuple[str, ...],
+    engine_alive: Callable[[], bool] | None,
 ) -> None:
     owner = await AuditOwner.open(settings, run_dir / "audit.sock")
     workers = GatewayWorkers(settings, config_path, socks=socks, run_dir=run_dir, engine_urls=engine_urls)
@@ -218,7 +238,7 @@ async def _supervise(
     try:
         await workers.start()
         log.info("%d gateway workers serving (pids %s)", len(socks), workers.pids)
-        await workers.watch(stopping)
+        await workers.watch(stopping, engine_alive)
     finally:
         await asyncio.to_thread(workers.stop, settings.server.drain_s + 10.0)
         await owner.close()

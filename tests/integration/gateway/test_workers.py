@@ -187,3 +187,24 @@ def test_sigterm_drains_every_worker_and_closes_the_log(serve: Any, tmp_path: Pa
         assert records[-1]["event"]["event_type"] == "service_stop"  # type: ignore[index]
         verify = gw.cli("audit", "verify", check=False)
         assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_every_worker_takes_a_dead_engine_out_of_service_at_once(workers: Any) -> None:
+    children = Path(f"/proc/{workers.proc.pid}/task/{workers.proc.pid}/children").read_text().split()
+    (engine,) = [
+        int(p)
+        for p in children
+        if b" engine " in Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")
+    ]
+    os.kill(engine, signal.SIGKILL)
+    deadline = time.monotonic() + 1.5  # supervisor tick (0.1 s) + one heartbeat (0.25 s), with margin
+    while True:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: httpx.get(f"{workers.base_url}/readyz", timeout=10), range(8)))
+        if all(a.status_code == 503 and a.json()["engine"] is False for a in answers):
+            break
+        assert time.monotonic() < deadline, [a.json() for a in answers]
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{workers.base_url}/readyz", timeout=10).status_code != 200:  # the restarted engine
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
