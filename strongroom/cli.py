@@ -57,8 +57,6 @@ def main() -> None:
 @click.option("--stub-engine", is_flag=True, help="Serve a model-free stub engine (gateway benchmarks).")
 def serve(config_path: str | None, host: str | None, port: int | None, stub_engine: bool) -> None:
     """Start the gateway and, unless server.engine_urls is set, one local engine instance."""
-    import functools
-
     import msgspec
 
     from gateway.app import build_app
@@ -100,13 +98,8 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
             click.echo(
                 banner(settings, server.host, server.port, scheme=listener.scheme, config_path=config_path)
             )
-            engine_alive = (
-                None if supervisor is None else functools.partial(supervisor.is_alive, supervisor.url)
-            )
             try:
-                serve_workers(
-                    settings, config_path, num_workers=workers, engine_urls=urls, engine_alive=engine_alive
-                )
+                serve_workers(settings, config_path, num_workers=workers, engine_urls=urls, engine=supervisor)
             except RuntimeError as exc:  # a worker that could not start
                 raise click.ClickException(str(exc)) from None
             return

@@ -33,11 +33,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+import httpx
 
 from strongroom.audit_owner import AuditOwner
 from strongroom.config import Settings
+from strongroom.supervisor import EngineSupervisor
 
 log = logging.getLogger("strongroom.serve")
 
@@ -130,43 +132,44 @@ class GatewayWorkers:
                 raise RuntimeError(f"the gateway workers did not start within {_START_TIMEOUT_S:.0f} s")
             await asyncio.sleep(_POLL_S)
 
-    async def watch(self, stopping: asyncio.Event, engine_alive: Callable[[], bool] | None = None) -> None:
+    async def watch(self, stopping: asyncio.Event, engine: EngineSupervisor | None = None) -> None:
         """Restart workers that die, and tell them when the engine process is dead, until ``stopping``."""
         due: dict[int, float] = {}
-        down = engine_down_path(self._run_dir)
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), _POLL_S)
-            if stopping.is_set():
-                return
-            is_down = engine_alive is not None and not engine_alive()
-            if is_down != down.exists():
-                if is_down:
-                    down.touch()
-                else:
-                    down.unlink(missing_ok=True)
-            now = time.monotonic()
-            for slot in self._slots:
-                proc = slot.proc
-                if proc is None or proc.poll() is None:
-                    continue
-                if slot.index not in due:
-                    if now - slot.started_at > _HEALTHY_S:
-                        slot.num_restarts = 0
-                    slot.num_restarts += 1
-                    # The first death restarts at once (the others serve meanwhile); a loop backs off.
-                    delay = 0.0 if slot.num_restarts == 1 else min(2.0 ** (slot.num_restarts - 1), 30.0)
-                    log.error(
-                        "gateway worker %d (pid %d) exited with code %s; restarting in %.0f s",
-                        slot.index,
-                        proc.pid,
-                        proc.returncode,
-                        delay,
-                    )
-                    due[slot.index] = now + delay
-                if now >= due[slot.index]:
-                    del due[slot.index]
-                    self._spawn(slot)
+        down = str(engine_down_path(self._run_dir))
+        async with httpx.AsyncClient(timeout=_POLL_S * 2) as http:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), _POLL_S)
+                if stopping.is_set():
+                    return
+                if engine is not None:
+                    await _mark_engine(engine, down, http)
+                self._restart_dead(due)
+
+    def _restart_dead(self, due: dict[int, float]) -> None:
+        """Start again the workers that died (at once, then backing off if one keeps dying)."""
+        now = time.monotonic()
+        for slot in self._slots:
+            proc = slot.proc
+            if proc is None or proc.poll() is None:
+                continue
+            if slot.index not in due:
+                if now - slot.started_at > _HEALTHY_S:
+                    slot.num_restarts = 0
+                slot.num_restarts += 1
+                # The first death restarts at once (the others serve meanwhile); a loop backs off.
+                delay = 0.0 if slot.num_restarts == 1 else min(2.0 ** (slot.num_restarts - 1), 30.0)
+                log.error(
+                    "gateway worker %d (pid %d) exited with code %s; restarting in %.0f s",
+                    slot.index,
+                    proc.pid,
+                    proc.returncode,
+                    delay,
+                )
+                due[slot.index] = now + delay
+            if now >= due[slot.index]:
+                del due[slot.index]
+                self._spawn(slot)
 
     def stop(self, timeout_s: float) -> None:
         """SIGTERM every worker (each drains), wait up to ``timeout_s``, then SIGKILL what is left."""
@@ -181,6 +184,19 @@ class GatewayWorkers:
                 log.error("gateway worker pid %d did not stop in time; killing it", proc.pid)
                 proc.kill()
                 proc.wait()
+
+
+async def _mark_engine(engine: EngineSupervisor, down: str, http: httpx.AsyncClient) -> None:
+    """Down from the engine process's death until its replacement answers its health probe (a
+    file's presence: one ``stat`` per worker heartbeat; local disk, so not worth a thread)."""
+    if not engine.is_alive(engine.url):
+        open(down, "a").close()  # noqa: ASYNC230
+    elif os.path.exists(down):  # noqa: ASYNC240
+        headers = {"authorization": f"Bearer {engine.token}"}
+        with contextlib.suppress(httpx.HTTPError):
+            if (await http.get(f"{engine.url}/engine/v1/health", headers=headers)).status_code == 200:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(down)
 
 
 def listening_sockets(host: str, port: int, num: int) -> list[socket.socket]:
@@ -203,7 +219,7 @@ def serve_workers(
     *,
     num_workers: int,
     engine_urls: tuple[str, ...],
-    engine_alive: Callable[[], bool] | None = None,
+    engine: EngineSupervisor | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; raises ``SystemExit`` when the port is taken."""
     server = settings.server
@@ -214,7 +230,7 @@ def serve_workers(
         raise SystemExit(3) from None
     run_dir = Path(tempfile.mkdtemp(prefix="strongroom-"))  # 0700: the feed socket and ready files
     try:
-        asyncio.run(_supervise(settings, config_path, socks, run_dir, engine_urls, engine_alive))
+        asyncio.run(_supervise(settings, config_path, socks, run_dir, engine_urls, engine))
     finally:
         for sock in socks:
             sock.close()
@@ -227,7 +243,7 @@ async def _supervise(
     socks: list[socket.socket],
     run_dir: Path,
     engine_urls: tuple[str, ...],
-    engine_alive: Callable[[], bool] | None,
+    engine: EngineSupervisor | None,
 ) -> None:
     owner = await AuditOwner.open(settings, run_dir / "audit.sock")
     workers = GatewayWorkers(settings, config_path, socks=socks, run_dir=run_dir, engine_urls=engine_urls)
@@ -238,7 +254,7 @@ async def _supervise(
     try:
         await workers.start()
         log.info("%d gateway workers serving (pids %s)", len(socks), workers.pids)
-        await workers.watch(stopping, engine_alive)
+        await workers.watch(stopping, engine)
     finally:
         await asyncio.to_thread(workers.stop, settings.server.drain_s + 10.0)
         await owner.close()

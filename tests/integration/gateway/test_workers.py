@@ -144,7 +144,7 @@ def test_kill_9_of_a_worker_under_load_loses_no_answered_record(workers: Any) ->
 
     def load(_: int) -> None:
         nonlocal num_failed
-        for _ in range(25):
+        for _ in range(15):
             try:
                 response = _chat(workers, token)
             except httpx.HTTPError:
@@ -159,7 +159,7 @@ def test_kill_9_of_a_worker_under_load_loses_no_answered_record(workers: Any) ->
         os.kill(victim, signal.SIGKILL)
         for future in running:
             future.result()
-    assert len(answered) >= 50
+    assert len(answered) >= 30
     recorded = {r["event"].get("request_id") for r in workers.audit_records(1000)}  # type: ignore[attr-defined]
     assert set(answered) <= recorded, f"answered without a record: {sorted(set(answered) - recorded)[:5]}"
     verify = workers.cli("audit", "verify", check=False)
@@ -172,21 +172,6 @@ def test_kill_9_of_a_worker_under_load_loses_no_answered_record(workers: Any) ->
         assert time.monotonic() < deadline, "the killed worker was not restarted"
     assert httpx.get(f"{workers.base_url}/readyz", timeout=10).status_code == 200
     assert "gateway worker 1" in workers.log()
-
-
-def test_sigterm_drains_every_worker_and_closes_the_log(serve: Any, tmp_path: Path) -> None:
-    env = {"STRONGROOM_SERVER__WORKERS": "2", "STRONGROOM_REDIS_URL": "redis://127.0.0.1:6379/0"}
-    with serve(tmp_path, args=("--stub-engine",), extra_env=env) as gw:
-        token = gw.token("drain", "analyst")
-        assert _chat(gw, token).status_code == 200
-        pids, _ = _per_worker(gw)
-        gw.proc.send_signal(signal.SIGTERM)
-        assert gw.proc.wait(timeout=30) == 0
-        assert not any(Path(f"/proc/{pid}").exists() for pid in pids.values())
-        records = gw.audit_records(20)
-        assert records[-1]["event"]["event_type"] == "service_stop"  # type: ignore[index]
-        verify = gw.cli("audit", "verify", check=False)
-        assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
 def test_every_worker_takes_a_dead_engine_out_of_service_at_once(workers: Any) -> None:
@@ -208,3 +193,15 @@ def test_every_worker_takes_a_dead_engine_out_of_service_at_once(workers: Any) -
     while httpx.get(f"{workers.base_url}/readyz", timeout=10).status_code != 200:  # the restarted engine
         assert time.monotonic() < deadline
         time.sleep(0.2)
+
+
+def test_sigterm_drains_every_worker_and_closes_the_log(workers: Any) -> None:
+    """Last: it stops the module's gateway."""
+    pids, _ = _per_worker(workers)
+    workers.proc.send_signal(signal.SIGTERM)
+    assert workers.proc.wait(timeout=30) == 0
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids.values())
+    records = workers.audit_records(20)
+    assert records[-1]["event"]["event_type"] == "service_stop"
+    verify = workers.cli("audit", "verify", check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
