@@ -8,6 +8,9 @@ synchronous=FULL fsyncs; PostgreSQL with synchronous_commit on). If the store fa
 append in the batch raises ``AuditUnavailableError``; once the store is back the first batch
 starts with an ``audit_outage`` record counting what was refused. Checkpoints are signed in
 the same transaction as the batch that makes them due, and on a timer when idle.
+
+A gateway worker holds a log opened with ``join``: the same reads, and the same ``append``,
+whose records go to the supervisor's log through ``audit.feed`` (one writer for all workers).
 """
 
 from __future__ import annotations
