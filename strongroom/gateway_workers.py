@@ -48,6 +48,8 @@ __all__ = ["GatewayWorkers", "engine_down_path", "ready_path", "serve_workers"]
 _HEALTHY_S = 300.0
 """A worker that ran this long and then died is not in a crash loop: restart it at once."""
 _START_TIMEOUT_S = 120.0
+_ASKED_TO_STOP = frozenset({0, -signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGINT})
+"""Exit codes of a worker that drained and stopped on a signal (uvicorn exits 0; our handler 143)."""
 _POLL_S = 0.1
 
 
@@ -159,6 +161,10 @@ class GatewayWorkers:
                 slot.num_restarts += 1
                 # The first death restarts at once (the others serve meanwhile); a loop backs off.
                 delay = 0.0 if slot.num_restarts == 1 else min(2.0 ** (slot.num_restarts - 1), 30.0)
+                if proc.returncode in _ASKED_TO_STOP:
+                    # Stopped by a signal sent to the whole group (systemd, Ctrl-C): the supervisor's
+                    # own copy is about to stop everything; restart only if it does not.
+                    delay = max(delay, 5 * _POLL_S)
                 log.error(
                     "gateway worker %d (pid %d) exited with code %s; restarting in %.0f s",
                     slot.index,
