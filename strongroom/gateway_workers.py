@@ -1,4 +1,4 @@
-"""``strongroom serve`` with ``server.workers`` > 1: gateway worker processes on one socket.
+"""``strongroom serve`` with ``server.workers`` > 1: gateway worker processes on one port.
 
     strongroom serve (supervisor)
       ├── engine process            (EngineSupervisor, as with one worker)
@@ -10,7 +10,9 @@ One socket per worker, all bound to the port with SO_REUSEPORT: the kernel sprea
 connections over them by their addresses. (One shared socket would not spread: a worker woken
 for one connection accepts every connection queued then, up to asyncio's backlog of 100.) The
 supervisor keeps every socket open, so while a worker restarts, connections the kernel put in its
-queue wait for the new process instead of being refused.
+queue wait for the new process instead of being refused. Only processes of the same user can
+join a SO_REUSEPORT group, and the port is first bound without it, so a second ``serve`` on a
+port in use is refused as before rather than silently sharing the traffic.
 
 What is shared lives outside the workers: quotas and revocations in Redis (``serve`` refuses
 several workers without it), the policy in its store (each worker's ``PolicyWatcher`` reloads a
@@ -207,6 +209,8 @@ async def _mark_engine(engine: EngineSupervisor, down: str, http: httpx.AsyncCli
 
 def listening_sockets(host: str, port: int, num: int) -> list[socket.socket]:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.create_server((host, port), family=family):  # EADDRINUSE if anyone holds the port
+        pass
     socks: list[socket.socket] = []
     try:
         for _ in range(num):
