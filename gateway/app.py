@@ -14,7 +14,6 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException
 
 from gateway.auditor import Auditor, RequestSink
-from gateway.auth.principal import Principal
 from gateway.console.console import Console
 from gateway.console.router import console_template_config
 from gateway.errors import (
@@ -63,10 +62,6 @@ def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response
 async def _services(request: Request[Any, Any, Any]) -> Services:
     services: Services = request.app.state.services
     return services
-
-
-async def _principal(request: Request[Any, Any, Any], services: Services) -> Principal:
-    return await services.authenticator.caller_of(request)
 
 
 @get("/healthz")
@@ -163,7 +158,6 @@ def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_
         route_handlers=[*OPENAI_ROUTES, healthz, readyz, metrics_endpoint, admin_engines, *_extra_routers()],
         dependencies={
             "services": Provide(_services),
-            "principal": Provide(_principal),
             "authorizer": Provide(_authorizer, sync_to_thread=False),
             "audit": Provide(_audit_sink, sync_to_thread=False),
             "audit_log": Provide(_audit_log, sync_to_thread=False),

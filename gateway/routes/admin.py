@@ -1,8 +1,9 @@
 """``/admin``: change who may use which model, live, and ask what a caller may do.
 
-Every handler's guard requires ``admin:policy`` (403 otherwise, audited by the ``Gatekeeper``),
-and a handler reaches only as far as the caller holds it (``policies.control_scope``): a tenant's administrator reads and writes the rules of its own
-domain, never ``*`` or another tenant's (403, audited). Changes go through
+Every route's guard requires ``admin:policy`` (403 otherwise, recorded by the ``Gatekeeper``),
+and a handler reaches only as far as the caller holds it (``policies.control_scope``): a tenant's
+administrator reads and writes the rules of its own domain, never ``*`` or another tenant's
+(403, recorded). Changes go through
 ``Authorizer.change``: atomic, audited with the caller as actor (fail closed), in effect on this
 replica at once and on the others within the poll interval. Malformed input answers 400 naming
 the field and the rule it breaks.
