@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 from litestar import Request
-from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.handlers.base import BaseRouteHandler
@@ -27,14 +26,14 @@ from audit.event import Decision, EventType
 from gateway.auditor import Auditor
 from gateway.auth.principal import Principal
 from gateway.authenticator import Authenticator
-from gateway.permission import Permission
+from gateway.permission import Connection, Permission
 from gateway.request_context import request_context
 from policies.authorizer import Authorizer
 from policies.control_scope import ControlScope
 
 __all__ = ["Gatekeeper", "requires"]
 
-Guard = Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], Awaitable[None]]
+Guard = Callable[[Connection, BaseRouteHandler], Awaitable[None]]
 
 _STATE_KEY = "gatekeeper"
 _SCOPE_KEY = "strongroom.control_scope"
@@ -53,19 +52,17 @@ class Gatekeeper:
         state[_STATE_KEY] = self
 
     @staticmethod
-    def of(connection: ASGIConnection[Any, Any, Any, Any]) -> Gatekeeper:
+    def of(connection: Connection) -> Gatekeeper:
         gatekeeper = connection.app.state.get(_STATE_KEY)
         if not isinstance(gatekeeper, Gatekeeper):
             # Deny rather than serve a guarded route without its checks.
             raise RuntimeError("no Gatekeeper is installed on this app")
         return gatekeeper
 
-    async def principal(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+    async def principal(self, connection: Connection) -> Principal:
         return await self.authenticator.caller_of(connection)
 
-    async def admit(
-        self, connection: ASGIConnection[Any, Any, Any, Any], permission: Permission
-    ) -> ControlScope:
+    async def admit(self, connection: Connection, permission: Permission) -> ControlScope:
         """The caller's reach for ``permission``; refuses (recorded, then 403) when it has none
         or, where the permission names a domain, when that domain is out of reach."""
         principal = await self.principal(connection)
@@ -81,7 +78,7 @@ class Gatekeeper:
 
     async def require_domain(
         self,
-        connection: ASGIConnection[Any, Any, Any, Any],
+        connection: Connection,
         permission: Permission,
         scope: ControlScope,
         domain: str,
@@ -92,9 +89,7 @@ class Gatekeeper:
                 connection, permission, f"{','.join(permission.actions)} not held in domain {domain!r}"
             )
 
-    async def refuse(
-        self, connection: ASGIConnection[Any, Any, Any, Any], permission: Permission, reason: str
-    ) -> NoReturn:
+    async def refuse(self, connection: Connection, permission: Permission, reason: str) -> NoReturn:
         """Record the refusal before it is answered (fail closed: 503 when it cannot be), then 403."""
         ctx = request_context(connection.scope)  # type: ignore[arg-type]
         await self.auditor.record(
@@ -108,9 +103,7 @@ class Gatekeeper:
         )
         raise permission.refusal()
 
-    async def record_access(
-        self, connection: ASGIConnection[Any, Any, Any, Any], permission: Permission
-    ) -> None:
+    async def record_access(self, connection: Connection, permission: Permission) -> None:
         """Record an admitted read of the audit log as the answer starts, with its status."""
         await self.auditor.record_on_answer(
             request_context(connection.scope),  # type: ignore[arg-type]
@@ -124,7 +117,7 @@ class Gatekeeper:
     @staticmethod
     def dependencies() -> dict[str, Provide]:
         """What a guarded router's handlers may ask for: ``principal``, ``gatekeeper`` and
-        ``scope`` (the ControlScope their guard admitted the request with)."""
+        ``control_scope`` (the ControlScope their guard admitted the request with)."""
         return {
             "principal": Provide(_principal),
             "gatekeeper": Provide(_gatekeeper, sync_to_thread=False),
@@ -151,7 +144,7 @@ def _admitted_scope(request: Request[Any, Any, Any]) -> ControlScope:
 def requires(permission: Permission) -> Guard:
     """The litestar guard of a route that needs ``permission``."""
 
-    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    async def guard(connection: Connection, _: BaseRouteHandler) -> None:
         await Gatekeeper.of(connection).admit(connection, permission)
 
     return guard

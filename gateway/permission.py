@@ -1,8 +1,8 @@
 """A route's permission, declared once on the route: ``guards=[requires(Permission(...))]``.
 
-The guard (``gateway.gatekeeper.requires``) asks the app's ``Gatekeeper`` (``gateway.gatekeeper``) before anything of the request
-is read: the caller must hold every action on the control plane, and reach the domain the
-request concerns when the route names one. What a refusal answers (``refusal``) and how its audit
+The guard (``gateway.gatekeeper.requires``) asks the app's ``Gatekeeper`` before anything of the
+request is read: the caller must hold every action on the control plane, and reach the domain
+the request concerns when the route names one. What a refusal answers (``refusal``) and how its audit
 record names the endpoint and the attempt (``endpoint``, ``detail``) belong to the route's API.
 """
 
