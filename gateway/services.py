@@ -81,7 +81,6 @@ class Services:
         filters: FilterPipeline,
         engines: EnginePool,
         inference: InferenceService,
-        metrics_access: MetricsAccess,
         authenticator: Authenticator,
         writer_socket: WriterSocket | None = None,
     ) -> None:
@@ -95,7 +94,6 @@ class Services:
         self.filters = filters
         self.engines = engines
         self.inference = inference
-        self.metrics_access = metrics_access
         self.authenticator = authenticator
         self.writer_socket = writer_socket
 
@@ -178,7 +176,6 @@ class Services:
             filters=filters,
             engines=engines,
             inference=inference,
-            metrics_access=metrics_access,
             authenticator=Authenticator(verifier, metrics_access, auditor),
             writer_socket=writer_socket,
         )

@@ -41,7 +41,6 @@ def test_off_loopback_metrics_need_the_scrape_token(tmp_path: Any) -> None:
         TelemetryConfig(), ServerConfig(host="0.0.0.0"), {"STRONGROOM_METRICS_TOKEN": SCRAPE}
     )
     services = Services.__new__(Services)  # only what /metrics touches
-    services.metrics_access = access
     services.telemetry = Telemetry.install(TelemetryConfig())
     verifier = TokenVerifier.create(AuthConfig(revocation=False), tmp_path, redis=None)
     services.authenticator = Authenticator(verifier, access, Auditor(sink))
