@@ -1,21 +1,17 @@
-"""Paged attention on CUDA: the Triton kernels behind the torch backend's ``store_kv``/``forward``,
-plus the fused step's ``forward_rope`` (RoPE and the cache write folded into attention's launches).
+"""Paged attention on CUDA: the Triton kernels behind the torch backend's ``store_kv``/``forward``.
 
-Kernels are imported when a method runs, never at import (``engine.kernels``).
+Kernels are imported when a method runs, never at import (``engine.kernels``). The fused step
+folds RoPE and the cache write into attention's launches (``engine.fused_step.attention``).
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 import torch
 
 from engine.attention_backends.metadata import AttentionMetadata
 from engine.tuning import DEFAULT_TUNING, CudaTuning
-
-if TYPE_CHECKING:
-    from engine.kernels.split_merge import PendingMerge
 
 __all__ = ["TritonAttentionBackend", "num_splits_for"]
 
@@ -81,72 +77,12 @@ class TritonAttentionBackend:
             max_query_len=max_query_len,
             scale=scale,
             sliding_window=sliding_window,
-            num_splits=self._num_splits(meta, k_cache, max_query_len),
+            num_splits=self.num_splits(meta, k_cache, max_query_len),
             tuning=self.tuning,
         )
 
-    def forward_rope(
-        self,
-        positions: torch.Tensor,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        *,
-        inv_freq: torch.Tensor,
-        qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None,
-        scale: float,
-        sliding_window: int | None = None,
-        defer_merge: bool = False,
-    ) -> torch.Tensor | PendingMerge:
-        """[q/k head norm,] RoPE, the cache write and attention, for un-rotated q, k, v.
-
-        A decode step of at most ``rope_in_attention_max_seqs`` sequences does all of it in the
-        attention kernel (``decode_attention``); any other step rotates and stores in one launch
-        (``rotary_kv_write``), then attends. ``qk_norm`` = (q weight, k weight, eps) of a per-head
-        RMSNorm (Qwen3). Returns [num_tokens, num_heads, head_dim]; with ``defer_merge``, a
-        decode step whose attention splits its keys returns its unmerged ``PendingMerge``.
-        """
-        from engine.kernels import NewTokenRope, decode_attention, rotary_kv_write
-
-        head_dim = q.shape[2]
-        if (
-            meta.num_seqs <= self.tuning.rope_in_attention_max_seqs
-            and all(b - a == 1 for a, b in itertools.pairwise(meta.host_query_starts))
-            and head_dim & (head_dim - 1) == 0
-        ):
-            new = NewTokenRope(k, v, positions, meta.slot_mapping, inv_freq, qk_norm)
-            return decode_attention(
-                q,
-                new,
-                k_cache,
-                v_cache,
-                meta.block_tables,
-                meta.context_lens,
-                meta.query_starts,
-                scale=scale,
-                sliding_window=sliding_window,
-                num_splits=self._num_splits(meta, k_cache, 1),
-                defer_merge=defer_merge,
-                tuning=self.tuning,
-            )
-        q = rotary_kv_write(
-            positions,
-            q,
-            k,
-            v,
-            inv_freq,
-            k_cache,
-            v_cache,
-            meta.slot_mapping,
-            qk_norm=qk_norm,
-            tuning=self.tuning,
-        )
-        return self.forward(q, k_cache, v_cache, meta, scale=scale, sliding_window=sliding_window)
-
-    def _num_splits(self, meta: AttentionMetadata, k_cache: torch.Tensor, max_query_len: int) -> int:
+    def num_splits(self, meta: AttentionMetadata, k_cache: torch.Tensor, max_query_len: int) -> int:
+        """How many splits of each sequence's keys a step of this shape takes (``num_splits_for``)."""
         return num_splits_for(
             meta.num_seqs, k_cache.shape[2], max_query_len, self.tuning.small_batch_max_splits
         )

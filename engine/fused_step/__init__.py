@@ -9,10 +9,11 @@ the kernels it replaces round, so the tokens are the same with any ``CudaTuning`
 
 Imported only on CUDA (or by tests under ``TRITON_INTERPRET``): it imports the kernels.
 
-    step.py   FusedStep: the layer walk, attention and the LM head
-    gemm.py   the matmuls, and which lazy input each takes
-    norm.py   the norms, and when one is left to the GEMM after it
-    lazy.py   the lazy activation types, and ``materialize``
+    step.py        FusedStep: the layer walk and the LM head
+    attention.py   RoPE, the KV write and attention, folded into one kernel where they can be
+    gemm.py        the matmuls, and which lazy input each takes
+    norm.py        the norms, and when one is left to the GEMM after it
+    lazy.py        the lazy activation types, and ``materialize``
 """
 
 from engine.fused_step.step import FusedStep, Hidden

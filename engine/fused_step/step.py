@@ -21,6 +21,7 @@ import torch
 
 from engine.attention_backends import AttentionMetadata, TritonAttentionBackend
 from engine.fused_step import gemm
+from engine.fused_step.attention import rope_attention
 from engine.fused_step.lazy import materialize
 from engine.fused_step.norm import add_norm, embed_norm, norm
 from engine.kernels import PendingNorm, SplitKPartials, normed_gemv, silu_and_mul
@@ -104,11 +105,9 @@ class FusedStep:
         qk_norm = None
         if attn.q_norm is not None and attn.k_norm is not None:
             qk_norm = (attn.q_norm.weight, attn.k_norm.weight, attn.q_norm.eps)
-        layer = attn.attn
-        out = self.attention.forward_rope(
-            positions, q, k, v, layer.k_cache, layer.v_cache, meta,
-            inv_freq=attn.rotary_emb.inv_freq, qk_norm=qk_norm, scale=layer.scale,
-            sliding_window=layer.sliding_window, defer_merge=self.tuning.merge_in_gemm and meta.num_seqs == 1,
+        out = rope_attention(
+            self.attention, attn.attn, positions, q, k, v, meta, inv_freq=attn.rotary_emb.inv_freq,
+            qk_norm=qk_norm, defer_merge=self.tuning.merge_in_gemm and meta.num_seqs == 1,
         )  # fmt: skip
         return gemm.row_deferred(
             attn.o_proj, out.flatten(1) if isinstance(out, torch.Tensor) else out, self.tuning

@@ -248,10 +248,12 @@ def _first_row_partials(s: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch
 
 
 @pytest.mark.parametrize("q_lens", [[1, 1, 1], [2, 0, 1]])
-def test_the_backend_fuses_only_one_token_per_sequence(device: str, q_lens: list[int]) -> None:
-    # The Triton backend's forward_rope: equal query counts and sequences do not make a decode
+def test_the_fused_step_fuses_only_one_token_per_sequence(device: str, q_lens: list[int]) -> None:
+    # The fused step's attention: equal query counts and sequences do not make a decode
     # step ([2, 0, 1]); that batch must take the RoPE kernel and store both new keys.
     from engine.attention_backends import AttentionMetadata, TritonAttentionBackend
+    from engine.fused_step.attention import rope_attention
+    from engine.layers.attention import Attention
 
     ctx = [6, 9, 13]
     s = _step(device, torch.float32, seed=17, shape=(HEADS, KV_HEADS, HEAD_DIM, BLOCK, ctx))
@@ -280,9 +282,11 @@ def test_the_backend_fuses_only_one_token_per_sequence(device: str, q_lens: list
 
     def run(max_seqs: int) -> tuple[torch.Tensor, torch.Tensor]:
         backend = TritonAttentionBackend(replace(DEFAULT_TUNING, rope_in_attention_max_seqs=max_seqs))
+        layer = Attention(HEADS, KV_HEADS, HEAD_DIM, scale=0.25)
         pool = s["pool"].clone()
-        out = backend.forward_rope(pos, q, k, v, pool[:, 1, 0], pool[:, 1, 1], meta, inv_freq=s["inv_freq"],
-                                   qk_norm=qk_norm, scale=0.25)  # fmt: skip
+        layer.bind_cache(pool[:, 1, 0], pool[:, 1, 1])
+        out = rope_attention(backend, layer, pos, q, k, v, meta, inv_freq=s["inv_freq"], qk_norm=qk_norm,
+                             defer_merge=False)  # fmt: skip
         assert isinstance(out, torch.Tensor)
         return out, pool
 
