@@ -79,3 +79,23 @@ def test_decode_fusions_change_no_token(model_dirs: dict[str, Path], monkeypatch
     fused = _tokens(llm, _FUSED)
     assert split_sums
     assert _tokens(llm, _UNFUSED) == fused
+
+
+def test_a_cpu_engine_never_imports_the_kernels(model_dirs: dict[str, Path]) -> None:
+    # The plain model is the CPU path: generating imports neither this package nor Triton (so a
+    # test run's TRITON_INTERPRET, set before the first kernel import, always holds).
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from engine.llm import LLM\n"
+        "from engine.core.sampling_params import SamplingParams\n"
+        f"llm = LLM({str(model_dirs['qwen3'])!r}, kv_cache_bytes=1 << 20, block_size=4)\n"
+        "llm.generate([[0, 5, 6]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))\n"
+        "print(sorted(m for m in ('engine.kernels', 'engine.fused_step', 'triton') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"
