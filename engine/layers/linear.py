@@ -5,9 +5,10 @@
 
 Merged and QKV variants pack several checkpoint tensors into one matmul; the loader is told
 which part (``shard_id``) a checkpoint tensor is. Every layer holds ``weight`` [out, in] (and
-``bias``) as loaded; a quantized variant would override ``weight_loader`` (how its shard is
-stored) and ``forward`` (how it multiplies). On CUDA the engine runs these weights through its
-fused step (``engine.fused_step``), not through ``forward``.
+``bias``) as loaded; ``forward`` is ``F.linear`` (and the all-reduce). On CUDA the engine runs
+these weights through its fused step instead (``engine.fused_step.gemm``, which reads ``weight``
+and ``bias``). A quantized variant overrides ``weight_loader`` (how its shard is stored) and
+``forward`` (how it multiplies), and gets a matching branch in ``fused_step.gemm``.
 """
 
 from __future__ import annotations
