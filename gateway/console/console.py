@@ -10,6 +10,8 @@ carry the session's CSRF token and, when the browser sends one, a same-origin ``
 from __future__ import annotations
 
 import hmac
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from litestar import Request
@@ -19,7 +21,7 @@ from gateway.console.config import ConsoleConfig
 from gateway.console.errors import CsrfError, NotSignedInError, PageForbiddenError, PageNotFoundError
 from gateway.console.oidc_client import OidcClient
 from gateway.console.pending_sign_ins import PendingSignIns
-from gateway.console.session_store import ConsoleSession, SessionStore
+from gateway.console.session_store import ConsoleSession, SessionStore, open_session_store
 from gateway.request_context import request_context
 
 if TYPE_CHECKING:
@@ -35,12 +37,17 @@ CONTROL_PLANE = "*"
 
 
 class Console:
-    def __init__(self, cfg: ConsoleConfig, services: Services, *, is_tls: bool) -> None:
+    def __init__(
+        self,
+        cfg: ConsoleConfig,
+        services: Services,
+        *,
+        is_tls: bool,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config = cfg
         self.services = services
-        self.sessions = SessionStore(
-            idle_s=cfg.session_idle_s, absolute_s=cfg.session_absolute_s, max_sessions=cfg.max_sessions
-        )
+        self.sessions: SessionStore = open_session_store(cfg, services.redis, clock)
         self.pending = PendingSignIns()
         settings = services.settings
         self.oidc = OidcClient(cfg, settings.auth, services.verifier) if cfg.has_oidc else None
@@ -64,12 +71,12 @@ class Console:
 
     async def session(self, request: Request[Any, Any, Any]) -> ConsoleSession:
         session_id = request.cookies.get(SESSION_COOKIE)
-        session = self.sessions.get(session_id)
+        session = await self.sessions.get(session_id)
         if session is None:
             raise NotSignedInError("no live session")
         if await self.services.verifier.is_revoked(session.principal, since=session.created_at):
             # Revoking the officer's token (or subject) ends the console session too, at the next click.
-            self.sessions.end(session_id)
+            await self.sessions.end(session_id)
             await self.record(
                 request,
                 session.principal,

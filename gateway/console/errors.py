@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["ConsoleError", "CsrfError", "NotSignedInError", "PageForbiddenError", "PageNotFoundError"]
+__all__ = [
+    "ConsoleError",
+    "CsrfError",
+    "NotSignedInError",
+    "PageForbiddenError",
+    "PageNotFoundError",
+    "SessionsUnavailableError",
+]
 
 
 class ConsoleError(Exception):
@@ -30,3 +37,10 @@ class CsrfError(ConsoleError):
 class PageNotFoundError(ConsoleError):
     status_code = 404
     title = "Not found"
+
+
+class SessionsUnavailableError(ConsoleError):
+    """The shared session store cannot be reached: nobody is let in until it can (fail closed)."""
+
+    status_code = 503
+    title = "Unavailable"

@@ -50,7 +50,7 @@ def _cleared(console: Console, key: str, path: str) -> Cookie:
 @get("/")
 async def console_home(request: Request[Any, Any, Any]) -> Redirect:
     console = Console.of(request)
-    signed_in = console.sessions.get(request.cookies.get(SESSION_COOKIE)) is not None
+    signed_in = await console.sessions.get(request.cookies.get(SESSION_COOKIE)) is not None
     return Redirect("/console/audit" if signed_in else "/console/sign-in", status_code=303)
 
 
@@ -144,7 +144,7 @@ async def sign_out(request: Request[Any, Any, Any]) -> Response[Any]:
         session = await console.session(request)
     except NotSignedInError:
         return Redirect("/console/sign-in", status_code=303)
-    console.sessions.end(request.cookies.get(SESSION_COOKIE))
+    await console.sessions.end(request.cookies.get(SESSION_COOKIE))
     await console.record(
         request,
         session.principal,
@@ -162,8 +162,8 @@ async def _signed_in(
     request: Request[Any, Any, Any], console: Console, principal: Principal, how: str
 ) -> Response[Any]:
     # A fresh id at every sign-in (no fixation); any session this browser had is ended.
-    console.sessions.end(request.cookies.get(SESSION_COOKIE))
-    session_id, _ = console.sessions.create(principal)
+    await console.sessions.end(request.cookies.get(SESSION_COOKIE))
+    session_id, _ = await console.sessions.create(principal)
     await console.record(
         request,
         principal,
