@@ -8,6 +8,7 @@ __all__ = [
     "NotSignedInError",
     "PageForbiddenError",
     "PageNotFoundError",
+    "RotationNotConfirmedError",
     "SessionsUnavailableError",
 ]
 
@@ -44,3 +45,9 @@ class SessionsUnavailableError(ConsoleError):
 
     status_code = 503
     title = "Unavailable"
+
+
+class RotationNotConfirmedError(ConsoleError):
+    """The typed key version is not the current one: nothing was rotated."""
+
+    title = "Not confirmed"

@@ -13,7 +13,7 @@ from typing import Any
 
 from litestar import Request
 
-__all__ = ["LANGUAGES", "LANG_COOKIE", "Language"]
+__all__ = ["LANGUAGES", "LANG_COOKIE", "Language", "text"]
 
 LANGUAGES = ("en", "zh")
 LANG_COOKIE = "strongroom_console_lang"
@@ -166,3 +166,9 @@ class Language:
     @staticmethod
     def translate(text: str) -> str:
         return ZH.get(text, text) if _current.get() == "zh" else text
+
+
+def text(template: str, **params: object) -> str:
+    """A message built in Python, in the request's language: the template is translated, then
+    filled (``params`` are values, never parsed as templates)."""
+    return Language.translate(template).format(**params)
