@@ -31,6 +31,7 @@ from gateway.console.chart_pages import CHART_PAGES
 from gateway.console.errors import ConsoleError, NotSignedInError
 from gateway.console.key_pages import KEY_PAGES
 from gateway.console.language import LANG_COOKIE, LANGUAGES, Language
+from gateway.console.quota_pages import QUOTA_PAGES
 from gateway.console.sign_in_routes import SIGN_IN_ROUTES
 from gateway.errors import GatewayError
 
@@ -120,6 +121,7 @@ def build_console_router() -> Router:
             *CHART_PAGES,
             *ADMIN_PAGES,
             *KEY_PAGES,
+            *QUOTA_PAGES,
             switch_language,
             static,
         ],
