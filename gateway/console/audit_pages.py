@@ -122,7 +122,7 @@ async def within_scope(
         return query
     if query.tenant is not None and query.tenant != scope.domain:
         await console.refuse(request, session, f"audit:read not held in tenant {query.tenant!r}", detail)
-        raise PageForbiddenError("your audit rights cover your own tenant's records only")
+        raise PageForbiddenError(text("your audit rights cover your own tenant's records only"))
     return msgspec.structs.replace(query, tenant=scope.domain)
 
 
@@ -134,12 +134,12 @@ async def _record_in_scope(
     try:
         record = await console.services.audit_log.get(seq)
     except AuditNotFoundError:
-        raise PageNotFoundError(f"no audit record {seq}") from None
+        raise PageNotFoundError(text("no audit record {seq}", seq=seq)) from None
     if not console.scope(session, *permissions).covers(record.event.tenant or ALL_DOMAINS):
         await console.refuse(
             request, session, f"record {seq} is outside the officer's tenant", f"record {seq}"
         )
-        raise PageNotFoundError(f"no audit record {seq}")
+        raise PageNotFoundError(text("no audit record {seq}", seq=seq))
     return record
 
 
@@ -175,7 +175,9 @@ async def content_fragment(request: HTMXRequest, seq: FromPath[int]) -> Template
         content = await console.services.audit_log.read_content(seq)
     except AuditError as exc:
         problem = (
-            str(exc) if isinstance(exc, AuditNotFoundError) else "this record's content cannot be opened"
+            str(exc)
+            if isinstance(exc, AuditNotFoundError)
+            else text("this record's content cannot be opened")
         )
     context = page_context(console, session, seq=seq, content=content, problem=problem)
     name = "content.html" if _is_fragment(request) else "content_page.html"

@@ -19,6 +19,7 @@ from litestar import Request
 from audit.event import Decision, EventType
 from gateway.console.config import ConsoleConfig
 from gateway.console.errors import CsrfError, NotSignedInError, PageForbiddenError, PageNotFoundError
+from gateway.console.language import text
 from gateway.console.oidc_client import OidcClient
 from gateway.console.pending_sign_ins import PendingSignIns
 from gateway.console.session_store import ConsoleSession, SessionStore, open_session_store
@@ -66,7 +67,7 @@ class Console:
     def of(request: Request[Any, Any, Any]) -> Console:
         console: Console | None = getattr(request.app.state, "console", None)
         if console is None:
-            raise PageNotFoundError("the console is disabled")
+            raise PageNotFoundError(text("the console is disabled"))
         return console
 
     async def session(self, request: Request[Any, Any, Any]) -> ConsoleSession:
@@ -111,10 +112,10 @@ class Console:
         missing = [p for p in permissions if not authorizer.allowed(session.principal, p, CONTROL_PLANE)]
         if missing:
             await self.refuse(request, session, "missing " + ",".join(missing), detail)
-            raise PageForbiddenError(f"this page needs {', '.join(missing)}")
+            raise PageForbiddenError(text("this page needs {permissions}", permissions=", ".join(missing)))
         if every_tenant and not self.scope(session, *permissions).is_global:
             await self.refuse(request, session, f"{','.join(permissions)} not held in every tenant", detail)
-            raise PageForbiddenError("this page covers every tenant's records")
+            raise PageForbiddenError(text("this page covers every tenant's records"))
         if not is_audited:
             return session
         await self.record(
@@ -167,14 +168,14 @@ async def check_csrf(request: Request[Any, Any, Any], expected: str) -> None:
     ``X-CSRF-Token``) and, when the browser names one, comes from this origin."""
     origin = request.headers.get("origin")
     if origin is not None and origin != _own_origin(request):
-        raise CsrfError("cross-origin form")
+        raise CsrfError(text("cross-origin form"))
     given = request.headers.get("x-csrf-token")
     if given is None:
         form = await request.form()
         value = form.get("_csrf")
         given = value if isinstance(value, str) else None
     if not given or not expected or not hmac.compare_digest(given.encode(), expected.encode()):
-        raise CsrfError("missing or wrong CSRF token")
+        raise CsrfError(text("missing or wrong CSRF token"))
 
 
 def _own_origin(request: Request[Any, Any, Any]) -> str:

@@ -49,18 +49,19 @@ class KeyInventory:
         try:
             provider = build_provider(settings.keys, settings.data_path)
         except KeysError as exc:
-            return cls(problem=f"The key provider cannot be opened: {exc}")
+            return cls(problem=text("The key provider cannot be opened: {reason}", reason=str(exc)))
         try:
             registry = seal_registry(settings.keys, settings.data_path, provider)
             versions = provider.versions()
             try:
                 body = registry.read()
             except KeysError as exc:
-                return cls(versions=versions, provider=provider.kind, problem=f"Seal registry: {exc}")
+                problem = text("Seal registry: {reason}", reason=str(exc))
+                return cls(versions=versions, provider=provider.kind, problem=problem)
             sealings = [(s, body.pins.get(s.model_id) == s.seal_id) for s in body.sealings]
             return cls(sealings, versions, provider.kind, str(registry.path))
         except KeysError as exc:
-            return cls(problem=f"The key provider failed: {exc}")
+            return cls(problem=text("The key provider failed: {reason}", reason=str(exc)))
         finally:
             close = getattr(provider, "close", None)  # a PKCS#11 session; a key file holds none
             if close is not None:

@@ -20,6 +20,7 @@ import msgspec
 
 from audit.event import AuditEvent
 from gateway.console.errors import RotationNotConfirmedError
+from gateway.console.language import text
 from keys.factory import build_provider, seal_registry
 from keys.provider import KeyStatus
 from keys.report import RotationReport
@@ -58,9 +59,11 @@ def rotate_master_key(settings: Settings, typed_version: str, sink: OfficerSink)
     try:
         current = next((v.ref for v in provider.versions() if v.status is KeyStatus.CURRENT), None)
         if current is None:
-            raise RotationNotConfirmedError("the key provider has no current version")
+            raise RotationNotConfirmedError(text("the key provider has no current version"))
         if typed_version.strip() != str(current):
-            raise RotationNotConfirmedError(f"type {current} to confirm; nothing was rotated")
+            raise RotationNotConfirmedError(
+                text("type {version} to confirm; nothing was rotated", version=current)
+            )
         return rotate(
             provider,
             default_model_dirs(settings.data_path),

@@ -102,16 +102,24 @@ async def change_quota(request: HTMXRequest) -> Template:
         detail=f"{QUOTA_CHANGE_PREFIX}{override.describe()}",
     )
     await console.services.quotas.overrides.put(override)
-    cleared = all(getattr(override.limits, f) is None for f in FIELDS)
-    template = "{who} removed the quota override of {what}." if cleared else "{who} set quota: {what}."
-    what = f"{override.kind} {override.name} in {override.domain}" if cleared else override.describe()
-    notice = text(template, who=session.principal.subject, what=what)
+    who = session.principal.subject
+    if all(getattr(override.limits, f) is None for f in FIELDS):
+        what = f"{override.kind} {override.name} in {override.domain}"
+        notice = text("{who} removed the quota override of {what}.", who=who, what=what)
+    else:
+        notice = text("{who} set quota: {what}.", who=who, what=override.describe())
     return Template(template_name="quotas.html", context=_context(console, session, notice=notice))
 
 
 def _number(field: str, value: str) -> int:
     if not value.isdigit():
-        raise ValueError(f"{field} must be a whole number >= 1 (or left blank), not {value[:32]!r}")
+        raise ValueError(
+            text(
+                "{field} must be a whole number >= 1 (or left blank), not {value!r}",
+                field=field,
+                value=value[:32],
+            )
+        )
     return int(value)
 
 

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 from gateway.auth.principal import Principal
 from gateway.console.errors import SessionsUnavailableError
+from gateway.console.language import text
 from gateway.console.session_store import ConsoleSession, new_session, session_key
 
 __all__ = ["RedisSessions"]
@@ -37,7 +38,7 @@ class RedisSessions:
         try:
             await self._redis.set(self._key(session_id), msgspec.json.encode(session), ex=self._ttl(session))
         except RedisError as exc:
-            raise SessionsUnavailableError("the session store is unreachable") from exc
+            raise SessionsUnavailableError(text("the session store is unreachable")) from exc
         return session_id, session
 
     async def get(self, session_id: str | None) -> ConsoleSession | None:
@@ -57,7 +58,7 @@ class RedisSessions:
             if not await self._redis.set(key, msgspec.json.encode(session), ex=self._ttl(session), xx=True):
                 return None  # ended by another replica since the read
         except RedisError as exc:
-            raise SessionsUnavailableError("the session store is unreachable") from exc
+            raise SessionsUnavailableError(text("the session store is unreachable")) from exc
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         return session
@@ -68,7 +69,7 @@ class RedisSessions:
         try:
             await self._redis.delete(self._key(session_id))
         except RedisError as exc:
-            raise SessionsUnavailableError("the session store is unreachable") from exc
+            raise SessionsUnavailableError(text("the session store is unreachable")) from exc
 
     def _key(self, session_id: str) -> str:
         return f"{self._prefix}:{session_key(session_id)}"

@@ -107,6 +107,7 @@ def _error_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
     else:
         log.error("console error: %s", type(exc).__name__, exc_info=exc)
         status, title, message = 500, "Error", "Something went wrong."
+    title, message = Language.translate(title), Language.translate(message)
     html = _environment().get_template("error.html").render(title=title, message=message, status=status)
     return Response(html, status_code=status, media_type="text/html", headers=_HEADERS)
 

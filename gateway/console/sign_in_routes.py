@@ -23,6 +23,7 @@ from gateway.auth.errors import AuthenticationError
 from gateway.auth.principal import Principal
 from gateway.console.console import SESSION_COOKIE, STATE_COOKIE, Console, check_csrf
 from gateway.console.errors import NotSignedInError, PageNotFoundError
+from gateway.console.language import text
 from gateway.console.oidc_client import SignInError
 
 __all__ = ["SIGN_IN_ROUTES"]
@@ -74,13 +75,13 @@ def _sign_in_page(console: Console, *, problem: str, status: int) -> Template:
 async def start_oidc(request: Request[Any, Any, Any]) -> Response[Any]:
     console = Console.of(request)
     if console.oidc is None:
-        raise PageNotFoundError("single sign-on is not configured")
+        raise PageNotFoundError(text("single sign-on is not configured"))
     pending = console.pending.start()
     try:
         url = await console.oidc.authorization_url(pending)
     except SignInError as exc:
         await _record_failure(request, console, exc.reason)
-        return _sign_in_page(console, problem="The identity provider cannot be reached.", status=502)
+        return _sign_in_page(console, problem=text("The identity provider cannot be reached."), status=502)
     return Redirect(
         url,
         status_code=303,
@@ -99,7 +100,7 @@ async def oidc_callback(
 ) -> Response[Any]:
     console = Console.of(request)
     if console.oidc is None:
-        raise PageNotFoundError("single sign-on is not configured")
+        raise PageNotFoundError(text("single sign-on is not configured"))
     pending = console.pending.finish(sign_in_state, request.cookies.get(STATE_COOKIE))
     try:
         if pending is None:
@@ -109,7 +110,7 @@ async def oidc_callback(
         principal = await console.oidc.finish(code, pending)
     except SignInError as exc:
         await _record_failure(request, console, exc.reason)
-        page = _sign_in_page(console, problem="Sign-in failed. Please try again.", status=401)
+        page = _sign_in_page(console, problem=text("Sign-in failed. Please try again."), status=401)
         page.cookies.append(_cleared(console, STATE_COOKIE, "/console/callback"))
         return page
     response = await _signed_in(request, console, principal, "oidc")
@@ -121,7 +122,7 @@ async def oidc_callback(
 async def dev_sign_in(request: Request[Any, Any, Any]) -> Response[Any]:
     console = Console.of(request)
     if not console.is_dev_sign_in:
-        raise PageNotFoundError("dev sign-in is off")
+        raise PageNotFoundError(text("dev sign-in is off"))
     await check_csrf(request, request.cookies.get(LOGIN_CSRF_COOKIE, ""))
     form = await request.form()
     token = form.get("token")
@@ -133,7 +134,7 @@ async def dev_sign_in(request: Request[Any, Any, Any]) -> Response[Any]:
             raise AuthenticationError("not a dev-issuer token")
     except AuthenticationError as exc:
         await _record_failure(request, console, f"dev sign-in: {exc.reason}")
-        return _sign_in_page(console, problem="Sign-in failed. Please try again.", status=401)
+        return _sign_in_page(console, problem=text("Sign-in failed. Please try again."), status=401)
     return await _signed_in(request, console, principal, "dev issuer")
 
 
