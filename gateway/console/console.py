@@ -9,6 +9,7 @@ carry the session's CSRF token and, when the browser sends one, a same-origin ``
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import Callable
@@ -54,6 +55,9 @@ class Console:
         self.oidc = OidcClient(cfg, settings.auth, services.verifier) if cfg.has_oidc else None
         self.is_dev_sign_in = cfg.dev_sign_in and settings.auth.dev_issuer
         self.secure_cookies = is_tls if cfg.secure_cookies is None else cfg.secure_cookies
+        self.key_rotation = asyncio.Lock()
+        """One rotation at a time from this replica's console (a second waits, then finds its
+        typed version stale)."""
 
     @classmethod
     def create(cls, services: Services) -> Console | None:

@@ -106,7 +106,8 @@ async def rotate_key(request: HTMXRequest) -> Template:
     settings = console.services.settings
     sink = OfficerSink(console.services.audit_log, session.principal, asyncio.get_running_loop())
     try:
-        report = await asyncio.to_thread(rotate_master_key, settings, typed, sink)
+        async with console.key_rotation:
+            report = await asyncio.to_thread(rotate_master_key, settings, typed, sink)
     except (RotationNotConfirmedError, KeysError) as exc:
         status = 400 if isinstance(exc, RotationNotConfirmedError) else 500
         inventory = await asyncio.to_thread(KeyInventory.read, settings)

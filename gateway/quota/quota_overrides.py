@@ -9,7 +9,8 @@ through, so for each field the order is::
         (the most generous of the caller's roles that sets it) > quota.default
 
 They live where the counters live: with Redis, one hash ``<key_prefix>:overrides`` and a version
-counter every change bumps, read by every replica at most ``refresh_s`` after the change; without
+counter every change bumps, read by every replica at most ``quota.overrides_refresh_s`` after the
+change (at its next admission); without
 Redis, in this process. Who may change which override (``admin:policy`` in its domain) and the
 audit record of each change are the caller's: this module only stores and resolves.
 """

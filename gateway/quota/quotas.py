@@ -53,7 +53,9 @@ class Quotas:
         self._lease_numbers = itertools.count(1)
         self._backend: QuotaBackend = MemoryQuotaBackend(clock) if redis is None else RedisQuotaBackend(redis)
         self._keeper = LeaseKeeper(self._backend, lease_ttl_s=self.config.lease_ttl_s, clock=clock)
-        self.overrides = QuotaOverrides(redis, key_prefix=self.config.key_prefix)
+        self.overrides = QuotaOverrides(
+            redis, key_prefix=self.config.key_prefix, refresh_s=self.config.overrides_refresh_s
+        )
 
     def limits_for(self, principal: Principal) -> ResolvedLimits:
         """Per field: the subject's level, else the most generous role level setting it, else the

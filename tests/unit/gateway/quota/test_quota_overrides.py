@@ -13,7 +13,7 @@ import redis.asyncio as aredis
 from gateway.auth.principal import Principal
 from gateway.errors import ConfigError
 from gateway.quota import QuotaConfig, QuotaExceededError, QuotaLimits, Quotas
-from gateway.quota.quota_overrides import QuotaOverride
+from gateway.quota.quota_overrides import QuotaOverride, QuotaOverrides
 
 NOW = 2_000_000.0
 
@@ -97,6 +97,33 @@ def test_an_override_set_on_one_replica_limits_callers_on_another() -> None:
             fresh = Quotas(_config(prefix), client, clock=lambda: NOW)
             await fresh.overrides.refresh()
             assert fresh.limits_for(carol).requests_per_minute == 2
+        finally:
+            keys = [k async for k in client.scan_iter(f"{prefix}:*")]
+            if keys:
+                await client.delete(*keys)
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def test_a_replica_looks_for_changes_at_most_every_refresh_interval() -> None:
+    prefix = f"test:quota:{uuid.uuid4().hex}"
+
+    async def go() -> None:
+        client = aredis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=2)
+        now = [0.0]
+        try:
+            writer = QuotaOverrides(client, key_prefix=prefix)
+            reader = QuotaOverrides(client, key_prefix=prefix, refresh_s=5.0, clock=lambda: now[0])
+            await reader.refresh()
+            await writer.put(_override("role", "analyst", requests_per_minute=3))
+            now[0] = 4.9
+            await reader.refresh()
+            assert reader.find("role", "analyst", "*") is None  # not looked yet
+            now[0] = 5.0
+            await reader.refresh()
+            limits = reader.find("role", "analyst", "*")
+            assert limits is not None and limits.requests_per_minute == 3
         finally:
             keys = [k async for k in client.scan_iter(f"{prefix}:*")]
             if keys:
