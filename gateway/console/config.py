@@ -47,6 +47,9 @@ class ConsoleConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     is ended to make room. With Redis, the time-outs bound them."""
     session_key_prefix: str = "strongroom:console:session"
     """Prefix of the Redis keys holding sessions (with ``redis_url``: every replica shares them)."""
+    session_postgres_schema: str = "console"
+    """Schema of the ``console_session`` table when sessions live in PostgreSQL (no ``redis_url``
+    and ``access.backend = "postgres"``: in the policy's database, shared by every replica)."""
     secure_cookies: bool | None = None
     """Mark cookies ``Secure``. None: exactly when the gateway itself serves TLS; set true behind a
     TLS-terminating proxy."""
@@ -60,6 +63,8 @@ class ConsoleConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError("console.max_sessions must be >= 1")
         if not self.session_key_prefix:
             raise ConfigError("console.session_key_prefix must not be empty")
+        if not self.session_postgres_schema.isidentifier():
+            raise ConfigError("console.session_postgres_schema must be a plain identifier")
         if self.oidc_issuer is not None:
             self._check_oidc()
 

@@ -49,7 +49,9 @@ class Console:
     ) -> None:
         self.config = cfg
         self.services = services
-        self.sessions: SessionStore = open_session_store(cfg, services.redis, clock)
+        access = services.settings.access
+        shared_db = access.postgres_dsn if access.backend == "postgres" else None
+        self.sessions: SessionStore = open_session_store(cfg, services.redis, clock, postgres_dsn=shared_db)
         self.pending = PendingSignIns()
         settings = services.settings
         self.oidc = OidcClient(cfg, settings.auth, services.verifier) if cfg.has_oidc else None
@@ -66,6 +68,9 @@ class Console:
         if not cfg.enabled:
             return None
         return cls(cfg, services, is_tls=services.settings.server.tls.cert_file is not None)
+
+    async def aclose(self) -> None:
+        await self.sessions.aclose()
 
     @staticmethod
     def of(request: Request[Any, Any, Any]) -> Console:

@@ -50,6 +50,9 @@ class MemorySessions:
         if session_id:
             self._sessions.pop(session_key(session_id), None)
 
+    async def aclose(self) -> None:
+        self._sessions.clear()
+
     def _seconds_left(self, session: ConsoleSession, now: float) -> float:
         return session.seconds_left(now, idle_s=self._idle_s, absolute_s=self._absolute_s)
 

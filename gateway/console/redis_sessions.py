@@ -71,6 +71,9 @@ class RedisSessions:
         except RedisError as exc:
             raise SessionsUnavailableError(text("the session store is unreachable")) from exc
 
+    async def aclose(self) -> None:
+        """The Redis client is the gateway's; nothing of the store's own to release."""
+
     def _key(self, session_id: str) -> str:
         return f"{self._prefix}:{session_key(session_id)}"
 

@@ -6,9 +6,11 @@ whichever comes first; both are checked here on every request against the stored
 store is keyed by their SHA-256, so its contents (a memory dump, a Redis ``KEYS``) reveal no
 usable cookie. Each session carries its own CSRF token, compared in constant time.
 
-Where sessions live follows the gateway's other shared state (quotas, revocations): in Redis when
-``redis_url`` is set, so every replica accepts every other's cookie and a sign-out on one ends the
-session on all; otherwise in this process's memory (one process; a restart signs everybody out).
+Where sessions live follows the gateway's shared state, so every replica accepts every other's
+cookie and a sign-out on one ends the session on all: in Redis when ``redis_url`` is set (like
+quotas and revocations); else in PostgreSQL when the policy lives there (``access.backend =
+"postgres"``, the database the replicas already share); else in this process's memory (one
+process; a restart signs everybody out).
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class SessionStore(Protocol):
 
     async def end(self, session_id: str | None) -> None: ...
 
+    async def aclose(self) -> None:
+        """Release what the store holds of its own (not a Redis client it was given)."""
+        ...
+
 
 def new_session(principal: Principal, now: float) -> tuple[str, ConsoleSession]:
     session = ConsoleSession(
@@ -70,15 +76,31 @@ def session_key(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
 
-def open_session_store(cfg: ConsoleConfig, redis: Redis | None, clock: Callable[[], float]) -> SessionStore:
-    """Redis-backed when the gateway has Redis (shared by every replica), else this process's memory."""
+def open_session_store(
+    cfg: ConsoleConfig,
+    redis: Redis | None,
+    clock: Callable[[], float],
+    *,
+    postgres_dsn: str | None = None,
+) -> SessionStore:
+    """Redis when the gateway has it, else PostgreSQL at ``postgres_dsn`` (the shared policy
+    database), else this process's memory."""
     from gateway.console.memory_sessions import MemorySessions
+    from gateway.console.postgres_sessions import PostgresSessions
     from gateway.console.redis_sessions import RedisSessions
 
     if redis is not None:
         return RedisSessions(
             redis,
             key_prefix=cfg.session_key_prefix,
+            idle_s=cfg.session_idle_s,
+            absolute_s=cfg.session_absolute_s,
+            clock=clock,
+        )
+    if postgres_dsn is not None:
+        return PostgresSessions(
+            postgres_dsn,
+            schema=cfg.session_postgres_schema,
             idle_s=cfg.session_idle_s,
             absolute_s=cfg.session_absolute_s,
             clock=clock,

@@ -37,6 +37,7 @@ __all__ = ["IDP", "XSS", "console_app", "details", "rows", "sign_in"]
 IDP = "https://idp.bank.example/realms/staff"
 XSS = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
 REDIS_URL = "redis://127.0.0.1:6379/0"
+POSTGRES_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 
 
 def console_app(
@@ -46,8 +47,11 @@ def console_app(
     secure_cookies: bool | None = None,
     seed: Callable[[AuditLog, Authorizer], Awaitable[None]] | None = None,
     redis_prefix: str | None = None,
+    postgres_schema: str | None = None,
     engines: EnginePool | None = None,
 ) -> Litestar:
+    """``postgres_schema``: the gateway's policy backend is PostgreSQL (so, without Redis, console
+    sessions live there, in this schema); the test's own Authorizer stays on SQLite."""
     settings = Settings(
         data_dir=str(tmp_path),
         auth=AuthConfig(
@@ -59,7 +63,11 @@ def console_app(
             oidc_redirect_url="https://llm.example/console/callback",
             secure_cookies=secure_cookies,
             session_key_prefix=f"{redis_prefix}:session" if redis_prefix else "strongroom:console:session",
+            session_postgres_schema=postgres_schema or "console",
         ),
+        access=AccessConfig(backend="postgres", postgres_dsn=POSTGRES_DSN)
+        if postgres_schema
+        else AccessConfig(),
         quota=QuotaConfig(key_prefix=f"{redis_prefix}:quota") if redis_prefix else QuotaConfig(),
     )
 
@@ -98,6 +106,7 @@ def console_app(
             await seed(log, services.authorizer)
 
     async def shutdown() -> None:
+        await app.state.console.aclose()
         await state["verifier"].aclose()
         await state["log"].close()
         client = state["services"].redis
@@ -107,12 +116,13 @@ def console_app(
                 await client.delete(*keys)
             await client.aclose()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[build_console_router()],
         template_config=console_template_config(),
         on_startup=[startup],
         on_shutdown=[shutdown],
     )
+    return app
 
 
 async def sign_in(

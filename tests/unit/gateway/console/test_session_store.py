@@ -1,5 +1,6 @@
-"""Console sessions, in memory and in the real Redis on 127.0.0.1:6379: idle and absolute
-time-outs checked on the stored timestamps, sign-out, eviction, fresh ids (injected clock)."""
+"""Console sessions, in memory, in the real Redis on 127.0.0.1:6379 and in the real PostgreSQL on
+127.0.0.1:5432: idle and absolute time-outs checked on the stored timestamps, sign-out,
+eviction, fresh ids (injected clock)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 
+import psycopg
 import pytest
 import redis.asyncio
 
@@ -14,8 +16,10 @@ from gateway.auth.principal import Principal
 from gateway.console.config import ConsoleConfig
 from gateway.console.errors import SessionsUnavailableError
 from gateway.console.memory_sessions import MemorySessions
+from gateway.console.postgres_sessions import PostgresSessions
 from gateway.console.redis_sessions import RedisSessions
 from gateway.console.session_store import SessionStore, open_session_store
+from tests.unit.gateway.console.console_app import POSTGRES_DSN
 
 OFFICER = Principal(subject="officer", roles=("compliance",), issuer="idp", tenant="retail")
 
@@ -43,12 +47,24 @@ async def _with_redis(check: Check, clock: Clock) -> None:
         await client.aclose()
 
 
+async def _with_postgres(check: Check, clock: Clock) -> None:
+    schema = f"test_console_{uuid.uuid4().hex[:12]}"
+    store = PostgresSessions(POSTGRES_DSN, schema=schema, idle_s=60, absolute_s=300, clock=clock)
+    try:
+        await check(store, clock)
+    finally:
+        await store.aclose()
+        async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as conn:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
 def _both(check: Check) -> None:
     """Run ``check`` against each store, each with its own clock."""
     clock = Clock()
     memory = MemorySessions(idle_s=60, absolute_s=300, max_sessions=10, clock=clock)
     asyncio.run(check(memory, clock))
     asyncio.run(_with_redis(check, Clock()))
+    asyncio.run(_with_postgres(check, Clock()))
 
 
 def test_idle_timeout_ends_a_session_and_each_request_restarts_it() -> None:
@@ -125,7 +141,7 @@ def test_redis_holds_no_cookie_value_and_a_ttl_no_longer_than_the_time_left() ->
     asyncio.run(_with_redis(check, Clock()))
 
 
-def test_an_unreachable_redis_refuses_instead_of_letting_anyone_in() -> None:
+def test_an_unreachable_store_refuses_instead_of_letting_anyone_in() -> None:
     async def check() -> None:
         dead = redis.asyncio.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
         store = open_session_store(ConsoleConfig(), dead, Clock())
@@ -134,6 +150,10 @@ def test_an_unreachable_redis_refuses_instead_of_letting_anyone_in() -> None:
         with pytest.raises(SessionsUnavailableError):
             await store.create(OFFICER)
         await dead.aclose()
+        no_db = open_session_store(ConsoleConfig(), None, Clock(), postgres_dsn="host=127.0.0.1 port=1")
+        assert isinstance(no_db, PostgresSessions)
+        with pytest.raises(SessionsUnavailableError):
+            await no_db.get("some-cookie")
 
     asyncio.run(check())
     assert isinstance(open_session_store(ConsoleConfig(), None, Clock()), MemorySessions)

@@ -1,5 +1,6 @@
-"""Two gateway processes' consoles on one Redis: each accepts the other's session cookie and CSRF
-token, and signing out on one ends the session on the other."""
+"""Two gateway processes' consoles sharing their state (one Redis, or without Redis the policy's
+PostgreSQL): each accepts the other's session cookie and CSRF token, and signing out on one ends
+the session on the other."""
 
 from __future__ import annotations
 
@@ -8,13 +9,21 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.unit.gateway.console.console_app import console_app, sign_in
+from tests.unit.gateway.console.console_app import POSTGRES_DSN, console_app, sign_in
 
 
-def test_replicas_on_one_redis_share_sessions_and_sign_out(tmp_path: Path) -> None:
-    prefix = f"test:console:{uuid.uuid4().hex}"
+@pytest.mark.parametrize("shared", ["redis", "postgres"])
+def test_replicas_share_sessions_and_sign_out(tmp_path: Path, shared: str) -> None:
+    name = uuid.uuid4().hex[:12]
+    where: dict[str, Any] = (
+        {"redis_prefix": f"test:console:{name}"}
+        if shared == "redis"
+        else {"postgres_schema": f"test_console_{name}"}
+    )
     one_dir, two_dir = tmp_path / "one", tmp_path / "two"
     one_dir.mkdir()
     two_dir.mkdir()
@@ -22,8 +31,8 @@ def test_replicas_on_one_redis_share_sessions_and_sign_out(tmp_path: Path) -> No
     async def go() -> None:
         one_state: dict[str, Any] = {}
         two_state: dict[str, Any] = {}
-        one_app = console_app(one_dir, one_state, redis_prefix=prefix)
-        two_app = console_app(two_dir, two_state, redis_prefix=prefix)
+        one_app = console_app(one_dir, one_state, **where)
+        two_app = console_app(two_dir, two_state, **where)
         async with AsyncTestClient(one_app) as one, AsyncTestClient(two_app) as two:
             # Each replica has its own audit log and revocation list; only Redis is shared.
             csrf = await sign_in(one, one_dir, "officer.wang", "compliance")
@@ -40,4 +49,9 @@ def test_replicas_on_one_redis_share_sessions_and_sign_out(tmp_path: Path) -> No
             after = await one.get("/console/audit", follow_redirects=False)
             assert after.status_code == 303 and after.headers["location"] == "/console/sign-in"
 
-    asyncio.run(go())
+    try:
+        asyncio.run(go())
+    finally:
+        if shared == "postgres":
+            with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {where['postgres_schema']} CASCADE")
