@@ -3,7 +3,8 @@ the run-time overrides administrators set (``gateway.quota.quota_overrides``).
 
 Same permission and reach as policy edits (``admin:policy``, ``policies.control_scope``): an
 administrator of every tenant sets overrides for ``*`` or any tenant; a tenant's administrator
-only for its own tenant (refusals are recorded). Each change is an ``admin_change`` record with
+only for its own tenant, and no higher than what the role or user gets in every tenant (no
+escalation: the engines are shared). Refusals are recorded. Each change is an ``admin_change`` record with
 the administrator as subject, durable before the override is written (fail closed), and in force
 on this replica at once and on the others within a second.
 """
@@ -24,6 +25,7 @@ from gateway.console.policy_history import QUOTA_CHANGE_PREFIX
 from gateway.console.session_store import ConsoleSession
 from gateway.quota.config import QuotaLimits
 from gateway.quota.quota_overrides import QuotaOverride
+from policies.control_scope import ControlScope
 from policies.policy import ALL_DOMAINS
 
 __all__ = ["QUOTA_PAGES"]
@@ -86,8 +88,8 @@ async def change_quota(request: HTMXRequest) -> Template:
         return Template(
             template_name="quotas.html", context=_context(console, session, problem=problem), status_code=400
         )
-    if not scope.covers(override.domain):
-        reason = f"admin:policy not held in domain {override.domain!r}"
+    reason = _refusal(console, scope, override)
+    if reason is not None:
         await console.refuse(request, session, reason, f"{QUOTA_CHANGE_PREFIX}{override.describe()}")
         problem = text("Refused: {reason}.", reason=reason)
         return Template(
@@ -109,6 +111,24 @@ async def change_quota(request: HTMXRequest) -> Template:
     else:
         notice = text("{who} set quota: {what}.", who=who, what=override.describe())
     return Template(template_name="quotas.html", context=_context(console, session, notice=notice))
+
+
+def _refusal(console: Console, scope: ControlScope, override: QuotaOverride) -> str | None:
+    """Why this administrator may not set ``override`` (None: it may). As for policy edits: only
+    within its reach; and no escalation: a tenant's administrator shares the gateway's capacity
+    with every other tenant, so it may lower limits in its tenant, not raise them above what the
+    role or user gets in every tenant."""
+    if not scope.covers(override.domain):
+        return f"admin:policy not held in domain {override.domain!r}"
+    if scope.is_global:
+        return None
+    ceiling = console.services.quotas.every_tenant_limits(override.kind, override.name)
+    over = [
+        f"{f} {getattr(override.limits, f)} > {getattr(ceiling, f)}"
+        for f in FIELDS
+        if getattr(override.limits, f) is not None and getattr(override.limits, f) > getattr(ceiling, f)
+    ]
+    return f"above the every-tenant limits: {', '.join(over)}" if over else None
 
 
 def _number(field: str, value: str) -> int:

@@ -74,6 +74,18 @@ class Quotas:
 
         return ResolvedLimits(**{f: pick(f) for f in QuotaLimits.__struct_fields__})
 
+    def every_tenant_limits(self, kind: Kind, name: str) -> ResolvedLimits:
+        """What ``kind`` ``name`` gets before any tenant's override: its ``*`` override, else its
+        configured entry, else the default, per field (the ceiling for a tenant's administrator)."""
+        configured = self.config.subjects if kind == "user" else self.config.roles
+        level = self._level(kind, name, "*", configured)
+
+        def pick(field: str) -> int:
+            value = getattr(level, field) if level is not None else None
+            return int(value if value is not None else getattr(self.config.default, field))
+
+        return ResolvedLimits(**{f: pick(f) for f in QuotaLimits.__struct_fields__})
+
     def _level(
         self, kind: Kind, name: str, domain: str, configured: dict[str, QuotaLimits]
     ) -> QuotaLimits | None:

@@ -1,7 +1,8 @@
 """Issue 24: quotas per role or user in the console. An administrator of every tenant sets
-overrides anywhere, a tenant's administrator only in its tenant (refusals recorded); each change
-is an admin_change record with the administrator's identity before it takes effect; the gateway's
-Quotas resolve the new limits at once; overrides live in Redis; payloads stay text."""
+overrides anywhere, a tenant's administrator only in its tenant and not above the every-tenant
+limits (refusals recorded); each change is an admin_change record with the administrator's
+identity before it takes effect; the gateway's Quotas resolve the new limits at once; overrides
+live in Redis; payloads stay text."""
 
 from __future__ import annotations
 
@@ -79,8 +80,10 @@ def test_administrators_set_and_remove_quota_overrides_within_their_reach(tmp_pa
             refused = await post(kind="role", name="analyst", domain="*", requests_per_minute="500")
             assert refused.status_code == 403 and "Refused" in refused.text
             assert quotas.limits_for(ANALYST).requests_per_minute == 5
-            mine = await post(kind="role", name="analyst", domain="retail", requests_per_minute="8")
-            assert mine.status_code == 200 and quotas.limits_for(ANALYST).requests_per_minute == 8
+            above = await post(kind="role", name="analyst", domain="retail", requests_per_minute="8")
+            assert above.status_code == 403 and "requests_per_minute 8 &gt; 5" in above.text
+            mine = await post(kind="role", name="analyst", domain="retail", requests_per_minute="3")
+            assert mine.status_code == 200 and quotas.limits_for(ANALYST).requests_per_minute == 3
             removed = await post(kind="role", name="analyst", domain="retail")
             assert "lin removed the quota override of role analyst in retail." in removed.text
             assert quotas.limits_for(ANALYST).requests_per_minute == 5
@@ -98,7 +101,7 @@ def test_administrators_set_and_remove_quota_overrides_within_their_reach(tmp_pa
             assert quota_changes == [
                 ("root", "quota role analyst in *: requests_per_minute=5"),
                 ("root", f"quota user {XSS} in retail: concurrent_requests=1"),
-                ("lin", "quota role analyst in retail: requests_per_minute=8"),
+                ("lin", "quota role analyst in retail: requests_per_minute=3"),
                 ("lin", "quota role analyst in retail: (no limit set)"),
             ]
             denials = await state["log"].search(
@@ -108,7 +111,13 @@ def test_administrators_set_and_remove_quota_overrides_within_their_reach(tmp_pa
                 (r.event.reason, r.event.detail)
                 for r in denials.records
                 if r.event.detail.startswith("quota")
-            ] == [("admin:policy not held in domain '*'", "quota role analyst in *: requests_per_minute=500")]
+            ] == [
+                ("admin:policy not held in domain '*'", "quota role analyst in *: requests_per_minute=500"),
+                (
+                    "above the every-tenant limits: requests_per_minute 8 > 5",
+                    "quota role analyst in retail: requests_per_minute=8",
+                ),
+            ]
             # Quota changes are not policy edits: the policy history leaves them out.
             client.cookies.clear()
             await sign_in(client, tmp_path, "root", "admin")
