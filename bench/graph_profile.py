@@ -31,7 +31,7 @@ VARIANTS: dict[str, dict[tuple[str, str], object]] = {
     "default": {},
     "pdl_off": {(_PDL, "ENABLED"): False},
     "cublas_gemms": {("engine.layers.linear", "USE_SKINNY_GEMM"): False},
-    "greedy_tail_off": {("engine.cuda_graph_runner", "LOOP_MAX_BUCKET"): 0},
+    "greedy_tail_off": {("engine.worker.cuda_graph_runner", "LOOP_MAX_BUCKET"): 0},
     "lm_head_b64": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 64},
     "lm_head_b32": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32},
     "lm_head_w8": {("engine.layers.embedding", "LM_HEAD_WARPS"): 8},
@@ -177,7 +177,7 @@ def _step_loop(graphs: Any, bucket: int, args: tuple[Any, ...], steps: int) -> d
     as the engine does)."""
     import torch
 
-    from engine.device_transfer import scatter_rows
+    from engine.worker.device_transfer import scatter_rows
 
     logits = graphs.graphs[bucket][0].logits[:bucket]
     rows = list(range(bucket))

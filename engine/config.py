@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from engine.cache_scope import CACHE_SCOPES
+from engine.core.cache_scope import CACHE_SCOPES
 from engine.errors import EngineConfigError
 
 __all__ = ["DTYPES", "EngineConfig", "ModelSpec"]

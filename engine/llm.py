@@ -16,10 +16,10 @@ from typing import Any
 import msgspec
 
 from engine.config import EngineConfig, ModelSpec
+from engine.core.outputs import CompletionOutput, RequestOutput, TokenLogprob
+from engine.core.sampling_params import SamplingParams
 from engine.errors import InvalidRequestError
 from engine.llm_engine import LLMEngine
-from engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
-from engine.sampling_params import SamplingParams
 
 __all__ = ["LLM"]
 

@@ -3,7 +3,7 @@
 ``step()`` schedules one iteration across all models, runs each model on its share, samples,
 and returns the deltas it produced. On CUDA with ``async_scheduling`` it first launches the
 next iteration, so the GPU computes step N+1 while the host turns step N's tokens into deltas
-(see ``engine.inflight_step``). It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
+(see ``engine.worker.inflight_step``). It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
 from a single thread (``AsyncEngine`` under its lock).
 """
 
@@ -15,9 +15,14 @@ from pathlib import Path
 
 import torch
 
-from engine.block_pool import BlockPool
-from engine.cache_scope import cache_salt
 from engine.config import EngineConfig, ModelSpec
+from engine.core.block_pool import BlockPool
+from engine.core.cache_scope import cache_salt
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.outputs import StreamDelta
+from engine.core.sampling_params import SamplingParams
+from engine.core.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
+from engine.core.sequence import Sequence, SequenceStatus
 from engine.errors import (
     EngineConfigError,
     InvalidRequestError,
@@ -25,18 +30,13 @@ from engine.errors import (
     PromptTooLongError,
     UnknownModelError,
 )
-from engine.hosted_model import HostedModel
-from engine.inflight_step import PENDING, InflightStep, SampledRow
-from engine.kv_cache import KVCache
-from engine.kv_cache_manager import KVCacheManager
-from engine.model_runner import ModelRunner
-from engine.model_source import DirectorySource, ModelSource
-from engine.outputs import StreamDelta
+from engine.loading.hosted_model import HostedModel
+from engine.loading.model_source import DirectorySource, ModelSource
 from engine.sampling import Sampler
-from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
-from engine.sequence import Sequence, SequenceStatus
 from engine.sequence_output import SequenceOutput
+from engine.worker.inflight_step import PENDING, InflightStep, SampledRow
+from engine.worker.kv_cache import KVCache
+from engine.worker.model_runner import ModelRunner
 
 __all__ = ["LLMEngine"]
 
@@ -179,7 +179,7 @@ class LLMEngine:
         subject: str | None = None,
         priority: int = 0,
     ) -> list[Sequence]:
-        """``tenant`` and ``subject`` pick the prefix cache the request may share (``engine.cache_scope``)."""
+        """``tenant`` and ``subject`` pick the prefix cache the request may share (``engine.core.cache_scope``)."""
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
         hosted = self.model(model)

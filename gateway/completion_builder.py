@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from engine.protocol import DeltaEvent, LogprobEntry
+from engine.serving.protocol import DeltaEvent, LogprobEntry
 from gateway.openai_types import (
     ChatChoice,
     ChatCompletion,

@@ -25,10 +25,10 @@ import msgspec
 
 from audit.event import Decision, EventType, Finding
 from audit.record import AuditContent
-from engine.client import EngineClient
+from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineError, EngineUnavailableError
-from engine.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
-from engine.sampling_params import SamplingParams
+from engine.serving.client import EngineClient
+from engine.serving.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
 from filters import FilterContext, FilterPipeline, ScanBudgetError
 from gateway.auditor import Auditor
 from gateway.auth import AuthenticationError, RevocationUnavailableError, TokenVerifier

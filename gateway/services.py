@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 
 from audit.log import AuditLog
 from audit.writer_socket import WriterSocket
-from engine.client import EngineClient
+from engine.serving.client import EngineClient
 from filters import FilterPipeline
 from gateway.auditor import Auditor
 from gateway.auth import TokenVerifier

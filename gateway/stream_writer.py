@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from audit.event import Finding
-from engine.protocol import DeltaEvent, LogprobEntry
+from engine.serving.protocol import DeltaEvent, LogprobEntry
 from filters import FilterContext, FilterPipeline, StreamFilter
 from gateway.completion_builder import chat_logprobs, completion_logprobs
 from gateway.errors import ContentPolicyError, GatewayError, error_body

@@ -4,7 +4,7 @@
 At one sequence the host's share of a decode step costs the GPU more than any kernel does: the
 token's argmax, its copy back, the next step's input copy and the token's scatter into it are
 each a separate operation on the stream between two graph replays. With this kernel at the end of
-the graph, each row of the static inputs (``engine.cuda_graph_runner``) leaves the replay ready for
+the graph, each row of the static inputs (``engine.worker.cuda_graph_runner``) leaves the replay ready for
 the next one::
 
     grid (rows, blocks): each program turns 1,024 logits into one argmax key

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from engine.distributed import tp_rank, tp_world_size
+from engine.worker.distributed import tp_rank, tp_world_size
 
 if TYPE_CHECKING:
     from engine.kernels.normed_gemv import PendingNorm

@@ -24,7 +24,7 @@ from engine.layers import (
     VocabParallelEmbedding,
 )
 from engine.layers.linear import is_skinny
-from engine.model_config import ModelConfig
+from engine.loading.model_config import ModelConfig
 
 if TYPE_CHECKING:
     from engine.kernels.normed_gemv import PendingNorm, TokenEmbedding

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.layers import RMSNorm
-from engine.model_config import ModelConfig
+from engine.loading.model_config import ModelConfig
 from engine.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
 
 __all__ = ["Qwen3ForCausalLM"]

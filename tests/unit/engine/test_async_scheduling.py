@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from engine.config import EngineConfig, ModelSpec
-from engine.inflight_step import PENDING
+from engine.core.sampling_params import SamplingParams
 from engine.llm_engine import LLMEngine
-from engine.sampling_params import SamplingParams
+from engine.worker.inflight_step import PENDING
 
 
 def _engine(paths: dict[str, Path], *, overlap: bool, **options: int) -> LLMEngine:

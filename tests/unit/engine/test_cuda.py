@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.core.sampling_params import SamplingParams
 from engine.llm import LLM
-from engine.sampling_params import SamplingParams
 
 pytestmark = [
     pytest.mark.gpu,
@@ -77,7 +77,7 @@ def test_greedy_steps_on_the_device_change_no_token(
     # One sequence greedy: its steps run on the device's inputs (engine.kernels.step_advance),
     # staged again where a block is added; two sequences, the shorter ending, leave one that the
     # device carries on; a sampled sequence takes the sampler's token. All as without the tail.
-    from engine import cuda_graph_runner
+    from engine.worker import cuda_graph_runner
 
     prompts = [[0, *range(10, 40)], [0, 5, 6, 7]]
     greedy = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.cuda_graph_runner import Captured, CudaGraphRunner, _buckets
+from engine.worker.cuda_graph_runner import Captured, CudaGraphRunner, _buckets
 
 
 def test_buckets_cover_every_batch_size_up_to_the_cap() -> None:
@@ -92,7 +92,7 @@ class _Replay:
 def _greedy_runner(
     loop_max: int, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[CudaGraphRunner, list[list[tuple[int, ...]]]]:
-    from engine import cuda_graph_runner
+    from engine.worker import cuda_graph_runner
 
     monkeypatch.setattr(cuda_graph_runner, "LOOP_MAX_BUCKET", loop_max)
     runner = CudaGraphRunner(

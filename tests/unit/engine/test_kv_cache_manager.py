@@ -1,7 +1,7 @@
-from engine.block_pool import BlockPool
-from engine.kv_cache_manager import KVCacheManager
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
+from engine.core.block_pool import BlockPool
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.sampling_params import SamplingParams
+from engine.core.sequence import Sequence
 
 P = SamplingParams(temperature=0)
 

@@ -1,10 +1,10 @@
 import pytest
 
-from engine.block_pool import BlockPool
-from engine.kv_cache_manager import KVCacheManager
-from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import Sequence, SequenceStatus
+from engine.core.block_pool import BlockPool
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.sampling_params import SamplingParams
+from engine.core.scheduler import Scheduler, SchedulerOutput
+from engine.core.sequence import Sequence, SequenceStatus
 
 P = SamplingParams(temperature=0)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from engine.client import EngineClient
-from engine.protocol import DeltaEvent, GenerateRequest, ModelCard
-from engine.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams
+from engine.serving.client import EngineClient
+from engine.serving.protocol import DeltaEvent, GenerateRequest, ModelCard
 from filters import FilterConfig, FilterPipeline
 from gateway.auth.principal import Principal
 from gateway.inference import Prepared
@@ -136,7 +136,7 @@ async def test_evasive_card_in_streamed_output_is_blocked(tmp_path: Path, evasiv
 
 @pytest.mark.anyio
 async def test_logprobs_never_spell_out_a_masked_value(tmp_path: Path) -> None:
-    from engine.protocol import LogprobEntry
+    from engine.serving.protocol import LogprobEntry
 
     prep = await prepared()
     prep = msgspec.structs.replace(

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from engine.attention import TritonPagedAttention
+from engine.core.sampling_params import SamplingParams
 from engine.llm import LLM
-from engine.sampling_params import SamplingParams
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="an interpreter check; test_cuda covers the GPU")

@@ -19,7 +19,7 @@ import enum
 import itertools
 from typing import Any
 
-from engine.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams
 
 __all__ = ["Sequence", "SequenceStatus"]
 

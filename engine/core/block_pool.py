@@ -1,7 +1,7 @@
 """The shared pool of KV block ids, with the prefix-cache index over them.
 
 Every hosted model allocates from this one pool; a block id means the same bytes for every model
-(see ``engine.kv_cache`` for the memory layout). A block is in exactly one of three states::
+(see ``engine.worker.kv_cache`` for the memory layout). A block is in exactly one of three states::
 
     in use       ref_count > 0                 not in the free queue
     cached free  ref_count == 0, has a hash    in the free queue AND in the hash index

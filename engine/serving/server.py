@@ -1,4 +1,4 @@
-"""The engine instance's HTTP server: ``engine.protocol`` over litestar.
+"""The engine instance's HTTP server: ``engine.serving.protocol`` over litestar.
 
 One process hosts one ``EngineBackend`` (several models, one KV pool). The gateway, local or
 remote, is its only client; every call must carry the engine token.
@@ -22,9 +22,9 @@ from litestar.response import Stream
 from litestar.status_codes import HTTP_200_OK
 
 from audit.event import AuditEvent
-from engine.backend import EngineBackend
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError, UnknownModelError
-from engine.protocol import (
+from engine.serving.backend import EngineBackend
+from engine.serving.protocol import (
     DeltaEvent,
     EngineInfo,
     ErrorEvent,

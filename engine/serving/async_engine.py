@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import EngineConfig
+from engine.core.outputs import ModelInfo, StreamDelta
+from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineError, EngineUnavailableError, InvalidRequestError
 from engine.llm_engine import LLMEngine
-from engine.model_source import ModelSource
-from engine.outputs import ModelInfo, StreamDelta
-from engine.sampling_params import SamplingParams
+from engine.loading.model_source import ModelSource
 
 __all__ = ["AsyncEngine"]
 

@@ -30,7 +30,7 @@ import os
 
 import torch
 
-from engine.hosted_model import HostedModel
+from engine.loading.hosted_model import HostedModel
 
 __all__ = ["KVCache"]
 

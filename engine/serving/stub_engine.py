@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
+from engine.core.sampling_params import SamplingParams
 from engine.errors import PromptTooLongError, UnknownModelError
-from engine.sampling_params import SamplingParams
 
 _WORD = " hello"
 

@@ -3,8 +3,8 @@
 Inputs are the scheduled sequences' new tokens laid end to end (see
 ``engine.attention.metadata``); only sequences whose step reaches their last known token get a
 logits row, in the order they were scheduled. On CUDA, pure decode steps replay captured graphs
-(``engine.cuda_graph_runner``), and so does a lone sequence's short prefill
-(``engine.prefill_graphs``); every other step runs eagerly. A decode row whose input token
+(``engine.worker.cuda_graph_runner``), and so does a lone sequence's short prefill
+(``engine.worker.prefill_graphs``); every other step runs eagerly. A decode row whose input token
 is still on the device (asynchronous scheduling) names its row in the previous step's sampled
 tokens, and the runner scatters those into its inputs on the device.
 """
@@ -16,11 +16,11 @@ from typing import NamedTuple
 import torch
 
 from engine.attention.metadata import AttentionMetadata
-from engine.cuda_graph_runner import CudaGraphRunner
-from engine.device_transfer import scatter_rows, to_device
-from engine.hosted_model import HostedModel
-from engine.prefill_graphs import PrefillGraphs
-from engine.scheduler import ScheduledSeq
+from engine.core.scheduler import ScheduledSeq
+from engine.loading.hosted_model import HostedModel
+from engine.worker.cuda_graph_runner import CudaGraphRunner
+from engine.worker.device_transfer import scatter_rows, to_device
+from engine.worker.prefill_graphs import PrefillGraphs
 
 __all__ = ["ModelRunner", "RunnerOutput"]
 

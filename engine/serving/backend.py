@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from engine.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams
 
 
 class ModelInfoLike(Protocol):

@@ -1,4 +1,4 @@
-"""The gateway's side of ``engine.protocol``: one engine instance reached over HTTP/1.1.
+"""The gateway's side of ``engine.serving.protocol``: one engine instance reached over HTTP/1.1.
 
 Every gateway request makes one engine call, so this client speaks only the HTTP/1.1 that the
 engine protocol needs, over a pool of keep-alive connections::
@@ -38,7 +38,14 @@ from engine.errors import (
     RequestAbortedError,
     UnknownModelError,
 )
-from engine.protocol import DeltaEvent, EngineInfo, ErrorEvent, GenerateRequest, StreamEvent, TokenCount
+from engine.serving.protocol import (
+    DeltaEvent,
+    EngineInfo,
+    ErrorEvent,
+    GenerateRequest,
+    StreamEvent,
+    TokenCount,
+)
 
 _BY_CODE: dict[str, type[EngineError]] = {
     cls.code: cls

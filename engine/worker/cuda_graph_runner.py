@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from engine.attention.metadata import AttentionMetadata
-from engine.device_transfer import copy_stream, scatter_rows
+from engine.worker.device_transfer import copy_stream, scatter_rows
 
 __all__ = ["LOOP_MAX_BUCKET", "CudaGraphRunner"]
 

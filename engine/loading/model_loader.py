@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.checkpoint import Checkpoint
 from engine.errors import ModelLoadError
-from engine.model_config import ModelConfig
+from engine.loading.checkpoint import Checkpoint
+from engine.loading.model_config import ModelConfig
 from engine.models import model_class
 
 __all__ = ["load_model"]

@@ -17,8 +17,8 @@ from __future__ import annotations
 import hashlib
 from array import array
 
-from engine.block_pool import BlockPool
-from engine.sequence import Sequence
+from engine.core.block_pool import BlockPool
+from engine.core.sequence import Sequence
 
 __all__ = ["KVCacheManager"]
 

@@ -19,7 +19,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams
 
 FinishReason = Literal["stop", "length"]
 

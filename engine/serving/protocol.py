@@ -22,7 +22,7 @@ from __future__ import annotations
 import msgspec
 
 from audit.event import AuditEvent
-from engine.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams
 
 __all__ = [
     "ChatMessage",
@@ -55,7 +55,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     prompt_token_ids: list[int] | None = None
     messages: list[ChatMessage] | None = None
     tenant: str | None = None
-    """The caller's tenant; with ``subject``, salts the prefix cache (``engine.cache_scope``) so
+    """The caller's tenant; with ``subject``, salts the prefix cache (``engine.core.cache_scope``) so
     nobody can probe another's prompts by timing."""
     subject: str | None = None
     """The caller (the token's subject)."""

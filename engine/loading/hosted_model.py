@@ -7,14 +7,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from engine.checkpoint import Checkpoint
 from engine.config import ModelSpec
+from engine.core.outputs import ModelInfo
 from engine.errors import ModelLoadError
-from engine.model_config import ModelConfig
-from engine.model_loader import load_model
-from engine.model_source import ModelSource
-from engine.outputs import ModelInfo
-from engine.tokenizer import Tokenizer
+from engine.loading.checkpoint import Checkpoint
+from engine.loading.model_config import ModelConfig
+from engine.loading.model_loader import load_model
+from engine.loading.model_source import ModelSource
+from engine.text.tokenizer import Tokenizer
 
 __all__ = ["HostedModel"]
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.chat_template import ChatTemplate
-from engine.checkpoint import Checkpoint
 from engine.errors import InvalidRequestError, ModelLoadError
-from engine.special_token_escape import Literal, SpecialTokenEscape
+from engine.loading.checkpoint import Checkpoint
+from engine.text.chat_template import ChatTemplate
+from engine.text.special_token_escape import Literal, SpecialTokenEscape
 
 __all__ = ["Tokenizer"]
 
@@ -74,7 +74,7 @@ class Tokenizer:
 
     def encode_chat(self, messages: list[dict[str, Any]], *, add_special_tokens: bool = True) -> list[int]:
         """The chat template with the generation prompt, as token ids; special-token strings
-        inside the messages are encoded as plain text (``engine.special_token_escape``)."""
+        inside the messages are encoded as plain text (``engine.text.special_token_escape``)."""
         if self.chat_template is None:
             raise InvalidRequestError("this model has no chat template", param="messages")
         escaped = self._escape.escape(messages)

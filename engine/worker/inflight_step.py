@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.device_transfer import to_host
+from engine.core.scheduler import SchedulerOutput
+from engine.core.sequence import Sequence
 from engine.sampling import TokenLogprobs
-from engine.scheduler import SchedulerOutput
-from engine.sequence import Sequence
+from engine.worker.device_transfer import to_host
 
 __all__ = ["PENDING", "InflightStep", "SampledRow"]
 

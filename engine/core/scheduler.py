@@ -39,8 +39,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from engine.kv_cache_manager import KVCacheManager
-from engine.sequence import Sequence, SequenceStatus
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.sequence import Sequence, SequenceStatus
 
 __all__ = ["ScheduledSeq", "Scheduler", "SchedulerOutput"]
 

@@ -50,7 +50,7 @@ DEMO_MODELS: dict[str, DemoModel] = {
 
 
 def _train_tokenizer(vocab_size: int) -> Tokenizer:
-    corpus = resources.files("engine").joinpath("demo_data/corpus.txt").read_text(encoding="utf-8")
+    corpus = resources.files("engine.loading").joinpath("demo_data/corpus.txt").read_text(encoding="utf-8")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

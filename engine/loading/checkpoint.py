@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 
 from engine.errors import ModelLoadError
-from engine.model_source import ModelSource
+from engine.loading.model_source import ModelSource
 
 __all__ = ["Checkpoint"]
 
