@@ -205,6 +205,21 @@ ZH: dict[str, str] = {
     "tokens_per_minute": "每分钟令牌数",
     "concurrent_requests": "并发请求数",
     "max_tokens_ceiling": "max_tokens 上限",
+    "Record {seq}": "记录 {seq}",
+    "Audit record {seq}": "审计记录 {seq}",
+    "Record {seq}: content": "记录 {seq}：内容",
+    "Audit record {seq}: content": "审计记录 {seq}：内容",
+    "prev hash": "前一哈希",
+    "hash": "哈希",
+    "1 – {last} (of {written} written)": "1 – {last}（共写入 {written}）",
+    "Log": "日志",
+    "signing key": "签名密钥",
+    "{count} (last {seq})": "{count}（最后 {seq}）",
+    "a grant of this model (click to revoke)": "对该模型的授权（点击撤销）",
+    "allowed through a pattern or an inherited role": "通过通配规则或继承角色获得许可",
+    "click an empty cell to grant": "点击空白格授予",
+    "Every change is an audit record.": "每次变更都会记入审计日志。",
+    "role / model": "角色 / 模型",
 }
 
 
