@@ -60,7 +60,13 @@ class ScheduledSeq(NamedTuple):
     @classmethod
     def of(cls, seq: Sequence, num_new_tokens: int) -> ScheduledSeq:
         start = seq.num_computed_tokens
-        return cls(seq, start, num_new_tokens, start + num_new_tokens == len(seq.token_ids))
+        return cls(seq, start, num_new_tokens, start + num_new_tokens == seq.num_tokens)
+
+    @property
+    def reads_pending(self) -> bool:
+        """Its input reaches a token still on the device (asynchronous scheduling): the runner
+        takes that one from the previous step's sampled tokens."""
+        return self.start + self.num_new_tokens > len(self.seq.token_ids)
 
 
 @dataclass(slots=True)
@@ -150,12 +156,12 @@ class Scheduler:
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         pending = deque(
-            sorted(self.running, key=lambda s: (len(s.token_ids) - s.num_computed_tokens > 1, s.sort_key))
+            sorted(self.running, key=lambda s: (s.num_tokens - s.num_computed_tokens > 1, s.sort_key))
         )
         scheduled = out.scheduled
         while pending and budget > 0:
             seq = pending.popleft()
-            num_uncomputed = len(seq.token_ids) - seq.num_computed_tokens
+            num_uncomputed = seq.num_tokens - seq.num_computed_tokens
             num_new = min(num_uncomputed, budget)
             # A decode (its one new token is its last, so it samples): the path of every step. Not
             # a prefill chunk that the budget cut to one token: that one samples nothing.
@@ -221,31 +227,18 @@ class Scheduler:
         pool: the fewest of those strictly less urgent, least urgent and latest first; [] when it
         fits already, None when even all of them would not make room."""
         num_slots_short = len(self.running) + 1 - self.max_num_seqs
-        num_blocks_short = self._num_blocks_short(num_new, cached)
+        num_blocks_short = self.kv.num_blocks_short(seq, num_new, cached)
         if num_slots_short <= 0 and num_blocks_short <= 0:
             return []
         candidates = sorted(
             (s for s in self.running if s.priority > seq.priority), key=lambda s: s.sort_key, reverse=True
         )
-        # A victim's block returns to the pool only once every holder is preempted; a block of
-        # ``seq``'s cached prefix gains nothing (freeing it just makes the hit a revival).
-        pool = self.kv.pool
-        num_holders: dict[int, int] = {}
-        num_freed = 0
+        release = self.kv.release(keep=cached)
         for k, victim in enumerate(candidates, start=1):
-            for block_id in victim.block_ids:
-                num_holders[block_id] = num_holders.get(block_id, 0) + 1
-                if num_holders[block_id] == pool.ref_count(block_id) and block_id not in cached:
-                    num_freed += 1
+            num_freed = release.add(victim)
             if k >= num_slots_short and num_freed >= num_blocks_short:
                 return candidates[:k]
         return None
-
-    def _num_blocks_short(self, num_new: int, cached: list[int]) -> int:
-        """How many blocks the pool lacks to admit a waiting sequence (one holding no blocks)."""
-        need = self.kv.num_blocks_for(len(cached) * self.kv.block_size + num_new) - len(cached)
-        revived = sum(1 for b in cached if self.kv.pool.is_free(b))
-        return need - (self.kv.num_free_blocks - revived)
 
     def _head(self, model: str) -> Sequence:
         return self._waiting[model][0][1]

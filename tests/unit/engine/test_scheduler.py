@@ -364,3 +364,14 @@ def test_a_victims_block_that_the_waiter_would_hit_in_the_cache_frees_no_room() 
     assert s.kv.find_cached_prefix(urgent) == [1]
     assert out.preempted == [] and low.block_ids == [1, 2]
     assert s.waiting("a") == [urgent]
+
+
+def test_a_held_place_is_decoded_next_and_read_from_the_device() -> None:
+    s = make()
+    a = req(3)
+    s.add(a)
+    s.update(s.schedule())
+    a.hold_place()  # the token sampled by the step above is still on the device
+    (item,) = s.schedule().scheduled
+    assert (item.start, item.num_new_tokens, item.is_sampling, item.reads_pending) == (3, 1, True, True)
+    assert a.token_ids == [0, 1, 2]
