@@ -88,6 +88,7 @@ class LLMEngine:
             list(self.models),
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
         )
         self.runners = {
             name: ModelRunner(
