@@ -28,15 +28,18 @@ LONG_PROMPT = [0, *(((7 * k) % 300) + 2 for k in range(1, 180))]
 def _engine(model_dirs: dict[str, Path], **options: object) -> LLMEngine:
     paths = {"l": model_dirs["llama"], "q": model_dirs["qwen3"], "m": model_dirs["mistral"]}
     specs = tuple(ModelSpec(name=n, path=str(p)) for n, p in paths.items())
-    options = {"kv_cache_bytes": 1 << 21, **options}
-    return LLMEngine(EngineConfig(models=specs, block_size=4, **options))  # type: ignore[arg-type]
+    options = {"kv_cache_bytes": 1 << 21, "block_size": 4, **options}
+    return LLMEngine(EngineConfig(models=specs, **options))  # type: ignore[arg-type]
 
 
-def _serve(e: LLMEngine, *, overlap: bool = False) -> tuple[dict[str, list[int]], list[dict[str, int]]]:
+def _serve(
+    e: LLMEngine, *, overlap: bool | None = False
+) -> tuple[dict[str, list[int]], list[dict[str, int]]]:
     """Streams first; after three steps a long prompt on two models; once it has its first token,
     a prompt sharing its first 160 tokens. Returns every request's tokens, and each step's tokens
-    per request."""
-    e.async_scheduling = overlap
+    per request. ``overlap`` forces asynchronous scheduling on or off (None: as configured)."""
+    if overlap is not None:
+        e.async_scheduling = overlap
     for rid, (model, prompt) in STREAMS.items():
         e.add_request(rid, model, prompt, STREAM)
     tokens: dict[str, list[int]] = {}
@@ -132,3 +135,23 @@ def test_streams_get_a_token_every_step_while_a_long_prompt_prefills(
     for out in outs:
         assert out.num_batched_tokens <= 32
         assert all(i.num_new_tokens <= 16 for i in out.scheduled)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_on_cuda_chunks_beside_decode_graphs_change_no_token(model_dirs: dict[str, Path]) -> None:
+    # Decode steps replay graphs, a lone short prefill its prefill graph, mixed steps run eagerly;
+    # steps overlap (asynchronous scheduling). Chunked or whole, the same tokens, and the streams
+    # get a token every step while the long prompt is prefilled.
+    def serve(**options: object) -> tuple[dict[str, list[int]], list[dict[str, int]]]:
+        e = _engine(model_dirs, device="cuda", block_size=16, **options)
+        assert e.async_scheduling and all(r.graphs is not None for r in e.runners.values())
+        return _serve(e, overlap=None)
+
+    whole, _ = serve(max_num_batched_tokens=4096, long_prefill_token_threshold=None)
+    for threshold in (16, 50):
+        tokens, steps = serve(max_num_batched_tokens=2048, long_prefill_token_threshold=threshold)
+        assert tokens == whole, threshold
+        first_long = next(k for k, got in enumerate(steps) if "long-l" in got)
+        assert first_long >= 3 + len(LONG_PROMPT) // threshold
+        assert all(steps[k].get(rid) == 1 for k in range(first_long + 1) for rid in STREAMS)
