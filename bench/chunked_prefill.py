@@ -50,7 +50,7 @@ def _one_round(engine: Any, streams: list[list[int]], long_prompt: list[int]) ->
     before: list[float] = []
     during: list[float] = []
     arrival = first = 0.0
-    step = arrival_step = 0
+    step = arrival_step = missed = 0
     long_id = f"{rid}-long"
     while not first:
         if step == WARM_STEPS:
@@ -59,6 +59,8 @@ def _one_round(engine: Any, streams: list[list[int]], long_prompt: list[int]) ->
         deltas = engine.step()
         now = time.perf_counter()
         step += 1
+        if arrival:
+            missed += len(stream_ids - {r for r, d in deltas if d.token_ids})
         for r, delta in deltas:
             if r == long_id and delta.token_ids:
                 first = now
@@ -77,16 +79,18 @@ def _one_round(engine: Any, streams: list[list[int]], long_prompt: list[int]) ->
         "itl_during_mean_ms": statistics.fmean(during) * 1e3,
         "long_ttft_ms": (first - arrival) * 1e3,
         "long_ttft_steps": step - arrival_step,
+        "stream_steps_without_token": missed,
     }
 
 
 def _summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    """Medians over rounds; the ratios to "whole" are taken within each round first (the load
+    """Medians over rounds (sums for the steps a stream went without a token); the ratios to "whole" are taken within each round first (the load
     of a shared machine drifts between rounds more than between configurations of one round)."""
     whole = results["whole"]
     summary = {}
     for name, rounds in results.items():
         summary[name] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+        summary[name]["stream_steps_without_token"] = sum(r["stream_steps_without_token"] for r in rounds)
         for key in ("itl_during_max_ms", "itl_during_p50_ms", "long_ttft_ms"):
             ratios = [r[key] / w[key] for r, w in zip(rounds, whole, strict=True)]
             summary[name][key.removesuffix("_ms") + "_vs_whole"] = statistics.median(ratios)
