@@ -90,6 +90,10 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_prompt_tokens = len(prompt_token_ids)
         self.token_ids = list(prompt_token_ids)
+        """Known tokens; grows only through ``append_token`` and ``fill_place``."""
+        self.num_tokens = len(self.token_ids)
+        """Prompt plus output, pending places included (an attribute: read for every sequence,
+        every step)."""
         self.num_pending_tokens = 0
         """Sampled tokens not yet on the host (asynchronous scheduling); they follow ``token_ids``."""
         self.num_computed_tokens = 0
@@ -103,11 +107,6 @@ class Sequence:
         self.num_preemptions = 0
         self.state: dict[str, Any] = {}
         """Per-sequence state owned by layers above (detokenizer, stop checker)."""
-
-    @property
-    def num_tokens(self) -> int:
-        """Prompt plus output, pending places included."""
-        return len(self.token_ids) + self.num_pending_tokens
 
     @property
     def num_output_tokens(self) -> int:
@@ -133,10 +132,12 @@ class Sequence:
         if self.num_pending_tokens:
             raise EngineError(f"sequence {self.seq_id}: a token appended past a pending place")
         self.token_ids.append(token_id)
+        self.num_tokens += 1
 
     def hold_place(self) -> None:
         """Count a token that a step in flight samples, before the host knows it."""
         self.num_pending_tokens += 1
+        self.num_tokens += 1
 
     def fill_place(self, token_id: int) -> None:
         """The first pending token arrived."""
