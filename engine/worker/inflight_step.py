@@ -9,8 +9,9 @@ overlaps the GPU's work on the next one::
 
 Step N+1's decode rows read the tokens step N sampled straight from the device (the runner
 scatters them into its inputs), while the host holds their places on the sequences
-(``Sequence.hold_place``: counted, never written into ``token_ids``) until the tokens arrive. A row whose sequence ended meanwhile (stop string, EOS, abort) is
-computed once for nothing and dropped.
+(``Sequence.hold_place``: counted, never written into ``token_ids``) until the tokens arrive.
+A row whose sequence ended meanwhile (stop string, EOS, abort) is computed once for nothing
+and dropped.
 """
 
 from __future__ import annotations
