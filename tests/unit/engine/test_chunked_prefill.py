@@ -9,6 +9,7 @@ prefix cache. The reference is the same arrivals with the whole prompt in one st
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ import torch
 from engine.config import EngineConfig, ModelSpec
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import SchedulerOutput
+from engine.core.sequence import Sequence
 from engine.llm_engine import LLMEngine
 
 STREAM = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
@@ -33,7 +35,7 @@ def _engine(model_dirs: dict[str, Path], **options: object) -> LLMEngine:
 
 
 def _serve(
-    e: LLMEngine, *, overlap: bool | None = False
+    e: LLMEngine, *, overlap: bool | None = False, long_priority: int = 0
 ) -> tuple[dict[str, list[int]], list[dict[str, int]]]:
     """Streams first; after three steps a long prompt on two models; once it has its first token,
     a prompt sharing its first 160 tokens. Returns every request's tokens, and each step's tokens
@@ -46,8 +48,8 @@ def _serve(
     steps: list[dict[str, int]] = []
     while e.has_work:
         if len(steps) == 3:
-            e.add_request("long-l", "l", LONG_PROMPT, LONG)
-            e.add_request("long-m", "m", LONG_PROMPT, LONG)
+            e.add_request("long-l", "l", LONG_PROMPT, LONG, priority=long_priority)
+            e.add_request("long-m", "m", LONG_PROMPT, LONG, priority=long_priority)
         if tokens.get("long-l") and "shared" not in tokens:
             e.add_request("shared", "l", [*LONG_PROMPT[:160], 5, 6], LONG)
             tokens["shared"] = []
@@ -98,19 +100,33 @@ def test_chunked_prefill_gives_the_same_tokens(
     assert first_long - 3 >= -(-len(LONG_PROMPT) // cap) - 1  # prefilled over that many steps
 
 
+@pytest.mark.parametrize("long_priority", [0, -1])
 def test_chunked_prefill_under_preemption_gives_the_same_tokens(
-    model_dirs: dict[str, Path], whole: dict[str, list[int]]
+    model_dirs: dict[str, Path], whole: dict[str, list[int]], long_priority: int
 ) -> None:
+    # With long_priority -1 the long prompts are more urgent than the streams: they preempt them
+    # for their chunks' blocks, and the streams resume by recompute.
     block_bytes = _engine(model_dirs, kv_cache_bytes=1 << 16).kv_cache.block_bytes
     e = _engine(
         model_dirs,
-        kv_cache_bytes=120 * block_bytes,
+        kv_cache_bytes=100 * block_bytes,
         max_num_batched_tokens=64,
         long_prefill_token_threshold=16,
     )
-    tokens, _ = _serve(e)
+    seqs = {}
+    add = e.add_tokenized
+
+    def spy(request_id: str, *args: Any, **kw: Any) -> list[Sequence]:
+        seqs[request_id] = add(request_id, *args, **kw)[0]
+        return [seqs[request_id]]
+
+    e.add_tokenized = spy  # type: ignore[method-assign]
+    tokens, _ = _serve(e, long_priority=long_priority)
     assert e.scheduler.num_preemptions > 0
     assert tokens == whole
+    if long_priority < 0:
+        assert seqs["long-l"].num_preemptions == seqs["long-m"].num_preemptions == 0
+        assert sum(seqs[rid].num_preemptions for rid in STREAMS) > 0
 
 
 @pytest.mark.parametrize("overlap", [False, True])
