@@ -387,9 +387,9 @@ def test_a_held_place_is_decoded_next_and_read_from_the_device() -> None:
 # Chunked prefill beside running streams (long_prefill_token_threshold).
 
 
-def one_stream(threshold: int | None) -> tuple[Scheduler, Sequence]:
-    """A step budget of 16 tokens and one sequence decoding."""
-    s = make(num_blocks=32, tokens=16, threshold=threshold)
+def one_stream(threshold: int | None, tokens: int = 16) -> tuple[Scheduler, Sequence]:
+    """A step budget of ``tokens`` and one sequence decoding."""
+    s = make(num_blocks=32, tokens=tokens, threshold=threshold)
     stream = req(3)
     s.add(stream)
     run(s)
@@ -444,3 +444,22 @@ def test_an_urgent_long_arrival_preempts_only_for_its_first_chunk() -> None:
     # Its first chunk (4 tokens) needs one block and one is free: nobody is preempted.
     assert out.preempted == [] and urgent.block_ids == [5]
     assert (out.scheduled[-1].seq, out.scheduled[-1].num_new_tokens) == (urgent, 4)
+
+
+def test_capped_chunks_share_the_budget_in_priority_order() -> None:
+    s, stream = one_stream(threshold=4, tokens=6)
+    late_urgent, early_lax = req(20, priority=-1), req(20, priority=2)
+    s.add(early_lax)
+    s.add(late_urgent)
+    out = run(s)  # admission: the urgent class first
+    assert shares(out) == [
+        (stream.request_id, 3, 1),
+        (late_urgent.request_id, 0, 4),
+        (early_lax.request_id, 0, 1),
+    ]
+    out = run(s)  # running chunks: by priority, after the decode
+    assert shares(out) == [
+        (stream.request_id, 4, 1),
+        (late_urgent.request_id, 4, 4),
+        (early_lax.request_id, 1, 1),
+    ]
