@@ -27,6 +27,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from filters.holdback import WHITESPACE, RunRule
+
 MAX_SEPARATOR_RUN = 4
 LOOKAROUND = MAX_SEPARATOR_RUN + 1
 MIN_TYPED_GROUP = 3
@@ -35,6 +37,20 @@ _RUN = re.compile(rf"[0-9]+(?:{_SEPARATOR}{{1,{MAX_SEPARATOR_RUN}}}[0-9]+)*+")
 _GROUP = re.compile(r"[0-9]+")
 _LETTER = frozenset("abcdefghijklmnopqrstuvwxyz")
 ASCII_ALNUM = frozenset("0123456789abcdefghijklmnopqrstuvwxyz")
+SEPARATOR_CHARS = WHITESPACE + "._/\\-"
+"""Every character ``_SEPARATOR`` matches."""
+
+
+def run_rule(max_match_len: int, extra: str = "", marker: str = "[0-9]") -> RunRule:
+    """How a stream holds back for a detector of digit runs: from the first digit (or ``extra``
+    marker) of the trailing stretch of digits, separators and ``extra`` characters, since a run
+    and the character that ends it consist of nothing else (``filters.holdback``)."""
+    return RunRule(
+        members=frozenset("0123456789" + SEPARATOR_CHARS + extra),
+        marker=re.compile(marker),
+        max_match_len=max_match_len,
+        trigger=re.compile("[0-9]"),
+    )
 
 
 class DigitRun(NamedTuple):
@@ -74,10 +90,12 @@ class Window(NamedTuple):
 
 
 @functools.lru_cache(maxsize=2)
-def digit_runs(text: str) -> tuple[DigitRun, ...]:
-    """Every run in the text (cached: four detectors read the same runs in turn)."""
+def digit_runs(text: str, start: int = 0) -> tuple[DigitRun, ...]:
+    """Every run in the text that starts at or after ``start`` (cached: four detectors read the
+    same runs in turn). ``start`` must not fall inside a run; the stream filter starts at a run's
+    first digit or where no run is open (``run_rule``)."""
     runs = []
-    for match in _RUN.finditer(text):
+    for match in _RUN.finditer(text, start):
         start, end = match.span()
         groups = [m.span() for m in _GROUP.finditer(text, start, end)]
         separators = {text[a:b] for (_, a), (b, _) in itertools.pairwise(groups)}
@@ -139,10 +157,12 @@ def scan_windows(
     accept: Callable[[DigitRun, Window], tuple[int, int] | None],
     *,
     in_uniform_runs: bool,
+    start: int = 0,
 ) -> list[tuple[int, int]]:
-    """Spans of the windows ``accept`` takes; a run taken whole is not searched further."""
+    """Spans of the windows ``accept`` takes, in runs from ``start`` on; a run taken whole is not
+    searched further."""
     spans = []
-    for run in digit_runs(text):
+    for run in digit_runs(text, start):
         for window in windows(run, min_digits, max_digits, in_uniform_runs=in_uniform_runs):
             span = accept(run, window)
             if span is not None:

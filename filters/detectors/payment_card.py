@@ -20,10 +20,12 @@ from filters.detectors.digit_run import (
     DigitRun,
     Window,
     glued,
+    run_rule,
     scan_windows,
     window_digits,
     window_span,
 )
+from filters.holdback import Holdback, RunHoldback
 
 # "GB74 HYRE 9238 …": digits continuing the groups of an IBAN-shaped code are not a card.
 # Shape: (?<![0-9a-z])[a-z]{2}[0-9]{2}(?: [0-9a-z]{4})* right before the card, then one space.
@@ -55,18 +57,35 @@ def follows_grouped_code(text: str, start: int) -> bool:
     return False
 
 
+_MAX_MATCH_LEN = MAX_LEN + (MAX_LEN - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
+_RULE = run_rule(_MAX_MATCH_LEN)
+
+
 class PaymentCardDetector:
     name = "payment_card"
-    max_match_len = MAX_LEN + (MAX_LEN - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
+    max_match_len = _MAX_MATCH_LEN
     priority = 50
+    lookbehind = 2 + _MAX_IBAN_GROUPS * 5
+    """``follows_grouped_code`` reads back one IBAN's worth of groups."""
 
     def __repr__(self) -> str:
         return f"PaymentCardDetector(name={self.name!r})"
 
     def scan(self, text: str) -> list[Span]:
+        return self.scan_from(text, 0)
+
+    def scan_from(self, text: str, start: int) -> list[Span]:
         return scan_windows(
-            text, MIN_LEN, MAX_LEN, lambda run, window: self._accept(text, run, window), in_uniform_runs=False
+            text,
+            MIN_LEN,
+            MAX_LEN,
+            lambda run, window: self._accept(text, run, window),
+            in_uniform_runs=False,
+            start=start,
         )
+
+    def holdback(self) -> Holdback:
+        return RunHoldback(_RULE)
 
     @staticmethod
     def _accept(text: str, run: DigitRun, window: Window) -> Span | None:

@@ -15,6 +15,8 @@ from collections import Counter
 
 from filters.detector import Span
 from filters.detectors.pattern_detector import PatternDetector
+from filters.detectors.secret_holdback import SecretHoldback
+from filters.holdback import Holdback
 
 _PRIVATE_KEY = (
     r"-----begin [a-z0-9 ]{0,24}private key-----"
@@ -53,6 +55,8 @@ class SecretDetector(PatternDetector):
     # The longest key name, its assignment and a 128-character value (left context included).
     max_match_len = max(_HEADER_LEN, len("github_pat_") + 82, len("credential") + 16 + 9 + 128)
     priority = 70
+    span_lead = len("credential") + 16 + 9
+    """An assigned value is reported without its key and the ``=`` before it."""
     # Three passes, each starting on a literal so re's prefix scan can skip ahead.
     private_key = re.compile(_PRIVATE_KEY, re.DOTALL)
     token = re.compile(_TOKENS)
@@ -66,6 +70,9 @@ class SecretDetector(PatternDetector):
                 spans.append(match.span())
         spans.extend(super().scan(text))
         return spans
+
+    def holdback(self) -> Holdback:
+        return SecretHoldback(self.max_match_len, self.span_lead)
 
     def accept(self, match: re.Match[str]) -> Span | None:
         if match.group(1) is not None:

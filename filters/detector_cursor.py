@@ -1,0 +1,86 @@
+"""One detector's progress through one stream: what of it is final, found once, scanned once.
+
+    stream     |........ final, reported .........|... scanned again next time ...|
+               0                              scanned_to (= the last hold point)  n
+
+Every step the detector's ``Holdback`` reads the new characters and names the new hold point h.
+Spans that start in ``[scanned_to, h)`` are final: the detector scans from ``scanned_to`` (with
+``lookbehind`` characters of context) to the end, reports those spans, and moves
+``scanned_to`` to h. When the holdback says nothing there could match (no digit for a card, no
+finished term for a keyword list), the scan is skipped. A detector that is not an
+``IncrementalDetector`` is held back by its ``max_match_len`` and scanned with that much context.
+
+``num_scanned`` counts the characters handed to the detector, the measure of this module's work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from filters.action import Action
+from filters.detector import Detector, IncrementalDetector, Span
+from filters.holdback import CapHoldback, Holdback
+
+__all__ = ["DetectorCursor"]
+
+
+class DetectorCursor:
+    __slots__ = (
+        "_holdback",
+        "_lookbehind",
+        "_scan_from",
+        "action",
+        "detector",
+        "hold",
+        "num_scanned",
+        "scanned_to",
+    )
+
+    def __init__(self, detector: Detector, action: Action) -> None:
+        self.detector = detector
+        self.action = action
+        self._scan_from: Callable[[str, int], list[Span]]
+        if isinstance(detector, IncrementalDetector):
+            self._holdback: Holdback = detector.holdback()
+            self._lookbehind = detector.lookbehind
+            self._scan_from = detector.scan_from
+        else:
+            self._holdback = CapHoldback(detector.max_match_len)
+            self._lookbehind = detector.max_match_len
+
+            def scan_from(text: str, start: int) -> list[Span]:
+                return [span for span in detector.scan(text) if span[0] >= start]
+
+            self._scan_from = scan_from
+        self.scanned_to = 0
+        """Spans that start before this are final and were reported."""
+        self.hold = 0
+        self.num_scanned = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"DetectorCursor(detector={self.detector.name!r}, hold={self.hold}, scanned_to={self.scanned_to})"
+        )
+
+    @property
+    def keep_from(self) -> int:
+        """The first character this cursor may still read."""
+        return self.scanned_to - self._lookbehind
+
+    def advance(self, text: str, base: int, begin: int, *, final: bool) -> list[Span]:
+        """Read the new characters ``[begin, n)``; return the spans that became final (absolute
+        positions). ``final``: the stream ends here, so every span is. Raises what the detector
+        raises."""
+        n = base + len(text)
+        hold = n if final else self._holdback.advance(text, base, begin)
+        self.hold = hold = max(hold, self.scanned_to)
+        if hold == self.scanned_to:
+            return []
+        start = self.scanned_to
+        self.scanned_to = hold
+        if not self._holdback.may_match(start):
+            return []
+        lo = max(base, start - self._lookbehind)
+        self.num_scanned += n - lo
+        spans = self._scan_from(text[lo - base :], start - lo)
+        return [(s + lo, e + lo) for s, e in spans if s + lo < hold]

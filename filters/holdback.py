@@ -1,0 +1,157 @@
+"""What a stream must still hold back for one detector: the earliest place a match could change.
+
+A detector's ``Holdback`` reads the normalized stream once, as it arrives, and answers with a
+*hold point* h: every match that starts before h is final (more text can neither add, remove
+nor change one), so the stream filter may release everything before h as far as this detector
+is concerned. State is carried from one delta to the next; each call reads the new characters
+and a constant number before them, never the whole held text again.
+
+The common strategy is a *run*: the trailing stretch of characters a match can consist of
+(digits and separators for a card, ``[0-9.]`` for an IPv4 address). A match that could still
+change must reach the end of the stream, so it lies inside that run, and it starts at a
+*marker* (a digit, ``<``, two letters and two digits ...). The hold point is the run's first
+marker, or the start of a marker cut off by the end of the stream, or the end of the stream:
+
+    stream   "... call me on 415 555 26"     class [0-9 .()+\\-xet], marker [0-9+(]
+    run                     " 415 555 26"   (the "n" before it is not in the class)
+    hold                     ^ first marker
+
+Whatever the strategy says, no hold point is earlier than ``n - (max_match_len - 1)``: a match
+spans at most ``max_match_len`` characters and must contain one that is still to come (the
+argument the old windowed stream filter made for every detector at once). Only the private-key
+block of ``secret`` is exempt, as its match runs to the ``END`` line however far away.
+
+Positions are absolute indices into the normalized stream; ``text`` holds it from ``base`` on.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["WHITESPACE", "CapHoldback", "Holdback", "RunHoldback", "RunRule"]
+
+WHITESPACE = "".join(ch for ch in map(chr, range(0x3001)) if re.fullmatch(r"\s", ch))
+"""Every character ``\\s`` matches (none lies above U+3000)."""
+
+
+class Holdback(Protocol):
+    def advance(self, text: str, base: int, begin: int) -> int:
+        """Read the new characters ``[begin, base + len(text))``; return the hold point."""
+        ...
+
+    def may_match(self, start: int) -> bool:
+        """Could a match start at or after ``start`` in what was read? False lets the caller skip
+        scanning; True is always safe."""
+        ...
+
+
+class TriggerWatch:
+    """Where a detector's *trigger* (something every match contains, or has just before it)
+    last occurred, kept up to date from the new characters and ``width - 1`` before them."""
+
+    __slots__ = ("_pattern", "_width", "last")
+
+    def __init__(self, pattern: re.Pattern[str], width: int) -> None:
+        self._pattern = pattern
+        self._width = width
+        """The longest text the pattern matches."""
+        self.last = -1
+
+    def __repr__(self) -> str:
+        return f"TriggerWatch(last={self.last})"
+
+    def read(self, text: str, base: int, begin: int) -> None:
+        for found in self._pattern.finditer(text, max(0, begin - base - self._width + 1)):
+            self.last = max(self.last, base + found.start())
+
+
+class CapHoldback:
+    """Holds back ``max_match_len - 1`` characters: for a detector that offers nothing better."""
+
+    __slots__ = ("_keep",)
+
+    def __init__(self, max_match_len: int) -> None:
+        self._keep = max_match_len - 1
+
+    def advance(self, text: str, base: int, begin: int) -> int:
+        return max(base, base + len(text) - self._keep)
+
+    def may_match(self, start: int) -> bool:
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class RunRule:
+    """The shape of a detector's matches, as ``RunHoldback`` reads them."""
+
+    members: frozenset[str]
+    """Every character a match (and the look-ahead that decides it) can consist of."""
+    marker: re.Pattern[str]
+    """What every match starts with."""
+    max_match_len: int
+    marker_len: int = 1
+    """Characters of the marker (the pattern matches exactly this many)."""
+    partial: re.Pattern[str] | None = None
+    """A marker cut off by the end of the stream (anchored with ``\\Z``); None when one character."""
+    trigger: re.Pattern[str] | None = None
+    """Something every match contains; None: always scan."""
+    trigger_len: int = 1
+    """The longest text ``trigger`` matches."""
+
+    def __post_init__(self) -> None:
+        if self.marker_len < 1 or self.max_match_len < 1:
+            raise ValueError("marker_len and max_match_len must be positive")
+        if self.marker_len > 1 and self.partial is None:
+            raise ValueError("a marker of several characters needs a pattern for its cut-off form")
+
+
+class RunHoldback:
+    """Holds back from the first marker of the trailing run (module docstring)."""
+
+    __slots__ = ("_marker_at", "_members", "_rule", "_run_start", "_trigger")
+
+    def __init__(self, rule: RunRule) -> None:
+        self._rule = rule
+        self._members = "".join(sorted(rule.members))
+        self._run_start = 0
+        self._marker_at: int | None = None
+        self._trigger = None if rule.trigger is None else TriggerWatch(rule.trigger, rule.trigger_len)
+
+    def advance(self, text: str, base: int, begin: int) -> int:
+        rule = self._rule
+        n = base + len(text)
+        if self._trigger is not None:
+            self._trigger.read(text, base, begin)
+        if (
+            self._marker_at is None
+            and rule.partial is None
+            and rule.marker.search(text, begin - base) is None
+        ):
+            # No marker in the run so far nor in the new text: nothing can start before n. The
+            # run's start only bounds the marker search, which starts at ``begin`` anyway.
+            return n
+        stop = begin - base
+        i = stop + len(text[stop:].rstrip(self._members))
+        if i > stop:  # the run broke inside the new text: a new one starts after the break
+            self._run_start = base + i
+            self._marker_at = None
+            lo = base + i
+        else:
+            lo = max(self._run_start, begin - (rule.marker_len - 1), base)
+        if self._marker_at is None and lo < n:
+            found = rule.marker.search(text, lo - base)
+            if found is not None:
+                self._marker_at = base + found.start()
+        if self._marker_at is not None:
+            hold = self._marker_at
+        elif rule.partial is not None:
+            cut = rule.partial.search(text, max(0, self._run_start - base, len(text) - rule.marker_len + 1))
+            hold = n if cut is None else base + cut.start()
+        else:
+            hold = n
+        return max(hold, n - (rule.max_match_len - 1))
+
+    def may_match(self, start: int) -> bool:
+        return self._trigger is None or self._trigger.last >= start
