@@ -36,10 +36,11 @@ class ControlTokenDetector(PatternDetector):
     max_match_len = 44
     priority = 4
     stream_rule = RunRule(
-        frozenset("<>[]/|_abcdefghijklmnopqrstuvwxyz0123456789"),
+        "<>[]/|_abcdefghijklmnopqrstuvwxyz0123456789",
         re.compile(r"[<\[]"),
         44,
         trigger=re.compile(r"[<\[]"),
+        wake=frozenset("<["),
     )
     pattern = re.compile(
         r"<\|[a-z0-9_]{1,40}\|>"

@@ -16,6 +16,7 @@ finished term for a keyword list), the scan is skipped. A detector that is not a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from filters.action import Action
 from filters.detector import Detector, IncrementalDetector, Span
@@ -40,10 +41,13 @@ class DetectorCursor:
         self.detector = detector
         self.action = action
         self._scan_from: Callable[[str, int], list[Span]]
-        if isinstance(detector, IncrementalDetector):
-            self._holdback: Holdback = detector.holdback()
-            self._lookbehind = detector.lookbehind
-            self._scan_from = detector.scan_from
+        # Not isinstance(detector, IncrementalDetector): a runtime protocol check costs more than
+        # the rest of a stream's set-up.
+        if hasattr(detector, "holdback") and hasattr(detector, "scan_from"):
+            incremental = cast("IncrementalDetector", detector)
+            self._holdback: Holdback = incremental.holdback()
+            self._lookbehind = incremental.lookbehind
+            self._scan_from = incremental.scan_from
         else:
             self._holdback = CapHoldback(detector.max_match_len)
             self._lookbehind = detector.max_match_len
@@ -61,6 +65,18 @@ class DetectorCursor:
         return (
             f"DetectorCursor(detector={self.detector.name!r}, hold={self.hold}, scanned_to={self.scanned_to})"
         )
+
+    @property
+    def wake(self) -> frozenset[str] | None:
+        """While this cursor holds nothing, new text without any of these characters changes
+        nothing for it (``skip``); None when any text may."""
+        if self.hold != self.scanned_to:
+            return None
+        return self._holdback.wake
+
+    def skip(self, n: int) -> None:
+        """The new text up to ``n`` held none of ``wake``: nothing to hold, nothing to scan."""
+        self.hold = self.scanned_to = n
 
     @property
     def keep_from(self) -> int:

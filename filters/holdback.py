@@ -26,6 +26,7 @@ Positions are absolute indices into the normalized stream; ``text`` holds it fro
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,15 +47,21 @@ class Holdback(Protocol):
         scanning; True is always safe."""
         ...
 
+    @property
+    def wake(self) -> frozenset[str] | None:
+        """While the hold point is the end of the stream: characters without which new text
+        changes nothing (the caller may then skip ``advance``); None when any text may."""
+        ...
+
 
 class TriggerWatch:
     """Where a detector's *trigger* (something every match contains, or has just before it)
     last occurred, kept up to date from the new characters and ``width - 1`` before them."""
 
-    __slots__ = ("_pattern", "_width", "last")
+    __slots__ = ("_last", "_width", "last")
 
     def __init__(self, pattern: re.Pattern[str], width: int) -> None:
-        self._pattern = pattern
+        self._last = _last_of(pattern)
         self._width = width
         """The longest text the pattern matches."""
         self.last = -1
@@ -63,8 +70,16 @@ class TriggerWatch:
         return f"TriggerWatch(last={self.last})"
 
     def read(self, text: str, base: int, begin: int) -> None:
-        for found in self._pattern.finditer(text, max(0, begin - base - self._width + 1)):
-            self.last = max(self.last, base + found.start())
+        found = self._last.match(text, max(0, begin - base - self._width + 1))
+        if found is not None:
+            self.last = max(self.last, base + found.start(1))
+
+
+@functools.lru_cache(maxsize=64)
+def _last_of(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """Matches up to the pattern's last occurrence (group 1): ``.*`` gives back one character at
+    a time from the end, so the first place the pattern fits is the last one."""
+    return re.compile(rf"(?s:.*)({pattern.pattern})", pattern.flags)
 
 
 class CapHoldback:
@@ -81,12 +96,16 @@ class CapHoldback:
     def may_match(self, start: int) -> bool:
         return True
 
+    @property
+    def wake(self) -> frozenset[str] | None:
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class RunRule:
     """The shape of a detector's matches, as ``RunHoldback`` reads them."""
 
-    members: frozenset[str]
+    members: str
     """Every character a match (and the look-ahead that decides it) can consist of."""
     marker: re.Pattern[str]
     """What every match starts with."""
@@ -99,22 +118,26 @@ class RunRule:
     """Something every match contains; None: always scan."""
     trigger_len: int = 1
     """The longest text ``trigger`` matches."""
+    wake: frozenset[str] = frozenset()
+    """For a one-character marker and trigger: every character either matches. While no marker
+    is held, text without any of these changes nothing, so a stream may skip the detector."""
 
     def __post_init__(self) -> None:
         if self.marker_len < 1 or self.max_match_len < 1:
             raise ValueError("marker_len and max_match_len must be positive")
         if self.marker_len > 1 and self.partial is None:
             raise ValueError("a marker of several characters needs a pattern for its cut-off form")
+        if self.wake and (self.marker_len > 1 or self.trigger_len > 1):
+            raise ValueError("only one-character markers and triggers can wake a detector")
 
 
 class RunHoldback:
     """Holds back from the first marker of the trailing run (module docstring)."""
 
-    __slots__ = ("_marker_at", "_members", "_rule", "_run_start", "_trigger")
+    __slots__ = ("_marker_at", "_rule", "_run_start", "_trigger")
 
     def __init__(self, rule: RunRule) -> None:
         self._rule = rule
-        self._members = "".join(sorted(rule.members))
         self._run_start = 0
         self._marker_at: int | None = None
         self._trigger = None if rule.trigger is None else TriggerWatch(rule.trigger, rule.trigger_len)
@@ -133,7 +156,7 @@ class RunHoldback:
             # run's start only bounds the marker search, which starts at ``begin`` anyway.
             return n
         stop = begin - base
-        i = stop + len(text[stop:].rstrip(self._members))
+        i = stop + len(text[stop:].rstrip(rule.members))
         if i > stop:  # the run broke inside the new text: a new one starts after the break
             self._run_start = base + i
             self._marker_at = None
@@ -155,3 +178,8 @@ class RunHoldback:
 
     def may_match(self, start: int) -> bool:
         return self._trigger is None or self._trigger.last >= start
+
+    @property
+    def wake(self) -> frozenset[str] | None:
+        """Characters without which new text changes nothing now; None when any text may."""
+        return self._rule.wake if self._rule.wake and self._marker_at is None else None

@@ -137,7 +137,13 @@ class StreamFilter:
 
     def _advance(self, piece: str, *, final: bool) -> StreamStep:
         begin = self._append(piece)
+        n = self._base + len(self._text)
+        chars = frozenset(self._text[begin - self._base :])
         for cursor in self._cursors:
+            wake = None if final else cursor.wake
+            if wake is not None and cursor.hold == begin and chars.isdisjoint(wake):
+                cursor.skip(n)
+                continue
             try:
                 spans = cursor.advance(self._text, self._base, begin, final=final)
             except Exception:
@@ -148,7 +154,6 @@ class StreamFilter:
                 self._pending.extend(
                     (s, e, detector.priority, detector.name, cursor.action) for s, e in spans
                 )
-        n = self._base + len(self._text)
         release = n if final else self._hold_point(n)
         release = self._release_point(max(release, self._released))
         matches = self._take_final(release)
@@ -239,6 +244,8 @@ class StreamFilter:
         return rewrite_original(self._original, spans, begin, release_at, offset)
 
     def _trim(self) -> None:
+        if len(self._text) < _TRIM_CHARS:
+            return
         keep_from = min([self._released - self._context_len, *(c.keep_from for c in self._cursors)])
         cut = keep_from - self._base
         if cut < _TRIM_CHARS:

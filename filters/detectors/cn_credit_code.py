@@ -17,7 +17,7 @@ class CnCreditCodeDetector(PatternDetector):
     max_match_len = 18 + 1  # and the character after it, which must not be a letter or digit
     priority = 55
     stream_rule = RunRule(
-        frozenset("abcdefghijklmnopqrstuvwxyz0123456789"),
+        "abcdefghijklmnopqrstuvwxyz0123456789",
         re.compile(rf"{_C}{{2}}[0-9]{{6}}"),
         18 + 1,
         marker_len=8,

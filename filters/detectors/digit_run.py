@@ -46,10 +46,11 @@ def run_rule(max_match_len: int, extra: str = "", marker: str = "[0-9]") -> RunR
     marker) of the trailing stretch of digits, separators and ``extra`` characters, since a run
     and the character that ends it consist of nothing else (``filters.holdback``)."""
     return RunRule(
-        members=frozenset("0123456789" + SEPARATOR_CHARS + extra),
+        members="0123456789" + SEPARATOR_CHARS + extra,
         marker=re.compile(marker),
         max_match_len=max_match_len,
         trigger=re.compile("[0-9]"),
+        wake=frozenset("0123456789" + ("+" if "+" in marker else "")),
     )
 
 

@@ -37,7 +37,7 @@ class EmailDetector(PatternDetector):
     )
 
     def holdback(self) -> Holdback:
-        return EmailHoldback(self.max_match_len + 1)  # the character after the domain decides
+        return EmailHoldback(self.max_match_len)
 
     def scan(self, text: str) -> list[Span]:
         """Like ``PatternDetector.scan``, but a refused match gives its text back: in "me at

@@ -110,5 +110,9 @@ class EmailHoldback:
             return prev.chain
         return n
 
+    @property
+    def wake(self) -> frozenset[str] | None:
+        return None
+
     def may_match(self, start: int) -> bool:
         return self._trigger.last >= start

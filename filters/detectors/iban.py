@@ -38,7 +38,7 @@ class IbanDetector(PatternDetector):
     priority = 50
     # An IBAN is letters, digits and single spaces, from a country code and two check digits on.
     stream_rule = RunRule(
-        frozenset("abcdefghijklmnopqrstuvwxyz0123456789 "),
+        "abcdefghijklmnopqrstuvwxyz0123456789 ",
         re.compile("[a-z]{2}[0-9]{2}"),
         4 + 2 * (_MAX_LEN - 4) + 1,
         marker_len=4,

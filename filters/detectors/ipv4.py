@@ -13,7 +13,13 @@ class Ipv4Detector(PatternDetector):
     name = "ipv4"
     max_match_len = 15 + 2  # and ".5" after it, which makes it part of a longer dotted number
     priority = 25
-    stream_rule = RunRule(frozenset("0123456789."), re.compile("[0-9]"), 15 + 2, trigger=re.compile("[0-9]"))
+    stream_rule = RunRule(
+        "0123456789.",
+        re.compile("[0-9]"),
+        15 + 2,
+        trigger=re.compile("[0-9]"),
+        wake=frozenset("0123456789"),
+    )
     # Shape first (fast), octet ranges in accept().
     pattern = re.compile(r"[0-9](?<![0-9.][0-9])[0-9]{0,2}(?:\.[0-9]{1,3}){3}(?![0-9]|\.[0-9])")
 

@@ -111,8 +111,7 @@ class KeywordDetector:
     def holdback(self) -> KeywordHoldback:
         if self._stream_automaton is None:
             self._stream_automaton = TermAutomaton(self._terms)
-        # One more character: the word boundary after an ASCII term.
-        return KeywordHoldback(self._stream_automaton, self._max_match_len + 1)
+        return KeywordHoldback(self._stream_automaton, self._max_match_len)
 
     def scan_from(self, text: str, start: int) -> list[Span]:
         """Skeleton hits are found wherever they are, so scanning from the character before

@@ -45,5 +45,9 @@ class KeywordHoldback:
         depth = automaton.depth[state]
         return max(positions[-depth] if depth else n, n - self._max_keep)
 
+    @property
+    def wake(self) -> frozenset[str] | None:
+        return None
+
     def may_match(self, start: int) -> bool:
         return self._last_hit_start >= start

@@ -28,7 +28,11 @@ class PhoneDetector(PatternDetector):
     priority = 20
     # Digits, the separators, brackets and "+" of the forms above, and the letters of "ext".
     stream_rule = RunRule(
-        frozenset("0123456789 .-()+xet"), re.compile(r"[0-9+(]"), 56, trigger=re.compile("[0-9]")
+        "0123456789 .-()+xet",
+        re.compile(r"[0-9+(]"),
+        56,
+        trigger=re.compile("[0-9]"),
+        wake=frozenset("0123456789+("),
     )
     pattern = re.compile(rf"(?<![0-9a-z+.-])(?:{_NANP}|{_INTL}){_EXT}(?![0-9a-z])")
 

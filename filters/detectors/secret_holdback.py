@@ -27,7 +27,7 @@ _END = re.compile(r"-----end [a-z0-9 ]{0,24}private key-----")
 _LAST_WORD_STOP = re.compile(r"[\s\"'](?=[^\s\"']*\Z)")
 """The space or quote before the last word (each candidate looks ahead one word: linear)."""
 _HEADER_RULE = RunRule(
-    members=frozenset("-abcdefghijklmnopqrstuvwxyz0123456789 "),
+    members="-abcdefghijklmnopqrstuvwxyz0123456789 ",
     marker=re.compile("-----"),
     max_match_len=_HEADER_LEN,
     marker_len=5,
@@ -82,6 +82,10 @@ class SecretHoldback:
                 return
             self._block_start = None
             self._header_from = base + end.end()
+
+    @property
+    def wake(self) -> frozenset[str] | None:
+        return None
 
     def may_match(self, start: int) -> bool:
         return self._trigger.last >= start - self._lead
