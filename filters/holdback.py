@@ -56,23 +56,43 @@ class Holdback(Protocol):
 
 class TriggerWatch:
     """Where a detector's *trigger* (something every match contains, or has just before it)
-    last occurred, kept up to date from the new characters and ``width - 1`` before them."""
+    last occurred, kept up to date from the new characters and ``width - 1`` before them.
 
-    __slots__ = ("_last", "_width", "last")
+    An occurrence within ``width`` of the end may still be undone by its look-ahead ("at" that
+    becomes "attention"): it counts until the next read, which reads it again."""
+
+    __slots__ = ("_finditer", "_last", "_tentative", "_width", "last")
 
     def __init__(self, pattern: re.Pattern[str], width: int) -> None:
         self._last = _last_of(pattern)
+        self._finditer = pattern.finditer
         self._width = width
-        """The longest text the pattern matches."""
+        """The longest text the pattern matches, its look-ahead included."""
         self.last = -1
+        """The last occurrence that more text cannot undo."""
+        self._tentative = -1
 
     def __repr__(self) -> str:
         return f"TriggerWatch(last={self.last})"
 
+    @property
+    def latest(self) -> int:
+        """The last place the trigger may occur."""
+        return max(self.last, self._tentative)
+
     def read(self, text: str, base: int, begin: int) -> None:
-        found = self._last.match(text, max(0, begin - base - self._width + 1))
-        if found is not None:
+        lo = max(0, begin - base - self._width + 1)
+        found = self._last.match(text, lo)
+        self._tentative = -1
+        if found is None:
+            return
+        if found.start(1) + self._width <= len(text):
             self.last = max(self.last, base + found.start(1))
+            return
+        self._tentative = base + found.start(1)
+        decided = [f.start() for f in self._finditer(text, lo) if f.start() + self._width <= len(text)]
+        if decided:
+            self.last = max(self.last, base + decided[-1])
 
 
 @functools.lru_cache(maxsize=64)
@@ -134,12 +154,15 @@ class RunRule:
 class RunHoldback:
     """Holds back from the first marker of the trailing run (module docstring)."""
 
-    __slots__ = ("_marker_at", "_rule", "_run_start", "_trigger")
+    __slots__ = ("_last_marker", "_marker_at", "_rule", "_run_start", "_trigger")
 
     def __init__(self, rule: RunRule) -> None:
         self._rule = rule
         self._run_start = 0
         self._marker_at: int | None = None
+        """The first marker of the trailing run (later ones are not looked for)."""
+        self._last_marker = -1
+        """The last place a marker may start, in runs that ended."""
         self._trigger = None if rule.trigger is None else TriggerWatch(rule.trigger, rule.trigger_len)
 
     def advance(self, text: str, base: int, begin: int) -> int:
@@ -158,6 +181,10 @@ class RunHoldback:
         stop = begin - base
         i = stop + len(text[stop:].rstrip(rule.members))
         if i > stop:  # the run broke inside the new text: a new one starts after the break
+            if self._marker_at is not None or rule.marker.search(
+                text, max(self._run_start, begin - (rule.marker_len - 1), base) - base, i
+            ):
+                self._last_marker = base + i - 1
             self._run_start = base + i
             self._marker_at = None
             lo = base + i
@@ -177,7 +204,10 @@ class RunHoldback:
         return max(hold, n - (rule.max_match_len - 1))
 
     def may_match(self, start: int) -> bool:
-        return self._trigger is None or self._trigger.last >= start
+        """Every match starts at a marker and contains the trigger."""
+        if self._trigger is not None and self._trigger.latest < start:
+            return False
+        return self._marker_at is not None or self._last_marker >= start
 
     @property
     def wake(self) -> frozenset[str] | None:

@@ -115,4 +115,4 @@ class EmailHoldback:
         return None
 
     def may_match(self, start: int) -> bool:
-        return self._trigger.last >= start
+        return self._trigger.latest >= start

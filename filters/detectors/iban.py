@@ -36,6 +36,10 @@ class IbanDetector(PatternDetector):
     # digits (``_GROUPS``), and the character after it that says whether a group runs on.
     max_match_len = 4 + 2 * (_MAX_LEN - 4) + 1
     priority = 50
+    # A candidate of ``pattern`` is two digits, looking back at two letters; ``accept`` reads one
+    # more character back and the rest forward. So a candidate cut at the start of the context
+    # ends long before ``start``, and eight characters of it are enough.
+    lookbehind = 8
     # An IBAN is letters, digits and single spaces, from a country code and two check digits on.
     stream_rule = RunRule(
         "abcdefghijklmnopqrstuvwxyz0123456789 ",

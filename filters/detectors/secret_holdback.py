@@ -88,4 +88,5 @@ class SecretHoldback:
         return None
 
     def may_match(self, start: int) -> bool:
-        return self._trigger.last >= start - self._lead
+        latest = self._trigger.latest
+        return latest >= 0 and latest >= start - self._lead
