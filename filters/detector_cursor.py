@@ -35,6 +35,7 @@ class DetectorCursor:
         "hold",
         "num_scanned",
         "scanned_to",
+        "wake",
     )
 
     def __init__(self, detector: Detector, action: Action) -> None:
@@ -60,22 +61,18 @@ class DetectorCursor:
         """Spans that start before this are final and were reported."""
         self.hold = 0
         self.num_scanned = 0
+        self.wake = self._holdback.wake
+        """While the hold point is the end of the stream, text without any of these characters
+        changes nothing for this cursor (``skip``); None when any text may."""
 
     def __repr__(self) -> str:
         return (
             f"DetectorCursor(detector={self.detector.name!r}, hold={self.hold}, scanned_to={self.scanned_to})"
         )
 
-    @property
-    def wake(self) -> frozenset[str] | None:
-        """While this cursor holds nothing, new text without any of these characters changes
-        nothing for it (``skip``); None when any text may."""
-        if self.hold != self.scanned_to:
-            return None
-        return self._holdback.wake
-
     def skip(self, n: int) -> None:
-        """The new text up to ``n`` held none of ``wake``: nothing to hold, nothing to scan."""
+        """The new text up to ``n`` held none of ``wake`` while nothing was held: nothing to
+        hold, nothing to scan."""
         self.hold = self.scanned_to = n
 
     @property
@@ -89,6 +86,7 @@ class DetectorCursor:
         raises."""
         n = base + len(text)
         hold = n if final else self._holdback.advance(text, base, begin)
+        self.wake = self._holdback.wake
         self.hold = hold = max(hold, self.scanned_to)
         if hold == self.scanned_to:
             return []

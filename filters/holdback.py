@@ -139,22 +139,21 @@ class RunRule:
     trigger_len: int = 1
     """The longest text ``trigger`` matches."""
     wake: frozenset[str] = frozenset()
-    """For a one-character marker and trigger: every character either matches. While no marker
-    is held, text without any of these changes nothing, so a stream may skip the detector."""
+    """Characters every marker and every trigger contains at least one of. While no marker is
+    held, text without any of them only moves the hold point (to the end of the stream, or to a
+    cut-off marker), so that is all the holdback does; empty: always read the text."""
 
     def __post_init__(self) -> None:
         if self.marker_len < 1 or self.max_match_len < 1:
             raise ValueError("marker_len and max_match_len must be positive")
         if self.marker_len > 1 and self.partial is None:
             raise ValueError("a marker of several characters needs a pattern for its cut-off form")
-        if self.wake and (self.marker_len > 1 or self.trigger_len > 1):
-            raise ValueError("only one-character markers and triggers can wake a detector")
 
 
 class RunHoldback:
     """Holds back from the first marker of the trailing run (module docstring)."""
 
-    __slots__ = ("_last_marker", "_marker_at", "_rule", "_run_start", "_trigger")
+    __slots__ = ("_last_marker", "_marker_at", "_rule", "_run_start", "_trigger", "_wake")
 
     def __init__(self, rule: RunRule) -> None:
         self._rule = rule
@@ -164,21 +163,16 @@ class RunHoldback:
         self._last_marker = -1
         """The last place a marker may start, in runs that ended."""
         self._trigger = None if rule.trigger is None else TriggerWatch(rule.trigger, rule.trigger_len)
+        self._wake = re.compile("[" + re.escape("".join(sorted(rule.wake))) + "]") if rule.wake else None
 
     def advance(self, text: str, base: int, begin: int) -> int:
         rule = self._rule
         n = base + len(text)
+        stop = begin - base
+        if self._marker_at is None and self._wake is not None and self._wake.search(text, stop) is None:
+            return self._quiet(text, base, stop)
         if self._trigger is not None:
             self._trigger.read(text, base, begin)
-        if (
-            self._marker_at is None
-            and rule.partial is None
-            and rule.marker.search(text, begin - base) is None
-        ):
-            # No marker in the run so far nor in the new text: nothing can start before n. The
-            # run's start only bounds the marker search, which starts at ``begin`` anyway.
-            return n
-        stop = begin - base
         i = stop + len(text[stop:].rstrip(rule.members))
         if i > stop:  # the run broke inside the new text: a new one starts after the break
             if self._marker_at is not None or rule.marker.search(
@@ -203,6 +197,19 @@ class RunHoldback:
             hold = n
         return max(hold, n - (rule.max_match_len - 1))
 
+    def _quiet(self, text: str, base: int, stop: int) -> int:
+        """``advance`` for new text without a wake character while no marker is held: no marker
+        or trigger can occur in it, so only the run and a cut-off marker at the end matter."""
+        rule = self._rule
+        i = stop + len(text[stop:].rstrip(rule.members))
+        if i > stop:
+            self._run_start = base + i
+        n = base + len(text)
+        if rule.partial is None:
+            return n
+        cut = rule.partial.search(text, max(0, self._run_start - base, len(text) - rule.marker_len + 1))
+        return max(n if cut is None else base + cut.start(), n - (rule.max_match_len - 1))
+
     def may_match(self, start: int) -> bool:
         """Every match starts at a marker and contains the trigger."""
         if self._trigger is not None and self._trigger.latest < start:
@@ -212,4 +219,5 @@ class RunHoldback:
     @property
     def wake(self) -> frozenset[str] | None:
         """Characters without which new text changes nothing now; None when any text may."""
-        return self._rule.wake if self._rule.wake and self._marker_at is None else None
+        rule = self._rule
+        return rule.wake if rule.wake and rule.partial is None and self._marker_at is None else None

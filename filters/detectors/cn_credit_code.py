@@ -23,6 +23,7 @@ class CnCreditCodeDetector(PatternDetector):
         marker_len=8,
         partial=re.compile(rf"(?:{_C}{{1,2}}|{_C}{{2}}[0-9]{{1,5}})\Z"),
         trigger=re.compile("[0-9]"),
+        wake=frozenset("0123456789"),
     )
     pattern = re.compile(rf"[0-9]{{6}}(?<=(?<![0-9a-z]){_C}{{2}}[0-9]{{6}}){_C}{{10}}(?![0-9a-z])")
 

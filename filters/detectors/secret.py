@@ -35,11 +35,18 @@ _TOKENS = (
     r"|ltai[0-9a-z]{12,20}"  # Alibaba Cloud AccessKey ids
     r")(?![a-z0-9])"
 )
-_ASSIGN = r"[a-z0-9_-]{0,16}[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
-_PASSWORD = rf"(?:passw(?:or)?d|pwd|口令|密码){_ASSIGN}([^\s\"']{{6,128}})"
-_ASSIGNED = (
-    rf"(?:api[_-]?key|secret|token|access[_-]?key|auth|credential|密钥){_ASSIGN}([a-z0-9+/=_.~-]{{16,128}})"
+_ASSIGN_KEY = r"[a-z0-9_-]{0,16}[\"']?[ \t]{0,3}[:=]"
+_ASSIGN = rf"{_ASSIGN_KEY}[ \t]{{0,3}}[\"']?"
+_PW_NAMES = r"(?:passw(?:or)?d|pwd|口令|密码)"
+_KEY_NAMES = r"(?:api[_-]?key|secret|token|access[_-]?key|auth|credential|密钥)"
+_PASSWORD = rf"{_PW_NAMES}{_ASSIGN}([^\s\"']{{6,128}})"
+_ASSIGNED = rf"{_KEY_NAMES}{_ASSIGN}([a-z0-9+/=_.~-]{{16,128}})"
+_TRIGGER = re.compile(
+    rf"-----begin|akia|asia|abia|acca|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk[-_]|aiza|ltai"
+    rf"|{_PW_NAMES}{_ASSIGN_KEY}|{_KEY_NAMES}{_ASSIGN_KEY}"
 )
+"""What every match contains or has just before it: a header, a token's prefix, a key and its ``=``."""
+_TRIGGER_LEN = len("credential") + 16 + 1 + 3 + 1
 _MIN_ENTROPY_BITS = 3.0
 _HEADER_LEN = len("-----begin ") + 24 + len(" private key-----")
 
@@ -72,7 +79,7 @@ class SecretDetector(PatternDetector):
         return spans
 
     def holdback(self) -> Holdback:
-        return SecretHoldback(self.max_match_len, self.span_lead)
+        return SecretHoldback(self.max_match_len, _TRIGGER, _TRIGGER_LEN, self.span_lead)
 
     def accept(self, match: re.Match[str]) -> Span | None:
         if match.group(1) is not None:

@@ -33,20 +33,17 @@ _HEADER_RULE = RunRule(
     marker_len=5,
     partial=re.compile(r"-{1,4}\Z"),
 )
-TRIGGER = re.compile(
-    r"-----begin|akia|asia|abia|acca|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk[-_]|aiza|ltai"
-    r"|passw|pwd|口令|密码|api|secret|token|access|auth|credential|密钥"
-)
-"""A literal every secret match contains (its key, prefix or header)."""
 
 
 class SecretHoldback:
     __slots__ = ("_block_start", "_header", "_header_from", "_lead", "_max_keep", "_trigger", "_word_start")
 
-    def __init__(self, max_match_len: int, lead: int) -> None:
-        """``lead``: how far before a reported value its key can start."""
+    def __init__(self, max_match_len: int, trigger: re.Pattern[str], trigger_len: int, lead: int) -> None:
+        """``trigger``: what every match contains or has just before it (a header, a token's
+        prefix, a key and its ``=``), at most ``trigger_len`` characters that start at most
+        ``lead`` characters before the match."""
         self._lead = lead
-        self._trigger = TriggerWatch(TRIGGER, len("github_pat_"))
+        self._trigger = TriggerWatch(trigger, trigger_len)
         self._max_keep = max_match_len - 1
         self._word_start = 0
         self._header: Holdback = RunHoldback(_HEADER_RULE)
