@@ -15,7 +15,7 @@ from collections import Counter
 
 from filters.detector import Span
 from filters.detectors.pattern_detector import PatternDetector
-from filters.detectors.secret_holdback import SecretHoldback
+from filters.detectors.secret_holdback import SecretHoldback, SecretShape
 from filters.holdback import Holdback
 
 _PRIVATE_KEY = (
@@ -41,12 +41,11 @@ _PW_NAMES = r"(?:passw(?:or)?d|pwd|口令|密码)"
 _KEY_NAMES = r"(?:api[_-]?key|secret|token|access[_-]?key|auth|credential|密钥)"
 _PASSWORD = rf"{_PW_NAMES}{_ASSIGN}([^\s\"']{{6,128}})"
 _ASSIGNED = rf"{_KEY_NAMES}{_ASSIGN}([a-z0-9+/=_.~-]{{16,128}})"
-_TRIGGER = re.compile(
-    rf"-----begin|akia|asia|abia|acca|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk[-_]|aiza|ltai"
-    rf"|{_PW_NAMES}{_ASSIGN_KEY}|{_KEY_NAMES}{_ASSIGN_KEY}"
-)
-"""What every match contains or has just before it: a header, a token's prefix, a key and its ``=``."""
-_TRIGGER_LEN = len("credential") + 16 + 1 + 3 + 1
+_TOKEN_PREFIXES = (
+    "akia", "asia", "abia", "acca", *(f"gh{c}_" for c in "pousr"), "github_pat_", "glpat-",
+    *(f"xox{c}-" for c in "abposr"), "sk-", "sk_", "aiza", "ltai",
+)  # fmt: skip
+_ASSIGNMENT = rf"{_PW_NAMES}{_ASSIGN_KEY}|{_KEY_NAMES}{_ASSIGN_KEY}"
 _MIN_ENTROPY_BITS = 3.0
 _HEADER_LEN = len("-----begin ") + 24 + len(" private key-----")
 
@@ -79,7 +78,7 @@ class SecretDetector(PatternDetector):
         return spans
 
     def holdback(self) -> Holdback:
-        return SecretHoldback(self.max_match_len, _TRIGGER, _TRIGGER_LEN, self.span_lead)
+        return SecretHoldback(_SHAPE)
 
     def accept(self, match: re.Match[str]) -> Span | None:
         if match.group(1) is not None:
@@ -90,3 +89,13 @@ class SecretDetector(PatternDetector):
         if has_digit and has_alpha and shannon_entropy(value) >= _MIN_ENTROPY_BITS:
             return match.span(2)
         return None
+
+
+_SHAPE = SecretShape(
+    trigger=re.compile(rf"-----begin|{'|'.join(map(re.escape, _TOKEN_PREFIXES))}|{_ASSIGNMENT}"),
+    trigger_len=len("credential") + 16 + 1 + 3 + 1,
+    lead=SecretDetector.span_lead,
+    assignment=re.compile(_ASSIGNMENT),
+    token_prefixes=_TOKEN_PREFIXES,
+    max_match_len=SecretDetector.max_match_len,
+)

@@ -1,25 +1,29 @@
 """How far a stream holds back for the secret detector.
 
-Three shapes, and the hold point is the earliest of them:
+Four shapes, and the hold point is the earliest of them:
 
-- a token or an assigned value (``akia…``, ``sk-…``, ``password = hunter22``): the reported
-  span is one word of non-space, non-quote characters, so the trailing such word is held;
+- a token (``akia…``, ``sk-…``, ``ghp_…``): a run of ``[0-9a-z_-]`` that starts with a known
+  prefix, held from the prefix (or from a cut-off prefix at the end: ``sk``);
+- an assigned value (``password = hunter22``, ``api_key: "…"``): the reported span is the word
+  after a key and its ``=``, so the trailing word is held while it may be that value;
 - a private-key header still being written: from a ``-----`` (or a cut-off ``-``) in the
   trailing run of header characters;
 - an open private-key block: its match runs from the header to the ``END`` line, or to the end
   of the stream while that line has not arrived, so everything from the header is held,
   however long, until the block closes.
 
-Each call reads the new characters and at most one header's length before them.
+So prose, Chinese text without spaces included, is held for at most a cut-off prefix. Each
+call reads the new characters and at most one header's length before them.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from filters.holdback import Holdback, RunHoldback, RunRule, TriggerWatch
 
-__all__ = ["SecretHoldback"]
+__all__ = ["SecretHoldback", "SecretShape"]
 
 _HEADER_LEN = len("-----begin ") + 24 + len(" private key-----")
 _HEADER = re.compile(r"-----begin [a-z0-9 ]{0,24}private key-----")
@@ -33,19 +37,57 @@ _HEADER_RULE = RunRule(
     marker_len=5,
     partial=re.compile(r"-{1,4}\Z"),
 )
+_VALUE_GAP = 4
+"""Characters between a key's ``=`` and its value: ``[ \\t]{0,3}`` and a quote."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecretShape:
+    """The parts of the secret detector's patterns a stream needs (``filters.detectors.secret``)."""
+
+    trigger: re.Pattern[str]
+    """What every match contains or has just before it: a header, a token prefix, a key and its ``=``."""
+    trigger_len: int
+    lead: int
+    """How far before its match a trigger can start (a key before its value)."""
+    assignment: re.Pattern[str]
+    """A key and its ``=``, at most ``trigger_len`` characters."""
+    token_prefixes: tuple[str, ...]
+    """Every literal a token starts with (character classes spelled out)."""
+    max_match_len: int
+
+    def token_rule(self) -> RunRule:
+        alternatives = "|".join(map(re.escape, self.token_prefixes))
+        cut = {p[:k] for p in self.token_prefixes for k in range(1, len(p))}
+        return RunRule(
+            members="0123456789abcdefghijklmnopqrstuvwxyz_-",
+            marker=re.compile(rf"(?<![a-z0-9])(?:{alternatives})"),
+            max_match_len=self.max_match_len,
+            marker_len=max(map(len, self.token_prefixes)),
+            partial=re.compile(rf"(?<![a-z0-9])(?:{'|'.join(map(re.escape, sorted(cut)))})\Z"),
+        )
 
 
 class SecretHoldback:
-    __slots__ = ("_block_start", "_header", "_header_from", "_lead", "_max_keep", "_trigger", "_word_start")
+    __slots__ = (
+        "_assignment",
+        "_block_start",
+        "_header",
+        "_header_from",
+        "_lead",
+        "_max_keep",
+        "_token",
+        "_trigger",
+        "_word_start",
+    )
 
-    def __init__(self, max_match_len: int, trigger: re.Pattern[str], trigger_len: int, lead: int) -> None:
-        """``trigger``: what every match contains or has just before it (a header, a token's
-        prefix, a key and its ``=``), at most ``trigger_len`` characters that start at most
-        ``lead`` characters before the match."""
-        self._lead = lead
-        self._trigger = TriggerWatch(trigger, trigger_len)
-        self._max_keep = max_match_len - 1
+    def __init__(self, shape: SecretShape) -> None:
+        self._lead = shape.lead
+        self._trigger = TriggerWatch(shape.trigger, shape.trigger_len)
+        self._assignment = TriggerWatch(shape.assignment, shape.trigger_len)
+        self._max_keep = shape.max_match_len - 1
         self._word_start = 0
+        self._token: Holdback = RunHoldback(shape.token_rule())
         self._header: Holdback = RunHoldback(_HEADER_RULE)
         self._block_start: int | None = None
         self._header_from = 0
@@ -54,10 +96,15 @@ class SecretHoldback:
     def advance(self, text: str, base: int, begin: int) -> int:
         n = base + len(text)
         self._trigger.read(text, base, begin)
+        self._assignment.read(text, base, begin)
         last_stop = _LAST_WORD_STOP.search(text, begin - base)
         if last_stop is not None:
             self._word_start = base + last_stop.end()
-        hold = max(self._word_start, n - self._max_keep)
+        hold = self._token.advance(text, base, begin)
+        assigned = self._assignment.latest
+        if assigned >= 0 and self._word_start <= assigned + self._lead + _VALUE_GAP:
+            # The last word may be the value of that key (or hold the key itself).
+            hold = min(hold, max(self._word_start, assigned, n - self._max_keep))
         hold = min(hold, self._header.advance(text, base, begin))
         self._track_block(text, base, begin)
         if self._block_start is not None:

@@ -303,3 +303,14 @@ def test_detector_failure_mid_stream_starts_over_cleanly(tmp_path: Path) -> None
     out = sf.feed("card 4111 9").release
     out += sf.feed(" then mail a@b.co done").release + sf.finish().release
     assert out == "[REDACTED:FILTER_ERROR] then mail [REDACTED:EMAIL] done"
+
+
+def test_chinese_prose_is_released_as_it_arrives(packaged: FilterPipeline) -> None:
+    """No spaces, so no last word to wait for: the old filter held 285 characters here."""
+    sf = packaged.stream(CTX)
+    text = "您好，我想咨询一下账户的问题。昨天在网上银行转账的时候系统提示风控拦截，客服让我等一等。"
+    most = 0
+    for ch in text:
+        sf.feed(ch)
+        most = max(most, sf.num_held)
+    assert most <= 2
