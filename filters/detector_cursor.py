@@ -30,6 +30,7 @@ class DetectorCursor:
         "_holdback",
         "_lookbehind",
         "_scan_from",
+        "_scan_start",
         "action",
         "detector",
         "hold",
@@ -49,6 +50,9 @@ class DetectorCursor:
             self._holdback: Holdback = incremental.holdback()
             self._lookbehind = incremental.lookbehind
             self._scan_from = incremental.scan_from
+            # A detector may know better where a scan from ``start`` begins reading (a digit run's
+            # first digit) than its worst-case ``lookbehind``.
+            self._scan_start: Callable[[str, int], int] | None = getattr(detector, "scan_start", None)
         else:
             self._holdback = CapHoldback(detector.max_match_len)
             self._lookbehind = detector.max_match_len
@@ -57,6 +61,7 @@ class DetectorCursor:
                 return [span for span in detector.scan(text) if span[0] >= start]
 
             self._scan_from = scan_from
+            self._scan_start = None
         self.scanned_to = 0
         """Spans that start before this are final and were reported."""
         self.hold = 0
@@ -94,7 +99,8 @@ class DetectorCursor:
         self.scanned_to = hold
         if not self._holdback.may_match(start):
             return []
-        lo = max(base, start - self._lookbehind)
+        lo = base + self._scan_start(text, start - base) if self._scan_start else start - self._lookbehind
+        lo = max(base, lo)
         self.num_scanned += n - lo
         spans = self._scan_from(text[lo - base :], start - lo)
         return [(s + lo, e + lo) for s, e in spans if s + lo < hold]

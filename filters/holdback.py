@@ -58,16 +58,18 @@ class TriggerWatch:
     """Where a detector's *trigger* (something every match contains, or has just before it)
     last occurred, kept up to date from the new characters and ``width - 1`` before them.
 
-    An occurrence within ``width`` of the end may still be undone by its look-ahead ("at" that
-    becomes "attention"): it counts until the next read, which reads it again."""
+    An occurrence whose look-ahead reaches past the end may still be undone ("at" that becomes
+    "attention"): it counts until the next read, which reads it again."""
 
-    __slots__ = ("_finditer", "_last", "_tentative", "_width", "last")
+    __slots__ = ("_finditer", "_last", "_lookahead", "_tentative", "_width", "last")
 
-    def __init__(self, pattern: re.Pattern[str], width: int) -> None:
+    def __init__(self, pattern: re.Pattern[str], width: int, lookahead: int = 0) -> None:
         self._last = _last_of(pattern)
         self._finditer = pattern.finditer
         self._width = width
         """The longest text the pattern matches, its look-ahead included."""
+        self._lookahead = lookahead
+        """Characters after an occurrence that its look-ahead reads."""
         self.last = -1
         """The last occurrence that more text cannot undo."""
         self._tentative = -1
@@ -86,11 +88,11 @@ class TriggerWatch:
         self._tentative = -1
         if found is None:
             return
-        if found.start(1) + self._width <= len(text):
+        if found.end(1) + self._lookahead <= len(text):
             self.last = max(self.last, base + found.start(1))
             return
         self._tentative = base + found.start(1)
-        decided = [f.start() for f in self._finditer(text, lo) if f.start() + self._width <= len(text)]
+        decided = [f.start() for f in self._finditer(text, lo) if f.end() + self._lookahead <= len(text)]
         if decided:
             self.last = max(self.last, base + decided[-1])
 
@@ -211,7 +213,7 @@ class RunHoldback:
         return max(n if cut is None else base + cut.start(), n - (rule.max_match_len - 1))
 
     def may_match(self, start: int) -> bool:
-        """Every match starts at a marker and contains the trigger."""
+        """Every match starts at a marker and contains the trigger (when there is one)."""
         if self._trigger is not None and self._trigger.latest < start:
             return False
         return self._marker_at is not None or self._last_marker >= start

@@ -13,10 +13,12 @@ from filters.detectors.digit_run import (
     LOOKAROUND,
     MAX_SEPARATOR_RUN,
     MIN_TYPED_GROUP,
+    RUN_CONTEXT,
     DigitRun,
     Window,
     glued,
     run_rule,
+    run_start,
     scan_windows,
     window_digits,
     window_span,
@@ -33,7 +35,7 @@ class CnMobileDetector:
     name = "cn_mobile"
     max_match_len = _MAX_MATCH_LEN
     priority = 40
-    lookbehind = 1
+    lookbehind = RUN_CONTEXT + 1
 
     def __repr__(self) -> str:
         return f"CnMobileDetector(name={self.name!r})"
@@ -52,6 +54,11 @@ class CnMobileDetector:
             start=start,
         )
         return [span for span in spans if span[0] >= start]
+
+    @staticmethod
+    def scan_start(text: str, start: int) -> int:
+        """Where ``scan_from(text, start)`` begins reading: its run, and what decides it before."""
+        return run_start(text, start) - 1
 
     def holdback(self) -> Holdback:
         return RunHoldback(_RULE)

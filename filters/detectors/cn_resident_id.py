@@ -22,9 +22,11 @@ from filters.detectors.digit_run import (
     ASCII_ALNUM,
     LOOKAROUND,
     MAX_SEPARATOR_RUN,
+    RUN_CONTEXT,
     DigitRun,
     Window,
     run_rule,
+    run_start,
     scan_windows,
     window_digits,
     window_span,
@@ -55,7 +57,7 @@ class CnResidentIdDetector:
     name = "cn_resident_id"
     max_match_len = _MAX_MATCH_LEN
     priority = 60
-    lookbehind = 1
+    lookbehind = RUN_CONTEXT + 1
 
     def __repr__(self) -> str:
         return f"CnResidentIdDetector(name={self.name!r})"
@@ -72,6 +74,11 @@ class CnResidentIdDetector:
             in_uniform_runs=True,
             start=start,
         )
+
+    @staticmethod
+    def scan_start(text: str, start: int) -> int:
+        """Where ``scan_from(text, start)`` begins reading: its run, and what decides it before."""
+        return run_start(text, start) - 1
 
     def holdback(self) -> Holdback:
         return RunHoldback(_RULE)

@@ -39,6 +39,11 @@ _LETTER = frozenset("abcdefghijklmnopqrstuvwxyz")
 ASCII_ALNUM = frozenset("0123456789abcdefghijklmnopqrstuvwxyz")
 SEPARATOR_CHARS = WHITESPACE + "._/\\-"
 """Every character ``_SEPARATOR`` matches."""
+_RUN_CHARS = "0123456789" + SEPARATOR_CHARS
+RUN_CONTEXT = 256
+"""How far before ``start`` a scan from ``start`` looks for the beginning of the run it starts
+in: a run's groups and whether it is uniform depend on all of it. A longer run is read from
+there on, as a window of the whole-text scan (``filters.windowed_scan``) reads it."""
 
 
 def run_rule(max_match_len: int, extra: str = "", marker: str = "[0-9]") -> RunRule:
@@ -160,14 +165,21 @@ def scan_windows(
     in_uniform_runs: bool,
     start: int = 0,
 ) -> list[tuple[int, int]]:
-    """Spans of the windows ``accept`` takes, in runs from ``start`` on; a run taken whole is not
-    searched further."""
+    """Spans of the windows ``accept`` takes that start at ``start`` or later, the runs read
+    whole (``run_start``); a run taken whole is not searched further."""
     spans = []
-    for run in digit_runs(text, start):
+    for run in digit_runs(text, run_start(text, start)):
         for window in windows(run, min_digits, max_digits, in_uniform_runs=in_uniform_runs):
             span = accept(run, window)
             if span is not None:
-                spans.append(span)
+                if span[0] >= start:
+                    spans.append(span)
                 if window.is_whole_run:
                     break
     return spans
+
+
+def run_start(text: str, start: int) -> int:
+    """Where the run (or the stretch of separators) that ``start`` lies in begins."""
+    head = text[max(0, start - RUN_CONTEXT) : start]
+    return start - (len(head) - len(head.rstrip(_RUN_CHARS)))

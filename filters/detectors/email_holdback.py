@@ -70,7 +70,7 @@ class EmailHoldback:
         self._prev: _Word | None = None
         """The word before the current gap or word, when an address could run across."""
         self._gap = 0
-        self._trigger = TriggerWatch(_TRIGGER, len("at") + 1)
+        self._trigger = TriggerWatch(_TRIGGER, len("at") + 1, lookahead=1)
 
     def advance(self, text: str, base: int, begin: int) -> int:
         self._trigger.read(text, base, begin)

@@ -17,10 +17,12 @@ from filters.detectors.card_scheme import MAX_LEN, MIN_LEN, is_issuable
 from filters.detectors.digit_run import (
     LOOKAROUND,
     MAX_SEPARATOR_RUN,
+    RUN_CONTEXT,
     DigitRun,
     Window,
     glued,
     run_rule,
+    run_start,
     scan_windows,
     window_digits,
     window_span,
@@ -65,8 +67,8 @@ class PaymentCardDetector:
     name = "payment_card"
     max_match_len = _MAX_MATCH_LEN
     priority = 50
-    lookbehind = 2 + _MAX_IBAN_GROUPS * 5
-    """``follows_grouped_code`` reads back one IBAN's worth of groups."""
+    lookbehind = RUN_CONTEXT + 2 + _MAX_IBAN_GROUPS * 5
+    """The run's beginning, and one IBAN's worth of groups before it (``follows_grouped_code``)."""
 
     def __repr__(self) -> str:
         return f"PaymentCardDetector(name={self.name!r})"
@@ -83,6 +85,11 @@ class PaymentCardDetector:
             in_uniform_runs=False,
             start=start,
         )
+
+    @staticmethod
+    def scan_start(text: str, start: int) -> int:
+        """Where ``scan_from(text, start)`` begins reading: its run, and what decides it before."""
+        return run_start(text, start) - (2 + _MAX_IBAN_GROUPS * 5)
 
     def holdback(self) -> Holdback:
         return RunHoldback(_RULE)

@@ -92,10 +92,9 @@ class SecretDetector(PatternDetector):
 
 
 _SHAPE = SecretShape(
-    trigger=re.compile(rf"-----begin|{'|'.join(map(re.escape, _TOKEN_PREFIXES))}|{_ASSIGNMENT}"),
-    trigger_len=len("credential") + 16 + 1 + 3 + 1,
-    lead=SecretDetector.span_lead,
     assignment=re.compile(_ASSIGNMENT),
+    assignment_len=len("credential") + 16 + 1 + 3 + 1,
+    lead=SecretDetector.span_lead,
     token_prefixes=_TOKEN_PREFIXES,
     max_match_len=SecretDetector.max_match_len,
 )

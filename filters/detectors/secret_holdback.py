@@ -36,6 +36,7 @@ _HEADER_RULE = RunRule(
     max_match_len=_HEADER_LEN,
     marker_len=5,
     partial=re.compile(r"-{1,4}\Z"),
+    wake=frozenset("-"),
 )
 _VALUE_GAP = 4
 """Characters between a key's ``=`` and its value: ``[ \\t]{0,3}`` and a quote."""
@@ -45,13 +46,12 @@ _VALUE_GAP = 4
 class SecretShape:
     """The parts of the secret detector's patterns a stream needs (``filters.detectors.secret``)."""
 
-    trigger: re.Pattern[str]
-    """What every match contains or has just before it: a header, a token prefix, a key and its ``=``."""
-    trigger_len: int
-    lead: int
-    """How far before its match a trigger can start (a key before its value)."""
     assignment: re.Pattern[str]
-    """A key and its ``=``, at most ``trigger_len`` characters."""
+    """A key and its ``=``."""
+    assignment_len: int
+    """The longest text ``assignment`` matches."""
+    lead: int
+    """How far before its value a key can start."""
     token_prefixes: tuple[str, ...]
     """Every literal a token starts with (character classes spelled out)."""
     max_match_len: int
@@ -77,14 +77,12 @@ class SecretHoldback:
         "_lead",
         "_max_keep",
         "_token",
-        "_trigger",
         "_word_start",
     )
 
     def __init__(self, shape: SecretShape) -> None:
         self._lead = shape.lead
-        self._trigger = TriggerWatch(shape.trigger, shape.trigger_len)
-        self._assignment = TriggerWatch(shape.assignment, shape.trigger_len)
+        self._assignment = TriggerWatch(shape.assignment, shape.assignment_len)
         self._max_keep = shape.max_match_len - 1
         self._word_start = 0
         self._token: Holdback = RunHoldback(shape.token_rule())
@@ -95,8 +93,8 @@ class SecretHoldback:
 
     def advance(self, text: str, base: int, begin: int) -> int:
         n = base + len(text)
-        self._trigger.read(text, base, begin)
-        self._assignment.read(text, base, begin)
+        if text.find(":", begin - base) != -1 or text.find("=", begin - base) != -1:
+            self._assignment.read(text, base, begin)  # a new one ends in the new text, at its [:=]
         last_stop = _LAST_WORD_STOP.search(text, begin - base)
         if last_stop is not None:
             self._word_start = base + last_stop.end()
@@ -132,5 +130,8 @@ class SecretHoldback:
         return None
 
     def may_match(self, start: int) -> bool:
-        latest = self._trigger.latest
-        return latest >= 0 and latest >= start - self._lead
+        """A token starts at its prefix, a block at its header's dashes, a value after its key."""
+        if self._token.may_match(start) or self._header.may_match(start):
+            return True
+        assigned = self._assignment.latest
+        return assigned >= 0 and assigned >= start - self._lead
