@@ -27,17 +27,17 @@ import time
 from pathlib import Path
 
 from bench.provenance import provenance
-from engine.client import EngineClient
+from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineUnavailableError
-from engine.protocol import GenerateRequest
-from engine.sampling_params import SamplingParams
+from engine.serving.client import EngineClient
+from engine.serving.protocol import GenerateRequest
 from gateway.engine_pool import EnginePool, Heartbeat
 
 TOKEN = "bench-failover-token"
 _ENGINE = """
 import socket, sys, uvicorn
-from engine.server import EngineServer
-from engine.stub_engine import StubEngine
+from engine.serving.server import EngineServer
+from engine.serving.stub_engine import StubEngine
 sock = socket.socket(fileno=int(sys.argv[1]))
 app = EngineServer(StubEngine(token_delay_s=0.02), sys.argv[2]).app()
 uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on")).run(sockets=[sock])

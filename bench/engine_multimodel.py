@@ -51,15 +51,15 @@ import torch
 from bench.provenance import provenance
 from bench.serve_metrics import percentile
 from engine.config import EngineConfig, ModelSpec
+from engine.core.sampling_params import SamplingParams
 from engine.llm_engine import LLMEngine
-from engine.model_config import ModelConfig
-from engine.sampling_params import SamplingParams
+from engine.loading.model_config import ModelConfig
 
 __all__ = ["WORKLOADS", "Workload", "run"]
 
 MODEL_NAMES = ("a", "b", "c")
 _KV_ALIGN = 256
-"""engine.kv_cache rounds a block up to this many bytes (checked against the built engine)."""
+"""engine.worker.kv_cache rounds a block up to this many bytes (checked against the built engine)."""
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ def _describe(plan: dict[str, Any], wl: Workload) -> str:
 def _write_models(shape: str, k: int, workdir: Path, device: str, dtype: str) -> dict[str, Path]:
     names = MODEL_NAMES[:k]
     if shape == "demo":
-        from engine.demo import DEMO_MODELS, write_demo_model
+        from engine.loading.demo import DEMO_MODELS, write_demo_model
 
         demo = list(DEMO_MODELS)
         if k > len(demo):

@@ -35,8 +35,8 @@ import httpx
 import msgspec
 
 from bench.provenance import git_commit, machine
-from engine.protocol import GenerateRequest
-from engine.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams
+from engine.serving.protocol import GenerateRequest
 from strongroom.progress_bar import ProgressBar
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -124,8 +124,8 @@ def _replace_device_work(engine: Any, name: str) -> None:
     staged, pending tokens scattered) with replays that do nothing, and random sampled ids."""
     import torch
 
-    from engine.cuda_graph_runner import Captured, CudaGraphRunner
     from engine.sampling.sampler import SamplerOutput
+    from engine.worker.cuda_graph_runner import Captured, CudaGraphRunner
 
     runner = engine.runners[name]
     graphs = CudaGraphRunner(

@@ -34,7 +34,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bench.provenance import provenance
-from engine.model_source import DirectorySource
+from engine.loading.model_source import DirectorySource
 from keys import KeyFileProvider, open_model, seal_model
 
 _DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "U8": torch.uint8}

@@ -10,8 +10,8 @@ import time
 import click
 import torch
 
+from engine.core.sampling_params import SamplingParams
 from engine.sampling import Sampler, SamplingRow, make_generator
-from engine.sampling_params import SamplingParams
 
 CONFIGS: dict[str, dict[str, float | int]] = {
     "greedy": {"temperature": 0.0},

@@ -1,7 +1,7 @@
 """Strongroom's inference engine: several Hugging Face models over one shared paged KV pool.
 
 Heavy (torch) names load on first use, so importing a light module such as
-``engine.sampling_params`` or ``engine.errors`` does not pull in torch.
+``engine.core.sampling_params`` or ``engine.errors`` does not pull in torch.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.async_engine import AsyncEngine
     from engine.config import EngineConfig, ModelSpec
+    from engine.core.outputs import CompletionOutput, ModelInfo, RequestOutput, StreamDelta, TokenLogprob
+    from engine.core.sampling_params import SamplingParams
     from engine.llm import LLM
     from engine.llm_engine import LLMEngine
-    from engine.model_source import DirectorySource, ModelSource
-    from engine.outputs import CompletionOutput, ModelInfo, RequestOutput, StreamDelta, TokenLogprob
-    from engine.sampling_params import SamplingParams
+    from engine.loading.model_source import DirectorySource, ModelSource
+    from engine.serving.async_engine import AsyncEngine
 
 __all__ = [
     "LLM",
@@ -36,18 +36,18 @@ __all__ = [
 
 _HOMES = {
     "LLM": "engine.llm",
-    "AsyncEngine": "engine.async_engine",
-    "CompletionOutput": "engine.outputs",
-    "DirectorySource": "engine.model_source",
+    "AsyncEngine": "engine.serving.async_engine",
+    "CompletionOutput": "engine.core.outputs",
+    "DirectorySource": "engine.loading.model_source",
     "EngineConfig": "engine.config",
     "LLMEngine": "engine.llm_engine",
-    "ModelInfo": "engine.outputs",
-    "ModelSource": "engine.model_source",
+    "ModelInfo": "engine.core.outputs",
+    "ModelSource": "engine.loading.model_source",
     "ModelSpec": "engine.config",
-    "RequestOutput": "engine.outputs",
-    "SamplingParams": "engine.sampling_params",
-    "StreamDelta": "engine.outputs",
-    "TokenLogprob": "engine.outputs",
+    "RequestOutput": "engine.core.outputs",
+    "SamplingParams": "engine.core.sampling_params",
+    "StreamDelta": "engine.core.outputs",
+    "TokenLogprob": "engine.core.outputs",
 }
 
 

@@ -3,7 +3,7 @@
 ``step()`` schedules one iteration across all models, runs each model on its share, samples,
 and returns the deltas it produced. On CUDA with ``async_scheduling`` it first launches the
 next iteration, so the GPU computes step N+1 while the host turns step N's tokens into deltas
-(see ``engine.inflight_step``). It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
+(see ``engine.worker.inflight_step``). It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
 from a single thread (``AsyncEngine`` under its lock).
 """
 
@@ -15,9 +15,14 @@ from pathlib import Path
 
 import torch
 
-from engine.block_pool import BlockPool
-from engine.cache_scope import cache_salt
 from engine.config import EngineConfig, ModelSpec
+from engine.core.block_pool import BlockPool
+from engine.core.cache_scope import cache_salt
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.outputs import StreamDelta
+from engine.core.sampling_params import SamplingParams
+from engine.core.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
+from engine.core.sequence import Sequence, SequenceStatus
 from engine.errors import (
     EngineConfigError,
     InvalidRequestError,
@@ -25,18 +30,14 @@ from engine.errors import (
     PromptTooLongError,
     UnknownModelError,
 )
-from engine.hosted_model import HostedModel
-from engine.inflight_step import PENDING, InflightStep, SampledRow
-from engine.kv_cache import KVCache
-from engine.kv_cache_manager import KVCacheManager
-from engine.model_runner import ModelRunner
-from engine.model_source import DirectorySource, ModelSource
-from engine.outputs import StreamDelta
+from engine.loading.hosted_model import HostedModel
+from engine.loading.model_source import DirectorySource, ModelSource
 from engine.sampling import Sampler
-from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
-from engine.sequence import Sequence, SequenceStatus
 from engine.sequence_output import SequenceOutput
+from engine.tuning import DEFAULT_TUNING, CudaTuning
+from engine.worker.inflight_step import InflightStep, SampledRow
+from engine.worker.kv_cache import KVCache
+from engine.worker.model_runner import ModelRunner
 
 __all__ = ["LLMEngine"]
 
@@ -51,7 +52,10 @@ class LLMEngine:
         sources: Mapping[str, ModelSource] | None = None,
         *,
         skip_failed_models: bool = False,
+        tuning: CudaTuning = DEFAULT_TUNING,
     ) -> None:
+        """``tuning``: the CUDA path's fusions and launch shapes (``engine.tuning``); not a
+        deployment setting, the defaults are the production values."""
         self.config = config
         self.device = torch.device(config.device)
         if config.num_threads is not None and self.device.type == "cpu":
@@ -88,6 +92,7 @@ class LLMEngine:
             list(self.models),
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
         )
         self.runners = {
             name: ModelRunner(
@@ -96,6 +101,7 @@ class LLMEngine:
                 self.device,
                 cuda_graphs=config.cuda_graphs,
                 max_num_seqs=config.max_num_seqs,
+                tuning=tuning,
             )
             for name, m in self.models.items()
         }
@@ -179,7 +185,7 @@ class LLMEngine:
         subject: str | None = None,
         priority: int = 0,
     ) -> list[Sequence]:
-        """``tenant`` and ``subject`` pick the prefix cache the request may share (``engine.cache_scope``)."""
+        """``tenant`` and ``subject`` pick the prefix cache the request may share (``engine.core.cache_scope``)."""
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
         hosted = self.model(model)
@@ -248,10 +254,10 @@ class LLMEngine:
             if seq.seq_id in self._retired:  # ended after this step was launched
                 self._retired.discard(seq.seq_id)
                 continue
-            if row.pending_index is None:
-                seq.append_token(token_id)
+            if row.is_held:
+                seq.fill_place(token_id)
             else:
-                seq.token_ids[row.pending_index] = token_id
+                seq.append_token(token_id)
             delta, status = self._outputs[seq.seq_id].on_token(token_id, row.logprobs)
             if status is not None:
                 self._retire(seq)
@@ -276,20 +282,19 @@ class LLMEngine:
         return not any(row.seq.needs_host_tokens for row in cur.rows)
 
     def _hold_places(self, cur: InflightStep) -> None:
-        """Put a placeholder where each sampled token goes, so the scheduler plans the next step."""
+        """Hold a place for each sampled token on its sequence, so the scheduler plans the next step."""
         outputs = self._outputs
         for row in cur.rows:
             seq = row.seq
             if seq.is_finished:
                 continue
-            token_ids = seq.token_ids
-            if len(token_ids) - seq.num_prompt_tokens + 1 >= outputs[seq.seq_id].max_tokens:
+            if seq.num_output_tokens + 1 >= outputs[seq.seq_id].max_tokens:
                 # Its last token: nothing to look ahead for. Its blocks go back now; the step
                 # still in flight writes them before any later step can (one stream, in order).
                 self.scheduler.finish(seq, SequenceStatus.FINISHED_LENGTH)
                 continue
-            row.pending_index = len(token_ids)
-            token_ids.append(PENDING)
+            row.is_held = True
+            seq.hold_place()
 
     def _retire(self, seq: Sequence) -> None:
         if self._inflight is not None and seq.seq_id in self._inflight.row_of:
@@ -318,9 +323,7 @@ class LLMEngine:
             sources = [-1] * len(items)
         else:
             row_of = prev.row_of
-            sources = [
-                row_of[item.seq.seq_id] if item.seq.token_ids[item.start] == PENDING else -1 for item in items
-            ]
+            sources = [row_of[item.seq.seq_id] if item.reads_pending else -1 for item in items]
         pending = prev.tokens if prev is not None and any(s >= 0 for s in sources) else None
         out = self.runners[model].execute(items, pending, sources)  # logits: [num sampling, vocab]
         seqs = [item.seq for item in items if item.is_sampling]

@@ -9,12 +9,12 @@ from __future__ import annotations
 import msgspec
 import torch
 
-from engine.detokenizer import IncrementalDetokenizer
-from engine.outputs import StreamDelta, TokenLogprob
+from engine.core.outputs import StreamDelta, TokenLogprob
+from engine.core.sequence import Sequence, SequenceStatus
 from engine.sampling import SamplingRow, TokenLogprobs, make_generator
-from engine.sequence import Sequence, SequenceStatus
-from engine.stop_checker import StopChecker
-from engine.tokenizer import Tokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.stop_checker import StopChecker
+from engine.text.tokenizer import Tokenizer
 
 __all__ = ["SequenceOutput"]
 

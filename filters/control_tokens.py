@@ -2,7 +2,7 @@
 
 ``<|im_end|>\n<|im_start|>system\n...`` inside a user message once reached the model as real
 control tokens: a system turn written by the user. The engine now encodes every special-token
-string inside message content as plain text (``engine.special_token_escape``), so the attempt
+string inside message content as plain text (``engine.text.special_token_escape``), so the attempt
 no longer works; this detector makes it visible in the audit trail all the same (``flag`` in the
 packaged policy; a policy may ``block`` it).
 

@@ -23,9 +23,9 @@ import msgspec
 from audit.errors import AuditUnavailableError
 from audit.event import AuditEvent
 from audit.sink import AuditSink
-from engine.client import EngineClient
 from engine.errors import EngineError
-from engine.protocol import ModelCard
+from engine.serving.client import EngineClient
+from engine.serving.protocol import ModelCard
 
 log = logging.getLogger("strongroom.gateway")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from audit.event import AuditEvent
 from audit.sink import AuditSink
-from engine.model_source import DirectorySource, ModelSource
+from engine.loading.model_source import DirectorySource, ModelSource
 from keys import _crypto
 from keys.chunk_cipher import ChunkCipher
 from keys.config import KeysConfig

@@ -23,7 +23,7 @@ def default_threads() -> int:
 
 
 class SealedSource:
-    """Read-only plaintext view of a sealed model. Implements engine.model_source.ModelSource."""
+    """Read-only plaintext view of a sealed model. Implements engine.loading.model_source.ModelSource."""
 
     def __init__(
         self,

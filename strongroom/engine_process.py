@@ -1,4 +1,4 @@
-"""One engine instance as a process: load the configured models, serve ``engine.protocol``.
+"""One engine instance as a process: load the configured models, serve ``engine.serving.protocol``.
 
 ``serve`` starts it on a socket it bound itself (passed by file descriptor, so there is no
 port race); ``strongroom engine --port`` starts it standalone for a remote pool. A model that
@@ -13,7 +13,7 @@ import os
 import socket
 from typing import Any, NamedTuple
 
-from engine.model_source import ModelSource
+from engine.loading.model_source import ModelSource
 from strongroom.config import Settings
 
 log = logging.getLogger("strongroom.engine")
@@ -43,7 +43,7 @@ def ensure_demo_models(settings: Settings) -> None:
 
     The files are built in memory and sealed from there: no plaintext demo weights touch the disk.
     """
-    from engine.demo import DEMO_MODELS, build_demo_files
+    from engine.loading.demo import DEMO_MODELS, build_demo_files
 
     for spec in settings.engine.models:
         if spec.name not in DEMO_MODELS or spec.path != f"models/{spec.name}":
@@ -124,7 +124,7 @@ class LoadedEngine(NamedTuple):
 def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
     audit_events: list[Any] = []
     if stub:
-        from engine.stub_engine import StubEngine
+        from engine.serving.stub_engine import StubEngine
 
         return LoadedEngine(StubEngine(tuple(m.name for m in settings.engine.models)), {}, audit_events, {})
     ensure_demo_models(settings)
@@ -135,7 +135,7 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
 
     models = tuple(m for m in settings.engine.models if m.name in sources)
     if not models:
-        from engine.stub_engine import StubEngine
+        from engine.serving.stub_engine import StubEngine
 
         # Nothing loadable: serve no model rather than crash, so /readyz explains why.
         return LoadedEngine(StubEngine(()), failed, audit_events, {})
@@ -166,7 +166,7 @@ def _end_with_parent() -> None:
 def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub: bool = False) -> None:
     """Serve until stopped. With ``fd`` (started by ``serve``) on the supervisor's loopback socket in
     plain HTTP; otherwise on host:port, refusing an address off loopback without mutual TLS."""
-    from engine.server import EngineServer
+    from engine.serving.server import EngineServer
     from gateway.listener_config import TlsConfig
     from strongroom.listener import Listener, check_engine_exposure
 

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from engine.server import EngineServer
-from engine.stub_engine import StubEngine
+from engine.serving.server import EngineServer
+from engine.serving.stub_engine import StubEngine
 from strongroom.listener import Listener
 
 

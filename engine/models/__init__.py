@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from engine.errors import UnsupportedArchitectureError
-from engine.model_config import ModelConfig
+from engine.loading.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.models.qwen3 import Qwen3ForCausalLM
 

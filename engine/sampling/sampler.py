@@ -7,7 +7,7 @@ Public interface (stable; the model runner codes against it)::
     sampler = Sampler()
     rows = [
         SamplingRow(
-            params=seq.params,                       # engine.sampling_params.SamplingParams
+            params=seq.params,                       # engine.core.sampling_params.SamplingParams
             prompt_token_ids=seq.prompt_token_ids,   # Sequence[int]
             output_token_ids=seq.output_token_ids,   # Sequence[int], generated so far
             generator=seq.generator,                 # torch.Generator | None (None: unseeded)
@@ -53,11 +53,11 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.device_transfer import to_device
+from engine.core.sampling_params import SamplingParams
 from engine.sampling.logprobs import TokenLogprobs, gather_logprobs
 from engine.sampling.penalties import apply_penalties
 from engine.sampling.truncation import apply_min_p, apply_top_k_top_p
-from engine.sampling_params import SamplingParams
+from engine.worker.device_transfer import to_device
 
 __all__ = ["Sampler", "SamplerOutput", "SamplingRow", "TokenLogprobs"]
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.device_transfer import to_device
+from engine.worker.device_transfer import to_device
 
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: Sequence[int], top_p: Sequence[float]) -> torch.Tensor:

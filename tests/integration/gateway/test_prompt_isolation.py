@@ -10,9 +10,9 @@ import httpx
 import pytest
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.chat_template import ChatTemplate
-from engine.demo import build_demo_files
-from engine.tokenizer import Tokenizer
+from engine.loading.demo import build_demo_files
+from engine.text.chat_template import ChatTemplate
+from engine.text.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from engine.demo import build_demo_files
+from engine.loading.demo import build_demo_files
 from keys import KeyFileProvider, SealRegistry, seal_model
 
 pytestmark = pytest.mark.integration
@@ -59,7 +59,7 @@ def test_tampered_model_is_refused_and_the_other_serves(tmp_path: Path, serve: A
 
 
 def test_plaintext_model_is_refused_when_sealing_is_required(tmp_path: Path, serve: Any) -> None:
-    from engine.demo import write_demo_model
+    from engine.loading.demo import write_demo_model
 
     data = tmp_path / "data"
     KeyFileProvider.create(data / "keys" / "master.key")

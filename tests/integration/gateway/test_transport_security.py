@@ -30,10 +30,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from openai import OpenAI
 
-from engine.client import EngineClient
+from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineUnavailableError
-from engine.protocol import GenerateRequest
-from engine.sampling_params import SamplingParams
+from engine.serving.client import EngineClient
+from engine.serving.protocol import GenerateRequest
 from gateway.config import EngineTlsConfig
 from gateway.listener_config import ConnectionLimits, TlsConfig
 from gateway.tls_context import engine_client_context

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig, ModelSpec
+from engine.core.outputs import StreamDelta
+from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineUnavailableError, InvalidRequestError, PromptTooLongError, UnknownModelError
-from engine.model_source import DirectorySource
-from engine.outputs import StreamDelta
-from engine.sampling_params import SamplingParams
+from engine.loading.model_source import DirectorySource
+from engine.serving.async_engine import AsyncEngine
 
 pytestmark = pytest.mark.anyio
 

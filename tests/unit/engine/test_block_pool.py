@@ -1,6 +1,6 @@
 import pytest
 
-from engine.block_pool import BlockPool
+from engine.core.block_pool import BlockPool
 from engine.errors import EngineError
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from engine.config import EngineConfig, ModelSpec
+from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineConfigError
 from engine.llm_engine import LLMEngine
-from engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
 PROMPT = [0, *range(10, 30)]

@@ -7,7 +7,7 @@ import json
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from engine.detokenizer import IncrementalDetokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
 
 CORPUS = [
     "The engine keeps the memory of every conversation in pages.",

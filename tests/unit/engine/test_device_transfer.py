@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.device_transfer import scatter_rows, to_device
+from engine.worker.device_transfer import scatter_rows, to_device
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,12 @@ from contextlib import contextmanager
 import pytest
 import uvicorn
 
-from engine.client import EngineClient
+from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineUnavailableError, PromptTooLongError, UnknownModelError
-from engine.protocol import GenerateRequest
-from engine.sampling_params import SamplingParams
-from engine.server import EngineServer
-from engine.stub_engine import StubEngine
+from engine.serving.client import EngineClient
+from engine.serving.protocol import GenerateRequest
+from engine.serving.server import EngineServer
+from engine.serving.stub_engine import StubEngine
 
 pytestmark = pytest.mark.anyio
 TOKEN = "t0ken-for-tests"
@@ -68,7 +68,7 @@ async def test_generate_streams_every_delta_and_info_lists_models() -> None:
 
 
 async def test_chat_messages_are_rendered_by_the_engine() -> None:
-    from engine.protocol import ChatMessage
+    from engine.serving.protocol import ChatMessage
 
     with engine_server(StubEngine()) as url:
         client = EngineClient(url, TOKEN)
@@ -80,7 +80,7 @@ async def test_chat_messages_are_rendered_by_the_engine() -> None:
 
 
 async def test_token_count_is_what_generate_charges() -> None:
-    from engine.protocol import ChatMessage
+    from engine.serving.protocol import ChatMessage
 
     with engine_server(StubEngine()) as url:
         client = EngineClient(url, TOKEN)

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from engine.config import EngineConfig, ModelSpec
+from engine.core.sampling_params import SamplingParams
+from engine.core.scheduler import ScheduledSeq
 from engine.llm_engine import LLMEngine
-from engine.model_runner import RunnerOutput
-from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledSeq
+from engine.worker.model_runner import RunnerOutput
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 

@@ -8,8 +8,8 @@ import msgspec
 import torch
 
 from engine.config import EngineConfig, ModelSpec
+from engine.core.sampling_params import SamplingParams
 from engine.llm_engine import LLMEngine
-from engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 

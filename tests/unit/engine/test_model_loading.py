@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.config import EngineConfig, ModelSpec
+from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineConfigError, InvalidRequestError, ModelLoadError, UnsupportedArchitectureError
 from engine.llm import LLM
 from engine.llm_engine import LLMEngine
-from engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
@@ -113,7 +113,7 @@ def test_stop_token_and_eos_end_generation(model_dirs: dict[str, Path]) -> None:
 
 
 def test_demo_model_loads(tmp_path: Path) -> None:
-    from engine.demo import DEMO_MODELS, write_demo_model
+    from engine.loading.demo import DEMO_MODELS, write_demo_model
 
     name = next(iter(DEMO_MODELS))
     path = write_demo_model(name, tmp_path / name)
@@ -130,6 +130,8 @@ def test_config_validation() -> None:
         ModelSpec(name="a", path="x", dtype="int8")
     with pytest.raises(EngineConfigError):
         EngineConfig(kv_cache_fraction=0)
+    with pytest.raises(EngineConfigError, match="long_prefill_token_threshold"):
+        EngineConfig(long_prefill_token_threshold=0)
     with pytest.raises(InvalidRequestError):
         LLM()
 

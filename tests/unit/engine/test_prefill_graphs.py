@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.core.sampling_params import SamplingParams
 from engine.llm import LLM
-from engine.sampling_params import SamplingParams
 
 pytestmark = [
     pytest.mark.gpu,

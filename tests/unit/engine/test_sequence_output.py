@@ -8,10 +8,10 @@ import msgspec
 import pytest
 import torch
 
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence, SequenceStatus
+from engine.core.sampling_params import SamplingParams
+from engine.core.sequence import Sequence, SequenceStatus
 from engine.sequence_output import SequenceOutput
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 
 from .conftest import build_tokenizer
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.chat_template import ChatTemplate
-from engine.demo import build_demo_files
-from engine.special_token_escape import Literal, SpecialTokenEscape
-from engine.tokenizer import Tokenizer
+from engine.loading.demo import build_demo_files
+from engine.text.chat_template import ChatTemplate
+from engine.text.special_token_escape import Literal, SpecialTokenEscape
+from engine.text.tokenizer import Tokenizer
 
 LLAMA3 = (
     "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.sampling_params import SamplingParams
-from engine.stop_checker import StopChecker, StopUpdate
+from engine.core.sampling_params import SamplingParams
+from engine.text.stop_checker import StopChecker, StopUpdate
 
 EOS = 2
 

@@ -1,4 +1,4 @@
-"""engine.tokenizer: long texts encode the same ids without holding the GIL."""
+"""engine.text.tokenizer: long texts encode the same ids without holding the GIL."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import threading
 import time
 from pathlib import Path
 
-from engine.checkpoint import Checkpoint
-from engine.demo import build_demo_files
-from engine.model_source import DirectorySource
-from engine.tokenizer import GIL_FREE_CHARS, Tokenizer
+from engine.loading.checkpoint import Checkpoint
+from engine.loading.demo import build_demo_files
+from engine.loading.model_source import DirectorySource
+from engine.text.tokenizer import GIL_FREE_CHARS, Tokenizer
 
 
 def _demo_tokenizer(tmp_path: Path) -> Tokenizer:

@@ -1,4 +1,4 @@
-"""engine.client, the gateway's HTTP/1.1 to its engines, against a scripted server on loopback.
+"""engine.serving.client, the gateway's HTTP/1.1 to its engines, against a scripted server on loopback.
 
 The happy path against the real engine server lives in tests/unit/engine/test_engine_protocol.py;
 these tests pin what a real server does less often: answers split at any byte, trailers, a
@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import msgspec
 import pytest
 
-from engine.client import EngineClient
+from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineUnavailableError
-from engine.protocol import DeltaEvent, GenerateRequest
-from engine.sampling_params import SamplingParams
+from engine.serving.client import EngineClient
+from engine.serving.protocol import DeltaEvent, GenerateRequest
 
 pytestmark = pytest.mark.anyio
 

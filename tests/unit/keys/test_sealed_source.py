@@ -11,7 +11,7 @@ import pytest
 from keys_testing import CHUNK, ListSink
 
 from audit.event import Decision, EventType
-from engine.model_source import DirectorySource, ModelSource
+from engine.loading.model_source import DirectorySource, ModelSource
 from keys import (
     AuditRequiredError,
     ExportNotConfirmedError,

@@ -85,9 +85,9 @@ def test_real_vocab_on_gpu() -> None:
 
 
 def test_the_sampler_route_follows_its_generator_and_skips_what_it_cannot_serve(device: str) -> None:
+    from engine.core.sampling_params import SamplingParams
     from engine.sampling import Sampler, SamplingRow
     from engine.sampling.sampler import _single_pass
-    from engine.sampling_params import SamplingParams
 
     plain = SamplingRow(params=SamplingParams(temperature=0.8), prompt_token_ids=(), output_token_ids=())
     greedy = SamplingRow(params=SamplingParams(temperature=0), prompt_token_ids=(), output_token_ids=())

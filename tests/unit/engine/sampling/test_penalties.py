@@ -4,9 +4,9 @@ import pytest
 import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
+from engine.core.sampling_params import SamplingParams
 from engine.sampling.penalties import apply_penalties
 from engine.sampling.sampler import SamplingRow
-from engine.sampling_params import SamplingParams
 
 
 def _row(prompt: list[int], output: list[int], **kwargs: float) -> SamplingRow:

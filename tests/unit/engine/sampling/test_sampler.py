@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 import torch
 
+from engine.core.sampling_params import SamplingParams
 from engine.sampling import Sampler, SamplingRow, make_generator
-from engine.sampling_params import SamplingParams
 
 VOCAB = 64
 

@@ -1,0 +1,73 @@
+"""Build a model from its config and copy a checkpoint's tensors into it, shard by shard.
+
+Every parameter is loaded by the layer that owns it (``weight_loader``), which is where a
+tensor-parallel rank takes its slice; packed layers (qkv, gate_up) are told which part a
+checkpoint tensor is.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.errors import ModelLoadError
+from engine.loading.checkpoint import Checkpoint
+from engine.loading.model_config import ModelConfig
+from engine.models import model_class
+
+__all__ = ["load_model"]
+
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def load_model(ckpt: Checkpoint, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = model_class(config)(config)
+    finally:
+        torch.set_default_dtype(previous)
+    _load_weights(model, ckpt, config)
+    return model.eval()
+
+
+def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig) -> None:
+    params = dict(model.named_parameters())
+    packed: dict[str, tuple[str, int | str]] = getattr(model, "packed_modules", {})
+    loaded: set[str] = set()
+    for name, tensor in ckpt.weights():
+        if name.endswith(_IGNORED_SUFFIXES) or (config.tie_word_embeddings and name == "lm_head.weight"):
+            continue
+        target, shard = name, None
+        for part, (packed_name, shard_id) in packed.items():
+            if f".{part}." in name:
+                target, shard = name.replace(f".{part}.", f".{packed_name}."), shard_id
+                break
+        param = params.get(target)
+        if param is None:
+            raise ModelLoadError(f"{ckpt.name}: unexpected weight {name} for {config.architecture}")
+        module = model.get_submodule(target.rsplit(".", 1)[0])
+        loader = getattr(module, "weight_loader", None)
+        with torch.no_grad():
+            try:
+                if loader is None:
+                    _copy(param, tensor)
+                elif shard is None:
+                    loader(param, tensor)
+                else:
+                    loader(param, tensor, shard)
+            except RuntimeError as exc:
+                raise ModelLoadError(f"{ckpt.name}: weight {name} does not fit: {exc}") from exc
+        loaded.add(target)
+    missing = sorted(set(params) - loaded)
+    if missing:
+        raise ModelLoadError(
+            f"{ckpt.name}: checkpoint has no weight for {missing[0]} ({len(missing)} missing)"
+        )
+
+
+def _copy(param: nn.Parameter, tensor: torch.Tensor) -> None:
+    if param.shape != tensor.shape:
+        raise RuntimeError(f"shape {tuple(tensor.shape)} does not match {tuple(param.shape)}")
+    param.data.copy_(tensor)

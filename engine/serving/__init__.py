@@ -1,0 +1,1 @@
+"""The engine as a service: the asyncio step loop, the wire protocol, its HTTP server and the gateway's client."""

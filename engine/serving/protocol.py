@@ -1,0 +1,118 @@
+"""The wire protocol between the gateway and an engine instance (HTTP + msgspec JSON).
+
+The same protocol serves the engine the gateway supervises on loopback and a remote engine
+in a pool, so either drops in behind ``EngineClient``.
+
+    gateway                                   engine instance
+    POST /engine/v1/generate  GenerateRequest ──▶
+                              ◀── 200, NDJSON: one StreamEvent per line
+                                  DeltaEvent ... DeltaEvent(finish_reason set) | ErrorEvent
+                              ◀── 4xx/5xx, ErrorEvent  (rejected before the first token)
+    POST /engine/v1/tokens    GenerateRequest ──▶ ◀── TokenCount (its prompt tokens; nothing runs)
+    GET  /engine/v1/info      ◀── EngineInfo (instance id, models, pool stats)
+    GET  /engine/v1/health    ◀── 200 once every model is loaded, 503 before
+
+Closing the response stream aborts the request in the engine and frees its KV blocks.
+Every call carries ``Authorization: Bearer <engine token>``; the engine compares it in
+constant time so no other local process can reach a model without passing the gateway.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from audit.event import AuditEvent
+from engine.core.sampling_params import SamplingParams
+
+__all__ = [
+    "ChatMessage",
+    "DeltaEvent",
+    "EngineInfo",
+    "ErrorEvent",
+    "GenerateRequest",
+    "LogprobEntry",
+    "ModelCard",
+    "StreamEvent",
+    "TokenCount",
+]
+
+
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: str
+    content: str
+
+    def __repr__(self) -> str:
+        return f"ChatMessage(role={self.role!r}, content=<{len(self.content)} chars>)"
+
+
+class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Exactly one of ``prompt``, ``prompt_token_ids`` or ``messages`` is set."""
+
+    request_id: str
+    model: str
+    params: SamplingParams
+    prompt: str | None = None
+    prompt_token_ids: list[int] | None = None
+    messages: list[ChatMessage] | None = None
+    tenant: str | None = None
+    """The caller's tenant; with ``subject``, salts the prefix cache (``engine.core.cache_scope``) so
+    nobody can probe another's prompts by timing."""
+    subject: str | None = None
+    """The caller (the token's subject)."""
+    priority: int = 0
+
+    def __repr__(self) -> str:
+        size = len(self.prompt or "") if self.prompt_token_ids is None else len(self.prompt_token_ids)
+        return f"GenerateRequest(id={self.request_id!r}, model={self.model!r}, prompt_len={size})"
+
+
+class LogprobEntry(msgspec.Struct, frozen=True, kw_only=True):
+    token_id: int
+    token: str
+    logprob: float
+    top: list[tuple[str, float]] = []
+
+
+class DeltaEvent(msgspec.Struct, frozen=True, kw_only=True, tag="delta"):
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    logprobs: list[LogprobEntry] | None = None
+
+
+class ErrorEvent(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
+    code: str
+    message: str
+    param: str | None = None
+
+
+StreamEvent = DeltaEvent | ErrorEvent
+
+
+class TokenCount(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /engine/v1/tokens``: the prompt tokens a GenerateRequest would have, counted by the
+    model's own chat template and tokenizer (the gateway reserves quota with it)."""
+
+    num_tokens: int
+
+
+class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    max_model_len: int
+    has_chat_template: bool
+    dtype: str = ""
+    manifest_sha256: str = ""
+    """Hash of the sealed model's signed manifest; empty for plaintext models."""
+
+
+class EngineInfo(msgspec.Struct, frozen=True, kw_only=True):
+    instance_id: str
+    models: list[ModelCard]
+    failed_models: dict[str, str] = {}
+    """Models that could not be loaded, with the reason (they are out of service)."""
+    stats: dict[str, float] = {}
+    audit_events: list[AuditEvent] = []
+    """Key operations (model unseals) of this instance since it started, for the gateway to record."""

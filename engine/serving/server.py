@@ -1,0 +1,252 @@
+"""The engine instance's HTTP server: ``engine.serving.protocol`` over litestar.
+
+One process hosts one ``EngineBackend`` (several models, one KV pool). The gateway, local or
+remote, is its only client; every call must carry the engine token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import msgspec
+from litestar import Litestar, Request, Response, get, post
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException
+from litestar.handlers.base import BaseRouteHandler
+from litestar.response import Stream
+from litestar.status_codes import HTTP_200_OK
+
+from audit.event import AuditEvent
+from engine.errors import EngineError, InvalidRequestError, ModelLoadError, UnknownModelError
+from engine.serving.backend import EngineBackend
+from engine.serving.protocol import (
+    DeltaEvent,
+    EngineInfo,
+    ErrorEvent,
+    GenerateRequest,
+    LogprobEntry,
+    ModelCard,
+    TokenCount,
+)
+
+log = logging.getLogger("strongroom.engine")
+
+_STATUS = {UnknownModelError: 404, InvalidRequestError: 400}
+_encoder = msgspec.json.Encoder()
+_INLINE_COUNT_CHARS = 8_192
+"""Prompts up to this long are counted on the loop (tens of microseconds); longer ones in a thread."""
+
+
+def _status_of(exc: EngineError) -> int:
+    for cls, status in _STATUS.items():
+        if isinstance(exc, cls):
+            return status
+    return 503
+
+
+def _event_of(delta: Any) -> DeltaEvent:
+    logprobs = getattr(delta, "logprobs", None)
+    return DeltaEvent(
+        index=delta.index,
+        text=delta.text,
+        token_ids=list(delta.token_ids),
+        finish_reason=delta.finish_reason,
+        num_prompt_tokens=delta.num_prompt_tokens,
+        num_output_tokens=delta.num_output_tokens,
+        logprobs=None
+        if logprobs is None
+        else [msgspec.convert(lp, LogprobEntry, from_attributes=True) for lp in logprobs],
+    )
+
+
+async def _decoded(request: Request[Any, Any, Any]) -> GenerateRequest | Response[Any]:
+    try:
+        return msgspec.json.decode(await request.body(), type=GenerateRequest)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        return Response(
+            _encoder.encode(ErrorEvent(code="invalid_request", message=str(exc))), status_code=400
+        )
+
+
+def _error_response(exc: EngineError) -> Response[Any]:
+    body = ErrorEvent(code=exc.code, message=exc.message, param=exc.param)
+    return Response(_encoder.encode(body), status_code=_status_of(exc), media_type="application/json")
+
+
+class EngineServer:
+    """Builds the litestar app around one backend."""
+
+    def __init__(
+        self,
+        backend: EngineBackend,
+        token: str,
+        *,
+        failed_models: dict[str, str] | None = None,
+        audit_events: list[AuditEvent] | None = None,
+        manifests: dict[str, str] | None = None,
+    ):
+        """``manifests``: model name -> SHA-256 of its sealed manifest, carried into every record."""
+        if not token:
+            raise ValueError("the engine token must not be empty")
+        self.backend = backend
+        self.instance_id = f"engine-{uuid.uuid4().hex[:12]}"
+        self._token = token.encode()
+        self._failed = dict(failed_models or {})
+        self._audit_events = audit_events if audit_events is not None else []
+        self._manifests = dict(manifests or {})
+        self._ready = False
+
+    def _guard(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        given = connection.headers.get("authorization", "").removeprefix("Bearer ").encode()
+        if not hmac.compare_digest(given, self._token):
+            raise NotAuthorizedException("invalid engine token")
+
+    def info(self) -> EngineInfo:
+        try:
+            infos = self.backend.model_infos()
+        except EngineError:
+            infos = []  # the backend never started: its failures are in failed_models
+        cards = [
+            ModelCard(
+                name=m.name,
+                max_model_len=m.max_model_len,
+                has_chat_template=m.has_chat_template,
+                dtype=str(m.dtype),
+                manifest_sha256=self._manifests.get(m.name, ""),
+            )
+            for m in infos
+        ]
+        try:
+            raw_stats = self.backend.stats()
+        except EngineError:
+            raw_stats = {}
+        stats = {k: float(v) for k, v in raw_stats.items() if isinstance(v, int | float)}
+        return EngineInfo(
+            instance_id=self.instance_id,
+            models=cards,
+            failed_models=self._failed,
+            stats=stats,
+            audit_events=list(self._audit_events),
+        )
+
+    async def _stream(
+        self, req: GenerateRequest, first: Any, rest: AsyncIterator[Any]
+    ) -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            event = _event_of(first)
+            finished = event.finish_reason is not None and event.index == 0 and req.params.n == 1
+            yield _encoder.encode(event) + b"\n"
+            async for delta in rest:
+                event = _event_of(delta)
+                yield _encoder.encode(event) + b"\n"
+            finished = True
+        except EngineError as exc:
+            finished = True
+            yield _encoder.encode(ErrorEvent(code=exc.code, message=exc.message, param=exc.param)) + b"\n"
+        finally:
+            if not finished:
+                # The gateway went away mid-stream: free the sequence's blocks now. This runs
+                # inside a cancelled scope, so shield it or the abort itself is cancelled.
+                with anyio.CancelScope(shield=True):
+                    await self.backend.abort(req.request_id)
+
+    def _prompt(self, req: GenerateRequest) -> str | list[int]:
+        if req.messages is not None:
+            return self.backend.chat_prompt(req.model, [msgspec.to_builtins(m) for m in req.messages])
+        if req.prompt_token_ids is not None:
+            return req.prompt_token_ids
+        if req.prompt is not None:
+            return req.prompt
+        raise InvalidRequestError("one of prompt, prompt_token_ids or messages is required", param="prompt")
+
+    async def count_tokens(self, req: GenerateRequest) -> int:
+        """The prompt tokens ``generate`` would charge for ``req``."""
+        if req.messages is not None and sum(len(m.content) for m in req.messages) > _INLINE_COUNT_CHARS:
+            prompt = await anyio.to_thread.run_sync(self._prompt, req)  # a long chat is encoded here
+        else:
+            prompt = self._prompt(req)
+        if isinstance(prompt, list):
+            return len(prompt)
+        if len(prompt) > _INLINE_COUNT_CHARS:  # a long prompt is tokenized off the loop
+            return await anyio.to_thread.run_sync(self.backend.count_tokens, req.model, prompt)
+        return self.backend.count_tokens(req.model, prompt)
+
+    def app(self) -> Litestar:
+        server = self
+
+        @post("/engine/v1/tokens", status_code=HTTP_200_OK)
+        async def tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+            req = await _decoded(request)
+            if isinstance(req, Response):
+                return req
+            try:
+                count = TokenCount(num_tokens=await server.count_tokens(req))
+            except EngineError as exc:
+                return _error_response(exc)
+            return Response(_encoder.encode(count), media_type="application/json")
+
+        @post("/engine/v1/generate", status_code=HTTP_200_OK)
+        async def generate(request: Request[Any, Any, Any]) -> Response[Any]:
+            req = await _decoded(request)
+            if isinstance(req, Response):
+                return req
+            try:
+                prompt = server._prompt(req)
+                stream = server.backend.generate(
+                    req.request_id,
+                    req.model,
+                    prompt,
+                    req.params,
+                    tenant=req.tenant,
+                    subject=req.subject,
+                    priority=req.priority,
+                ).__aiter__()
+                # Pull the first delta here so validation errors become a plain HTTP error.
+                first = await stream.__anext__()
+            except EngineError as exc:
+                return _error_response(exc)
+            except StopAsyncIteration:
+                body = ErrorEvent(code="engine_error", message="the engine produced no output")
+                return Response(_encoder.encode(body), status_code=500, media_type="application/json")
+            return Stream(server._stream(req, first, stream), media_type="application/x-ndjson")
+
+        @get("/engine/v1/info")
+        async def info() -> Response[bytes]:
+            return Response(_encoder.encode(server.info()), media_type="application/json")
+
+        @get("/engine/v1/health")
+        async def health() -> Response[bytes]:
+            status = 200 if server._ready else 503
+            return Response(b'{"ready": %s}' % (b"true" if server._ready else b"false"), status_code=status)
+
+        async def on_startup() -> None:
+            try:
+                await server.backend.start()
+            except ModelLoadError as exc:
+                # Nothing loadable: stay up with no models so the gateway can say why (503).
+                log.error("engine has no model in service: %s", exc)
+                server._failed.setdefault("*", str(exc))
+                server._ready = True
+                return
+            server._failed.update(getattr(server.backend, "failed_models", {}))
+            server._ready = True
+            log.info("engine %s ready with %d models", server.instance_id, len(server.backend.model_infos()))
+
+        async def on_shutdown() -> None:
+            server._ready = False
+            await server.backend.shutdown()
+
+        return Litestar(
+            route_handlers=[generate, tokens, info, health],
+            guards=[self._guard],
+            on_startup=[on_startup],
+            on_shutdown=[on_shutdown],
+            debug=False,
+            logging_config=None,
+        )
