@@ -19,7 +19,6 @@ every detector off. CPU is ``time.process_time`` of the best of ``--repeat`` run
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import tempfile
@@ -33,15 +32,9 @@ import click
 from bench.filters_results import RESULTS, pin_one_core, provenance
 from bench.filters_speed import prompt_2kb
 from bench.windowed_stream_filter import WindowedStreamFilter
-from engine.client import EngineClient
-from engine.protocol import DeltaEvent, GenerateRequest, ModelCard
-from engine.sampling_params import SamplingParams
+from engine.serving.protocol import DeltaEvent
 from filters import Direction, FilterConfig, FilterContext, FilterPipeline
-from gateway.auth.principal import Principal
-from gateway.inference import Prepared
-from gateway.openai_types import ChatCompletionRequest, ChatMessageIn
-from gateway.quota import Quotas
-from gateway.request_context import RequestContext
+from gateway.response_shape import ResponseShape
 from gateway.stream_writer import StreamWriter
 
 CTX = FilterContext(roles=("user",), model="demo-chat")
@@ -111,29 +104,8 @@ def filter_costs(pipeline: FilterPipeline, text: str, repeat: int) -> dict[str, 
     return {"chars": len(text), **rows}
 
 
-async def _prepared() -> Prepared:
-    principal = Principal(subject="bench", roles=("user",), issuer="bench")
-    ctx = RequestContext(request_id="req_bench", endpoint="/v1/chat/completions", principal=principal)
-    body = ChatCompletionRequest(
-        model="demo-chat", messages=[ChatMessageIn(role="user", content="x")], stream=True
-    )
-    lease = await Quotas().reserve(principal, "demo-chat", 10)
-    return Prepared(
-        kind="chat",
-        ctx=ctx,
-        body=body,
-        generate=GenerateRequest(
-            request_id="req_bench", model="demo-chat", params=SamplingParams(max_tokens=4096)
-        ),
-        card=ModelCard(name="demo-chat", max_model_len=8192, has_chat_template=True),
-        client=EngineClient("http://127.0.0.1:9", "bench"),
-        lease=lease,
-        findings=[],
-    )
-
-
 def writer_costs(pipelines: dict[str, Any], text: str, repeat: int) -> dict[str, Any]:
-    prep = asyncio.run(_prepared())
+    shape = ResponseShape(is_chat=True, model="demo-chat")
     tokens = [text[i : i + TOKEN_CHARS] for i in range(0, len(text), TOKEN_CHARS)]
     events = [
         DeltaEvent(index=0, text=t, token_ids=[i], num_prompt_tokens=8, num_output_tokens=i + 1)
@@ -141,7 +113,7 @@ def writer_costs(pipelines: dict[str, Any], text: str, repeat: int) -> dict[str,
     ]
 
     def run(filters: Any) -> None:
-        writer = StreamWriter(prep, cast("FilterPipeline", filters))
+        writer = StreamWriter(shape, cast("FilterPipeline", filters), CTX)
         writer.start()
         for event in events:
             writer.add(event)
