@@ -3,7 +3,7 @@ to be filtered incrementally in a stream."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from filters.holdback import Holdback
@@ -36,15 +36,16 @@ class Detector(Protocol):
     def scan(self, text: str) -> list[Span]: ...
 
 
-@runtime_checkable
 class IncrementalDetector(Detector, Protocol):
     """A detector the stream filter can run on new text only (``filters.detector_cursor``).
 
     ``scan_from(text, start)`` returns exactly the spans of ``scan(text)`` that start at or
     after ``start``, reading at most ``lookbehind`` characters before ``start`` and the text
     after it. ``holdback()`` gives a fresh per-stream ``Holdback`` that says, delta by delta,
-    from where its matches could still change. A detector without these is held back by its
-    ``max_match_len`` and rescanned with that much context.
+    from where its matches could still change. A detector may also offer
+    ``scan_start(text, start)``, the first character ``scan_from`` reads, where it knows that
+    better than its worst case (a digit run's first digit). A detector without these is held
+    back by its ``max_match_len`` and rescanned with that much context.
     """
 
     @property
