@@ -29,14 +29,21 @@ class KeywordHoldback:
         automaton = self._automaton
         goto, fail, shortest_out = automaton.goto, automaton.fail, automaton.shortest_out
         state, positions = self._state, self._positions
-        for i in range(begin - base, len(text)):
+        i, end = begin - base, len(text)
+        while i < end:
+            if state == 0:  # at the root only a term's first character moves: jump to the next
+                found = automaton.first.search(text, i)
+                if found is None:
+                    break
+                i = found.start()
             ch = text[i]
+            i += 1
             if not ch.isalnum():  # a separator: ``[\W_]`` is exactly "not alphanumeric"
                 continue
             while state and ch not in goto[state]:
                 state = fail[state]
             state = goto[state].get(ch, 0)
-            positions.append(base + i)
+            positions.append(base + i - 1)
             shortest = shortest_out[state]
             if shortest:
                 self._last_hit_start = max(self._last_hit_start, positions[-shortest])

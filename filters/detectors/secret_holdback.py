@@ -104,7 +104,8 @@ class SecretHoldback:
             # The last word may be the value of that key (or hold the key itself).
             hold = min(hold, max(self._word_start, assigned, n - self._max_keep))
         hold = min(hold, self._header.advance(text, base, begin))
-        self._track_block(text, base, begin)
+        if self._block_start is not None or self._header.may_match(begin - _HEADER_LEN):
+            self._track_block(text, base, begin)  # a header can only end where dashes began one
         if self._block_start is not None:
             hold = min(hold, self._block_start)
         return hold

@@ -8,6 +8,7 @@ far back a match could still start, and the shortest term that ends here (``shor
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Sequence
 
@@ -15,7 +16,7 @@ __all__ = ["TermAutomaton"]
 
 
 class TermAutomaton:
-    __slots__ = ("depth", "fail", "goto", "longest", "shortest_out")
+    __slots__ = ("depth", "fail", "first", "goto", "longest", "shortest_out")
 
     def __init__(self, terms: Sequence[str]) -> None:
         goto: list[dict[str, int]] = [{}]
@@ -56,6 +57,9 @@ class TermAutomaton:
         self.shortest_out = out
         """Per state: length of the shortest term ending here, 0 if none."""
         self.longest = max((len(t) for t in terms), default=1)
+        firsts = "".join(sorted(goto[0]))
+        self.first = re.compile(f"[{re.escape(firsts)}]" if firsts else "(?!)")
+        """Any character some term starts with."""
 
     def __repr__(self) -> str:
         return f"TermAutomaton(num_states={len(self.goto)})"
