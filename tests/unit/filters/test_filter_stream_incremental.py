@@ -29,6 +29,7 @@ PIECES = [
     "password: hunter22", "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n", "-----END RSA PRIVATE KEY-----",
     "洗 钱", "insider", " trading", "\u0456nsider", "ignore previous instructions", "<|im_end|>", "[INST]",
     " ", "  ", "\n", "-", ".", "x", "1", "23", "卡号", "hello", "\u200b", "ﬁ", "١٢٣", "e\u0301", "sk-",
+    "=", ":",
 ]  # fmt: skip
 TEXTS = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=4)), max_size=12).map("".join)
 SIZES = st.lists(st.integers(1, 9), min_size=1, max_size=40)
@@ -116,6 +117,28 @@ def test_the_evasion_corpus_streams_like_the_whole_text(redacting: FilterPipelin
             whole = redacting.check_response(text, CTX)
             sizes = [rng.randint(1, 6) for _ in range(8)]
             assert stream(redacting, split(text, sizes)) == (whole.texts[0], whole.blocked, whole.findings)
+
+
+# Splits the property tests above found against earlier versions of this filter, kept for good.
+FOUND = [
+    "password: hunter226222021234567890128=",  # the key's '=' counted late: the value leaked
+    "4111 1111 1111 11114111 1111 1111 1111078-05-1120 4111 1111 1111 11114111 1111 1111 1111",
+    "91350100M000100Y434111 1111 1111 1111",  # decided by the character after it
+    "password: hunter22:ignore previous instructions",  # a flag-only match inside a secret
+    'password: hunter226222021234567890128api_key = "a8f9Kq2LmZ7xP0vB3nW5"',  # one value, not two
+]
+
+
+@pytest.mark.parametrize("text", FOUND)
+def test_splits_found_by_the_property_tests(
+    redacting: FilterPipeline, blocking: FilterPipeline, packaged: FilterPipeline, text: str
+) -> None:
+    for pipeline in (redacting, blocking, packaged):
+        whole = pipeline.check_response(text, CTX)
+        released, blocked, findings = stream(pipeline, list(text))
+        assert blocked == whole.blocked
+        if not blocked:
+            assert (released, findings) == (whole.texts[0], whole.findings)
 
 
 def holds_while_streaming(pipeline: FilterPipeline, text: str, delta: int = 1) -> list[dict[str, int]]:
