@@ -32,7 +32,7 @@ from engine.errors import (
 )
 from engine.loading.hosted_model import HostedModel
 from engine.loading.model_source import DirectorySource, ModelSource
-from engine.sampling import Sampler
+from engine.sampling import GrammarCompiler, GrammarMatcher, Sampler
 from engine.sequence_output import SequenceOutput
 from engine.worker.inflight_step import PENDING, InflightStep, SampledRow
 from engine.worker.kv_cache import KVCache
@@ -101,6 +101,8 @@ class LLMEngine:
         }
         self._cache_scopes = {spec.name: spec.prefix_cache_scope for spec in config.models}
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
+        self._grammars: dict[str, GrammarCompiler] = {}
+        """Per model, made at its first structured request."""
         self._requests: dict[str, list[Sequence]] = {}
         self._outputs: dict[int, SequenceOutput] = {}
         self._arrivals = 0
@@ -183,6 +185,7 @@ class LLMEngine:
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
         hosted = self.model(model)
+        grammars = self._grammar_matchers(model, params)  # an invalid schema raises before queueing
         salt = cache_salt(self._cache_scopes[model], tenant, subject)
         self._arrivals += 1
         seqs = [
@@ -205,10 +208,24 @@ class LLMEngine:
                 eos_token_ids=hosted.eos_token_ids,
                 max_model_len=hosted.max_model_len,
                 device=self.device,
+                grammar=grammars[seq.index] if grammars else None,
             )
             self.scheduler.add(seq)
         self._requests[request_id] = seqs
         return seqs
+
+    def _grammar_matchers(self, model: str, params: SamplingParams) -> list[GrammarMatcher]:
+        """One matcher per sequence of a structured request; none otherwise."""
+        if params.structured is None:
+            return []
+        compiler = self._grammars.get(model)
+        if compiler is None:
+            hosted = self.models[model]
+            compiler = GrammarCompiler(
+                hosted.tokenizer.hf.to_str(), hosted.config.vocab_size, hosted.eos_token_ids
+            )
+            self._grammars[model] = compiler
+        return [compiler.matcher(params.structured) for _ in range(params.n)]
 
     def abort(self, request_id: str) -> list[tuple[str, StreamDelta]]:
         """End a request now, freeing its blocks; the closing "abort" delta of each live sequence."""
