@@ -20,7 +20,12 @@ __all__ = ["tpot"]
 
 def _schema(max_tokens: int) -> StructuredOutput:
     return StructuredOutput.json_schema(
-        {"type": "object", "properties": {"flags": {"type": "array", "items": {"type": "boolean"}, "minItems": max_tokens}}, "required": ["flags"], "additionalProperties": False}
+        {
+            "type": "object",
+            "properties": {"flags": {"type": "array", "items": {"type": "boolean"}, "minItems": max_tokens}},
+            "required": ["flags"],
+            "additionalProperties": False,
+        }
     )
 
 
@@ -31,7 +36,9 @@ def _timed(llm: LLM, batch: int, params: SamplingParams) -> tuple[float, int]:
     return elapsed, sum(len(o.outputs[0].token_ids) for o in outs)
 
 
-def tpot(device: str, model: str | None, batches: list[int], max_tokens: int, rounds: int = 3) -> list[dict[str, Any]]:
+def tpot(
+    device: str, model: str | None, batches: list[int], max_tokens: int, rounds: int = 3
+) -> list[dict[str, Any]]:
     """Per batch: ms per decode step, free and constrained (best of ``rounds``), and the overhead."""
     with TemporaryDirectory() as tmp:
         if model is None:
@@ -40,7 +47,9 @@ def tpot(device: str, model: str | None, batches: list[int], max_tokens: int, ro
             model = str(write_demo_model("demo-chat", Path(tmp) / "demo-chat"))
         llm = LLM(model, device=device, dtype="float32" if device == "cpu" else "bfloat16")
         free = SamplingParams(temperature=0.8, seed=1, max_tokens=max_tokens, ignore_eos=True)
-        constrained = SamplingParams(temperature=0.8, seed=1, max_tokens=max_tokens, structured=_schema(max_tokens))
+        constrained = SamplingParams(
+            temperature=0.8, seed=1, max_tokens=max_tokens, structured=_schema(max_tokens)
+        )
         records = []
         for batch in batches:
             _timed(llm, batch, free), _timed(llm, batch, constrained)  # warm-up
