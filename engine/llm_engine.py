@@ -348,11 +348,26 @@ class LLMEngine:
         seqs = [item.seq for item in items if item.is_sampling]
         if not seqs:
             return [], None
+        if prev is not None:
+            self._catch_up_grammars(seqs, prev)
         # Only penalties read the tokens so far; other rows skip copying them (and never see a
         # placeholder: a row with penalties always has its tokens on the host).
         rows = [self._outputs[s.seq_id].sampling_row() for s in seqs]
         result = self.sampler(out.logits, rows, out.argmax)
         return [SampledRow(s, lp) for s, lp in zip(seqs, result.logprobs, strict=True)], result.token_ids
+
+    def _catch_up_grammars(self, seqs: list[Sequence], prev: InflightStep) -> None:
+        """Constrained rows launched past their last token: their masks need it. Wait for the
+        previous step's tokens now, while the forward pass just queued keeps the device busy."""
+        outputs = self._outputs
+        behind = [s for s in seqs if s.token_ids[-1] == PENDING and outputs[s.seq_id].grammar is not None]
+        if not behind:
+            return
+        tokens = prev.token_ids()
+        for seq in behind:
+            grammar = outputs[seq.seq_id].grammar
+            assert grammar is not None
+            grammar.advance_to(seq.num_output_tokens, tokens[prev.row_of[seq.seq_id]])
 
     def _forget_if_done(self, request_id: str) -> None:
         seqs = self._requests.get(request_id)

@@ -78,7 +78,7 @@ class SequenceOutput:
     ) -> tuple[StreamDelta, SequenceStatus | None]:
         """The delta for one new token (already appended to the sequence), and the finish status if any."""
         if self.grammar is not None:
-            self.grammar.accept(token_id)
+            self.grammar.advance_to(self.seq.num_output_tokens, token_id)
         if self._final_ids is not None:
             return self._on_token_final(token_id, logprobs)
         # A stop token left out of the output is not decoded either, or flushing after it could
