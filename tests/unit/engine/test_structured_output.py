@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from engine import LLM, SamplingParams
 from engine.core.structured_output import StructuredOutput
 from engine.errors import InvalidRequestError
 from engine.loading.demo import write_demo_model
+from engine.serving.protocol import GenerateRequest
 
 _PERSON = {
     "type": "object",
@@ -139,3 +141,13 @@ def test_any_generated_schema_constrains_the_demo_model(llm: LLM, schema: dict[s
     )
     assert out.outputs[0].finish_reason == "stop", out.outputs[0].text
     _validate(json.loads(out.outputs[0].text), schema)
+
+
+@pytest.mark.parametrize("codec", [msgspec.json, msgspec.msgpack])
+def test_structured_output_crosses_the_engine_wire(codec: Any) -> None:
+    spec = StructuredOutput.json_schema(_PERSON)
+    sent = GenerateRequest(request_id="r", model="m", prompt="hi", params=SamplingParams(structured=spec))
+    got = codec.decode(codec.encode(sent), type=GenerateRequest)
+    assert got.params.structured == spec and json.loads(got.params.structured.schema or "") == _PERSON
+    with pytest.raises(InvalidRequestError, match="needs its schema"):
+        codec.decode(codec.encode({"kind": "json_schema"}), type=StructuredOutput)
