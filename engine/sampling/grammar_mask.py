@@ -13,19 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from llguidance import LLExecutor
 
 from engine.sampling.grammar_matcher import GrammarMatcher
 
-__all__ = ["GrammarMask"]
+__all__ = ["GrammarMask", "unpack_bits"]
+
+
+def unpack_bits(words: torch.Tensor, shifts: torch.Tensor, vocab: int) -> torch.Tensor:
+    """words: [n, ceil(vocab / 32)] int32, shifts: arange(32) int32 -> [n, vocab] bool (bit t set)."""
+    return ((words.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)[:, :vocab]
 
 
 class GrammarMask:
     def __init__(self, num_threads: int | None = None) -> None:
         self._executor: LLExecutor | None = None
         self._num_threads = num_threads
-        self._bits: dict[torch.device, torch.Tensor] = {}
+        self._shifts: dict[torch.device, torch.Tensor] = {}
 
     def apply(self, logits: torch.Tensor, matchers: Sequence[GrammarMatcher | None]) -> torch.Tensor | None:
         """Set disallowed logits of constrained rows to -inf, in place. logits: [num_seqs, vocab].
@@ -45,17 +51,29 @@ class GrammarMask:
             self._pool().unsafe_compute_mask_ptr(pairs, bitmask.data_ptr(), row_bytes, len(rows))
         device = logits.device
         index = torch.tensor(rows, dtype=torch.long).to(device, non_blocking=True)
-        allowed = self._unpack(bitmask.to(device, non_blocking=True), vocab)  # [num_constrained, vocab]
+        masked_out = self._masked_out(bitmask, vocab, device)  # [num_constrained, vocab] bool
         with torch.inference_mode():  # the logits are the runner's inference tensors
-            logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
+            if len(rows) == logits.shape[0]:
+                logits.masked_fill_(masked_out, float("-inf"))
+            elif device.type == "cpu":
+                # Row views, filled in place: no gather and scatter of whole rows.
+                for k, r in enumerate(rows):
+                    logits[r].masked_fill_(masked_out[k], float("-inf"))
+            else:
+                logits[index] = logits[index].masked_fill(masked_out, float("-inf"))
         return index
 
-    def _unpack(self, bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
-        # bitmask: [n, words] int32 -> allowed: [n, vocab] bool
-        bits = self._bits.get(bitmask.device)
-        if bits is None:
-            bits = self._bits[bitmask.device] = torch.arange(32, dtype=torch.int32, device=bitmask.device)
-        return ((bitmask.unsqueeze(-1) >> bits) & 1).bool().flatten(1)[:, :vocab]
+    def _masked_out(self, bitmask: torch.Tensor, vocab: int, device: torch.device) -> torch.Tensor:
+        # bitmask: [n, words] int32 on the host -> [n, vocab] bool on device, True = not allowed
+        inverted = ~bitmask
+        if device.type == "cpu":
+            # numpy's unpackbits is one C pass; bytes are in memory order (little-endian words).
+            bits = np.unpackbits(inverted.numpy().view(np.uint8), axis=1, bitorder="little")[:, :vocab]
+            return torch.from_numpy(bits).view(torch.bool)
+        shifts = self._shifts.get(device)
+        if shifts is None:
+            shifts = self._shifts[device] = torch.arange(32, dtype=torch.int32, device=device)
+        return unpack_bits(inverted.to(device, non_blocking=True), shifts, vocab)
 
     def _pool(self) -> LLExecutor:
         if self._executor is None:

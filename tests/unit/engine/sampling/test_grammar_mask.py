@@ -12,7 +12,7 @@ from engine.core.structured_output import StructuredOutput
 from engine.errors import InvalidRequestError
 from engine.loading.demo import build_demo_files
 from engine.sampling import GrammarCompiler, Sampler, SamplingRow
-from engine.sampling.grammar_mask import GrammarMask
+from engine.sampling.grammar_mask import GrammarMask, unpack_bits
 from engine.text.tokenizer import Tokenizer
 
 _SCHEMA = {
@@ -137,3 +137,15 @@ def test_lark_grammar_is_a_general_seam(demo) -> None:  # type: ignore[no-untype
     for token in hf.encode("<call>42</call>").ids:
         matcher.accept(token)
     assert matcher.is_complete
+
+
+def test_device_and_host_unpacking_agree() -> None:
+    # The CUDA path unpacks with torch ops, the CPU path with numpy: same bits either way.
+    words = torch.randint(
+        -(2**31), 2**31 - 1, (3, 5), dtype=torch.int32, generator=torch.Generator().manual_seed(0)
+    )
+    vocab = 5 * 32 - 7
+    host = GrammarMask()._masked_out(~words, vocab, torch.device("cpu"))  # True = not allowed -> invert twice
+    device = unpack_bits(words, torch.arange(32, dtype=torch.int32), vocab)
+    assert torch.equal(host, device)
+    assert device[0, 0].item() == bool(words[0, 0].item() & 1)
