@@ -126,3 +126,40 @@ def coverage(
         cand = CANDIDATES[name](tokenizer, eos_id, threads)
         out[name] = {case.name: _enforces(cand, case, index, tokenizer.get_vocab_size()) for case in COVERAGE}
     return out
+
+
+def engine_mask_times(
+    tokenizer: Tokenizer, eos_id: int, batches: list[int], device: str, iters: int = 20
+) -> list[dict[str, Any]]:
+    """The engine's own per-step cost (``GrammarMask.apply``: batched fill, unpack, fill the
+    logits) with every row but one constrained (the last row stays free), json_object at its start."""
+    from engine.core.structured_output import StructuredOutput
+    from engine.sampling import GrammarCompiler
+    from engine.sampling.grammar_mask import GrammarMask
+
+    vocab = tokenizer.get_vocab_size()
+    compiler = GrammarCompiler(tokenizer.to_str(), vocab, {eos_id})
+    mask = GrammarMask()
+    records = []
+    for batch in batches:
+        matchers = [compiler.matcher(StructuredOutput.json_object()) for _ in range(batch)]
+        logits = torch.randn(batch + 1, vocab, device=device)
+        rows = [*matchers, None]
+        for _ in range(3):
+            mask.apply(logits, rows)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(iters):
+            mask.apply(logits, rows)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        records.append(
+            {
+                "batch": batch,
+                "constrained_rows": batch,
+                "vocab": vocab,
+                "apply_ms": (time.perf_counter() - start) / iters * 1e3,
+            }
+        )
+    return records

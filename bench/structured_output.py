@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from bench.structured_masks import coverage, mask_times
+from bench.structured_masks import coverage, engine_mask_times, mask_times
 from bench.structured_vocab import real_like_tokenizer
 
 _RESULTS = Path(__file__).parent / "results"
@@ -36,7 +36,9 @@ def _demo_tokenizer() -> tuple[Any, int]:
 @click.command()
 @click.option("--device", default="cpu")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
-@click.option("--skip", multiple=True, type=click.Choice(["masks", "coverage", "tpot", "large-vocab"]))
+@click.option(
+    "--skip", multiple=True, type=click.Choice(["masks", "engine-mask", "coverage", "tpot", "large-vocab"])
+)
 @click.option("--library", "libraries", multiple=True, default=("llguidance", "xgrammar", "outlines-core"))
 @click.option("--model", default=None, help="A model directory for TPOT (default: the demo model).")
 @click.option("--batches", default="1,64")
@@ -64,6 +66,11 @@ def main(
             result["masks"][vname] = records
             for r in records:
                 click.echo(f"{vname:>18} {json.dumps(r)}")
+    if "engine-mask" not in skip:
+        result["engine_mask"] = {
+            name: engine_mask_times(tok, eos, sizes, device) for name, (tok, eos) in vocabs.items()
+        }
+        click.echo(json.dumps(result["engine_mask"], indent=1))
     if "coverage" not in skip:
         tok, eos = vocabs["demo-chat"]
         result["coverage"] = coverage(tok, eos, threads, list(libraries))

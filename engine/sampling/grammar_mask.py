@@ -2,8 +2,9 @@
 
 Per step, the bitmasks of every constrained row are filled in one call on the host (llguidance's
 executor spreads the rows over its threads; a single row skips the pool), then moved to the
-logits' device and unpacked there. Only the constrained rows' logits are touched: an unconstrained
-row in the same batch pays nothing but this check. The sampler calls it before reading the logits,
+logits' device and unpacked there. Only the constrained rows' logits change; when they are a
+minority only their rows are touched, so an unconstrained row pays nothing but this check, and
+when they are most of the batch one pass over it is cheaper than many row-sized ones. The sampler calls it before reading the logits,
 so on CUDA the host fills masks while the forward pass still runs.
 
     bitmask: [num_constrained, ceil(vocab / 32)] int32, bit (t % 32) of word (t // 32) set = t allowed
@@ -53,10 +54,15 @@ class GrammarMask:
         index = torch.tensor(rows, dtype=torch.long).to(device, non_blocking=True)
         masked_out = self._masked_out(bitmask, vocab, device)  # [num_constrained, vocab] bool
         with torch.inference_mode():  # the logits are the runner's inference tensors
-            if len(rows) == logits.shape[0]:
+            if 2 * len(rows) > logits.shape[0]:
+                # Mostly constrained: one pass over the batch (free rows get an all-False mask).
+                if len(rows) < logits.shape[0]:
+                    full = torch.zeros(logits.shape, dtype=torch.bool, device=device)
+                    full[index] = masked_out
+                    masked_out = full
                 logits.masked_fill_(masked_out, float("-inf"))
             elif device.type == "cpu":
-                # Row views, filled in place: no gather and scatter of whole rows.
+                # A few constrained rows: row views, filled in place (no gather and scatter).
                 for k, r in enumerate(rows):
                     logits[r].masked_fill_(masked_out[k], float("-inf"))
             else:
