@@ -5,8 +5,8 @@ text only: the engine compiles it once per model and schema (``engine.sampling.g
 and each sequence then decodes under a token mask that allows only continuations of a document
 the grammar accepts, with EOS allowed only once the document is complete.
 
-Tool calls build on the same seam: ``json_schema`` with an ``anyOf`` of several schemas constrains
-to "one of these", and ``lark`` takes a whole grammar (llguidance's Lark dialect, in which
+Tool calls build on the same seam: ``one_of`` constrains to a document valid under one of several
+schemas (an ``anyOf``), and ``lark`` takes a whole grammar (llguidance's Lark dialect, in which
 ``%json{...}`` embeds a JSON schema), e.g. a model's tool-call wrapper around the arguments::
 
     StructuredOutput.lark('start: "<tool_call>" %json{"type": "object"} "</tool_call>"')
@@ -62,6 +62,13 @@ class StructuredOutput(msgspec.Struct, frozen=True, kw_only=True):
         if not isinstance(schema, dict):
             raise InvalidRequestError("the JSON schema must be an object", param="response_format")
         return cls(kind="json_schema", schema=json.dumps(schema, separators=(",", ":")))
+
+    @classmethod
+    def one_of(cls, schemas: list[dict[str, Any]]) -> StructuredOutput:
+        """A document valid under one of ``schemas`` (e.g. the arguments of one of several tools)."""
+        if not schemas:
+            raise InvalidRequestError("one_of needs at least one schema", param="response_format")
+        return cls.json_schema(schemas[0] if len(schemas) == 1 else {"anyOf": list(schemas)})
 
     @classmethod
     def lark(cls, grammar: str) -> StructuredOutput:

@@ -149,3 +149,23 @@ def test_device_and_host_unpacking_agree() -> None:
     device = unpack_bits(words, torch.arange(32, dtype=torch.int32), vocab)
     assert torch.equal(host, device)
     assert device[0, 0].item() == bool(words[0, 0].item() & 1)
+
+
+def test_one_of_takes_a_document_of_either_schema(demo) -> None:  # type: ignore[no-untyped-def]
+    compiler, hf, _ = demo
+    call = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    spec = StructuredOutput.one_of([_SCHEMA, call])
+    for doc in ('{"ok":false}', '{"city":"Bern"}'):
+        matcher = compiler.matcher(spec)
+        for token in hf.encode(doc).ids:
+            matcher.accept(token)
+        assert matcher.is_complete
+    with pytest.raises(RuntimeError, match="refused"):
+        matcher = compiler.matcher(spec)
+        for token in hf.encode('{"city":true}').ids:
+            matcher.accept(token)
