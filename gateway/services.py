@@ -17,6 +17,7 @@ from engine.serving.client import EngineClient
 from filters import FilterPipeline
 from gateway.auditor import Auditor
 from gateway.auth import TokenVerifier
+from gateway.authenticator import Authenticator
 from gateway.engine_pool import EnginePool, Heartbeat, ProcessProbe
 from gateway.errors import ConfigError
 from gateway.inference import InferenceService
@@ -80,7 +81,7 @@ class Services:
         filters: FilterPipeline,
         engines: EnginePool,
         inference: InferenceService,
-        metrics_access: MetricsAccess,
+        authenticator: Authenticator,
         writer_socket: WriterSocket | None = None,
     ) -> None:
         self.settings = settings
@@ -93,7 +94,7 @@ class Services:
         self.filters = filters
         self.engines = engines
         self.inference = inference
-        self.metrics_access = metrics_access
+        self.authenticator = authenticator
         self.writer_socket = writer_socket
 
     @classmethod
@@ -154,12 +155,12 @@ class Services:
         await engines.start()
         telemetry.count_in_flight(engines.num_in_flight)
         telemetry.serving.watch_engines(engines.engine_stats)
+        auditor = Auditor(audit_log)
         inference = InferenceService(
-            verifier=verifier,
             authorizer=authorizer,
             quotas=quotas,
             filters=filters,
-            auditor=Auditor(audit_log),
+            auditor=auditor,
             engines=engines,
             telemetry=telemetry,
             allow_token_id_prompts=settings.server.allow_token_id_prompts,
@@ -175,7 +176,7 @@ class Services:
             filters=filters,
             engines=engines,
             inference=inference,
-            metrics_access=metrics_access,
+            authenticator=Authenticator(verifier, metrics_access, auditor),
             writer_socket=writer_socket,
         )
 
