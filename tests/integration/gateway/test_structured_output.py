@@ -99,3 +99,10 @@ def test_invalid_schema_is_a_400_naming_response_format(gateway: Any) -> None:
             response_format={"type": "json_schema"},  # type: ignore[typeddict-item]
         )
     assert err.value.body["param"] == "response_format"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as err:
+        c.chat.completions.create(
+            model="demo-chat",
+            messages=[{"role": "user", "content": "Hi"}],
+            response_format={"type": "xml"},  # type: ignore[arg-type,misc]
+        )
+    assert "response_format" in str(err.value.body)

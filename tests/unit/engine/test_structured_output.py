@@ -29,9 +29,9 @@ _PERSON = {
 }
 
 
-@pytest.fixture(scope="module")
-def llm(tmp_path_factory: pytest.TempPathFactory) -> LLM:
-    path = write_demo_model("demo-chat", tmp_path_factory.mktemp("structured") / "demo-chat")
+@pytest.fixture(scope="module", params=["demo-chat", "demo-base"])
+def llm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LLM:
+    path = write_demo_model(request.param, tmp_path_factory.mktemp("structured") / request.param)
     return LLM(path, kv_cache_bytes=8 << 20)
 
 
@@ -65,6 +65,14 @@ def test_schema_constrains_sampled_and_greedy_output(llm: LLM) -> None:
     for out in llm.generate(["Hello"] * len(params), params):
         [choice] = out.outputs
         assert choice.finish_reason == "stop", choice.text
+        _validate(json.loads(choice.text), _PERSON)
+
+
+def test_each_child_of_n_has_its_own_grammar_state(llm: LLM) -> None:
+    params = SamplingParams(seed=11, n=3, max_tokens=96, structured=StructuredOutput.json_schema(_PERSON))
+    [out] = llm.generate(["Hello"], params)
+    assert len({c.text for c in out.outputs}) > 1
+    for choice in out.outputs:
         _validate(json.loads(choice.text), _PERSON)
 
 
