@@ -2,10 +2,11 @@
 
 Per step, the bitmasks of every constrained row are filled in one call on the host (llguidance's
 executor spreads the rows over its threads; a single row skips the pool), then moved to the
-logits' device and unpacked there. Only the constrained rows' logits change; when they are a
-minority only their rows are touched, so an unconstrained row pays nothing but this check, and
-when they are most of the batch one pass over it is cheaper than many row-sized ones. The sampler calls it before reading the logits,
-so on CUDA the host fills masks while the forward pass still runs.
+logits' device and unpacked there (numpy on the CPU, torch on CUDA). Only the constrained rows'
+logits change: while they are a minority only their rows are touched, so an unconstrained row
+pays nothing but this check; when they are most of the batch, one pass over it is cheaper than
+many row-sized ones. The sampler calls it before it first reads the logits, so on CUDA the host
+fills masks while the forward pass still runs.
 
     bitmask: [num_constrained, ceil(vocab / 32)] int32, bit (t % 32) of word (t // 32) set = t allowed
 """
