@@ -32,6 +32,9 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     "subject" (each tenant and subject alone), "tenant" (everyone of a tenant; tokens without
     one stay alone) or "global" (everyone). Wider scopes reuse more; choose them only for
     models whose prompts are not confidential between users."""
+    kind: str | None = None
+    """"chat" (generates text: chat and completions) or "embedding" (``/v1/embeddings`` only, no
+    KV cache); None reads it from the checkpoint (``engine.loading.model_kind``)."""
     sealed_model_id: str | None = None
     """A sealed checkpoint serves only under the model id it was sealed as; None requires that id
     to equal ``name``. Set it to serve a sealing under another name on purpose."""
@@ -46,6 +49,8 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
                 f"model {self.name}: prefix_cache_scope must be one of {CACHE_SCOPES},"
                 f" not {self.prefix_cache_scope!r}"
             )
+        if self.kind is not None and self.kind not in ("chat", "embedding"):
+            raise EngineConfigError(f"model {self.name}: kind must be chat or embedding, not {self.kind!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise EngineConfigError(f"model {self.name}: max_model_len must be >= 2")
 
@@ -53,6 +58,7 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
 _DEMO_MODELS = (
     ModelSpec(name="demo-chat", path="models/demo-chat"),
     ModelSpec(name="demo-base", path="models/demo-base"),
+    ModelSpec(name="demo-embed", path="models/demo-embed", kind="embedding"),
 )
 
 

@@ -4,6 +4,7 @@ from engine import LLM, SamplingParams
 llm = LLM("path/to/model", dtype="float32", device="cpu")   # or LLM(models={"a": path_a, "b": path_b})
 outs = llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=16))
 outs[0].text, outs[0].token_ids, outs[0].finish_reason
+vectors = LLM("path/to/Qwen3-Embedding").embed(["a query", "a passage"])   # unit-norm lists
 """
 
 from __future__ import annotations
@@ -36,19 +37,23 @@ class LLM:
         dtype: str = "float32",
         device: str = "cpu",
         max_model_len: int | None = None,
+        kind: str | None = None,
         tuning: CudaTuning = DEFAULT_TUNING,
         **engine_options: Any,
     ) -> None:
         """``model`` is one checkpoint directory (hosted under its directory name); ``models`` maps
         names to directories. ``engine_options`` are further ``EngineConfig`` fields; ``tuning``
-        the CUDA path's (``engine.tuning``)."""
+        the CUDA path's (``engine.tuning``); ``kind`` declares every model's kind ("chat" or
+        "embedding"; None reads it from each checkpoint)."""
         paths = dict(models or {})
         if model is not None:
             paths[Path(model).name or "model"] = model
         if not paths:
             raise InvalidRequestError("LLM needs a model path or models={name: path}")
         specs = tuple(
-            ModelSpec(name=name, path=str(Path(p).absolute()), dtype=dtype, max_model_len=max_model_len)
+            ModelSpec(
+                name=name, path=str(Path(p).absolute()), dtype=dtype, max_model_len=max_model_len, kind=kind
+            )
             for name, p in paths.items()
         )
         self.engine = LLMEngine(EngineConfig(models=specs, device=device, **engine_options), tuning=tuning)
@@ -86,6 +91,24 @@ class LLM:
         for conversation in conversations:
             prompts.append(hosted.tokenizer.encode_chat(conversation, add_special_tokens=False))  # type: ignore[arg-type]
         return self._run(prompts, params or SamplingParams(), name)
+
+    def embed(
+        self,
+        texts: str | list[str] | list[list[int]],
+        *,
+        model: str | None = None,
+        dimensions: int | None = None,
+    ) -> list[list[float]]:
+        """One unit-norm vector per text (a list of ints is one token-id input), in order;
+        ``dimensions`` keeps that many leading values, re-normalised."""
+        name = self._model(model)
+        inputs = [self.engine.embedding_token_ids(name, t) for t in _as_prompt_list(texts)]
+        request_id = str(next(self._ids))
+        self.engine.add_embedding(request_id, name, inputs, dimensions=dimensions)
+        while self.engine.has_work:
+            self.engine.step()
+        (job,) = [j for j in self.engine.take_embeddings() if j.request_id == request_id]
+        return job.vectors
 
     def _model(self, model: str | None) -> str:
         return model if model is not None else next(iter(self.engine.models))

@@ -3,7 +3,9 @@
 ``step()`` schedules one iteration across all models, runs each model on its share, samples,
 and returns the deltas it produced. On CUDA with ``async_scheduling`` it first launches the
 next iteration, so the GPU computes step N+1 while the host turns step N's tokens into deltas
-(see ``engine.worker.inflight_step``). It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
+(see ``engine.worker.inflight_step``). Embedding models take no part in the KV pool or the
+scheduler: their requests wait in an ``EmbeddingQueue`` and one bounded batch of them runs before
+each step (``engine.worker.embedding_runner``). It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
 from a single thread (``AsyncEngine`` under its lock).
 """
 
@@ -18,6 +20,7 @@ import torch
 from engine.config import EngineConfig, ModelSpec
 from engine.core.block_pool import BlockPool
 from engine.core.cache_scope import cache_salt
+from engine.core.embedding_queue import EmbeddingJob, EmbeddingQueue
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.outputs import StreamDelta
 from engine.core.sampling_params import SamplingParams
@@ -35,6 +38,7 @@ from engine.loading.model_source import DirectorySource, ModelSource
 from engine.sampling import GrammarCompiler, GrammarMatcher, Sampler
 from engine.sequence_output import SequenceOutput
 from engine.tuning import DEFAULT_TUNING, CudaTuning
+from engine.worker.embedding_runner import EmbeddingRunner, truncate
 from engine.worker.inflight_step import InflightStep, SampledRow
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
@@ -76,11 +80,10 @@ class LLMEngine:
                 self.failed_models[spec.name] = str(exc)
         if not self.models:
             raise ModelLoadError(f"no model could be loaded: {self.failed_models}")
-        hosted = list(self.models.values())
-        block_bytes = KVCache.block_bytes_for(hosted, config.block_size)
-        self.kv_cache = KVCache(
-            self._num_blocks(hosted, block_bytes), block_bytes, config.block_size, self.device
-        )
+        hosted = [m for m in self.models.values() if not m.is_embedding]
+        block_bytes = KVCache.block_bytes_for(hosted or list(self.models.values()), config.block_size)
+        num_blocks = self._num_blocks(hosted, block_bytes) if hosted else 1  # only embedding models
+        self.kv_cache = KVCache(num_blocks, block_bytes, config.block_size, self.device)
         for model in hosted:
             self.kv_cache.bind(model)
         self.block_pool = BlockPool(self.kv_cache.num_blocks)
@@ -89,7 +92,7 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(
             self.kv_manager,
-            list(self.models),
+            [m.name for m in hosted],
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
@@ -104,7 +107,13 @@ class LLMEngine:
                 tuning=tuning,
             )
             for name, m in self.models.items()
+            if not m.is_embedding
         }
+        self.embedding_runners = {
+            name: EmbeddingRunner(m, self.device) for name, m in self.models.items() if m.is_embedding
+        }
+        self.embeddings = EmbeddingQueue(config.max_num_batched_tokens)
+        self._embedded: list[EmbeddingJob] = []
         self._cache_scopes = {spec.name: spec.prefix_cache_scope for spec in config.models}
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
         self._grammars: dict[str, GrammarCompiler] = {}
@@ -139,9 +148,17 @@ class LLMEngine:
             raise UnknownModelError(f"model {name!r} is not hosted by this engine", param="model")
         return hosted
 
+    def generative_model(self, name: str) -> HostedModel:
+        hosted = self.model(name)
+        if hosted.is_embedding:
+            raise InvalidRequestError(
+                f"model {name!r} is an embedding model: it serves /v1/embeddings only", param="model"
+            )
+        return hosted
+
     def prompt_token_ids(self, model: str, prompt: str | list[int]) -> list[int]:
         """Tokenize and validate a prompt; raises before anything is queued."""
-        hosted = self.model(model)
+        hosted = self.generative_model(model)
         ids = hosted.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise InvalidRequestError("prompt must not be empty", param="prompt")
@@ -190,7 +207,7 @@ class LLMEngine:
         """``tenant`` and ``subject`` pick the prefix cache the request may share (``engine.core.cache_scope``)."""
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
-        hosted = self.model(model)
+        hosted = self.generative_model(model)
         grammars = self._grammar_matchers(model, params)  # an invalid schema raises before queueing
         salt = cache_salt(self._cache_scopes[model], tenant, subject)
         self._arrivals += 1
@@ -233,8 +250,62 @@ class LLMEngine:
             self._grammars[model] = compiler
         return [compiler.matcher(params.structured) for _ in range(params.n)]
 
+    def embedding_token_ids(self, model: str, text: str | list[int]) -> list[int]:
+        """Tokenize and validate one embedding input; raises before anything is queued."""
+        hosted = self.model(model)
+        if not hosted.is_embedding:
+            raise InvalidRequestError(
+                f"model {model!r} is not an embedding model: use chat or completions", param="model"
+            )
+        ids = hosted.tokenizer.encode(text) if isinstance(text, str) else list(text)
+        if not text or not ids:
+            raise InvalidRequestError("input must not be empty", param="input")
+        vocab = hosted.config.vocab_size
+        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+            raise InvalidRequestError(f"input token ids must be in [0, {vocab})", param="input")
+        if len(ids) > hosted.max_model_len:
+            raise PromptTooLongError(
+                f"input has {len(ids)} tokens; {model} allows at most {hosted.max_model_len}", param="input"
+            )
+        return ids
+
+    def add_embedding(
+        self, request_id: str, model: str, inputs: list[list[int]], *, dimensions: int | None = None
+    ) -> EmbeddingJob:
+        """Queue tokenized inputs (``embedding_token_ids``); the job comes back from
+        ``take_embeddings`` once every input has its vector."""
+        hosted = self.model(model)
+        if not hosted.is_embedding:
+            raise InvalidRequestError(f"model {model!r} is not an embedding model", param="model")
+        if not inputs:
+            raise InvalidRequestError("input must not be empty", param="input")
+        size = hosted.config.hidden_size
+        if dimensions is not None and not 1 <= dimensions <= size:
+            raise InvalidRequestError(
+                f"dimensions must be between 1 and {size} for {model}", param="dimensions"
+            )
+        if request_id in self._requests or request_id in self.embeddings:
+            raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
+        job = EmbeddingJob(request_id, model, inputs, dimensions)
+        self.embeddings.add(job)
+        return job
+
+    def take_embeddings(self) -> list[EmbeddingJob]:
+        """Embedding jobs finished since the last call."""
+        done, self._embedded = self._embedded, []
+        return done
+
+    def _embed_batch(self) -> None:
+        batch = self.embeddings.next_batch()
+        job0 = batch[0][0]
+        vectors = self.embedding_runners[job0.model].embed([job.inputs[i] for job, i in batch])
+        for (job, _), vector in zip(batch, vectors, strict=True):
+            job.vectors.append(truncate(vector[None], job.dimensions)[0].tolist())
+        self._embedded.extend(self.embeddings.pop_done())
+
     def abort(self, request_id: str) -> list[tuple[str, StreamDelta]]:
         """End a request now, freeing its blocks; the closing "abort" delta of each live sequence."""
+        self.embeddings.remove(request_id)
         deltas = []
         for seq in self._requests.pop(request_id, []):
             if not seq.is_finished:
@@ -249,9 +320,13 @@ class LLMEngine:
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work or self._inflight is not None
+        return self.scheduler.has_work or self._inflight is not None or self.embeddings.has_work
 
     def step(self) -> list[tuple[str, StreamDelta]]:
+        if self.embeddings.has_work:
+            self._embed_batch()
+        if not self.scheduler.has_work and self._inflight is None:
+            return []
         cur = self._inflight or self._launch(self.scheduler.schedule())
         self._inflight = None
         self.scheduler.update(cur.out)

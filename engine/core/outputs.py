@@ -41,6 +41,10 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     vocab_size: int
     has_chat_template: bool
     dtype: str
+    kind: str = "chat"
+    """"chat" or "embedding"."""
+    embedding_size: int = 0
+    """An embedding model's vector length (its hidden size); 0 for chat models."""
 
 
 class CompletionOutput(msgspec.Struct, kw_only=True):

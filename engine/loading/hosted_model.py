@@ -12,6 +12,7 @@ from engine.core.outputs import ModelInfo
 from engine.errors import ModelLoadError
 from engine.loading.checkpoint import Checkpoint
 from engine.loading.model_config import ModelConfig
+from engine.loading.model_kind import detect_kind
 from engine.loading.model_loader import load_model
 from engine.loading.model_source import ModelSource
 from engine.text.tokenizer import Tokenizer
@@ -30,6 +31,8 @@ class HostedModel:
     dtype: torch.dtype
     max_model_len: int
     eos_token_ids: frozenset[int]
+    kind: str = "chat"
+    """"chat" or "embedding" (``engine.loading.model_kind``)."""
 
     @classmethod
     def load(cls, spec: ModelSpec, source: ModelSource, *, dtype: str, device: torch.device) -> HostedModel:
@@ -44,8 +47,13 @@ class HostedModel:
         if tokenizer.eos_token_id is not None:
             eos.add(tokenizer.eos_token_id)
         max_len = min(spec.max_model_len or config.max_position_embeddings, config.max_position_embeddings)
-        model = load_model(ckpt, config, torch_dtype, device)
-        return cls(spec.name, config, tokenizer, model, torch_dtype, max_len, frozenset(eos))
+        kind = spec.kind or detect_kind(ckpt)
+        model = load_model(ckpt, config, torch_dtype, device, needs_lm_head=kind == "chat")
+        return cls(spec.name, config, tokenizer, model, torch_dtype, max_len, frozenset(eos), kind)
+
+    @property
+    def is_embedding(self) -> bool:
+        return self.kind == "embedding"
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -59,6 +67,8 @@ class HostedModel:
             vocab_size=self.config.vocab_size,
             has_chat_template=self.tokenizer.chat_template is not None,
             dtype=str(self.dtype).removeprefix("torch."),
+            kind=self.kind,
+            embedding_size=self.config.hidden_size if self.is_embedding else 0,
         )
 
 

@@ -2,7 +2,9 @@
 
 Every parameter is loaded by the layer that owns it (``weight_loader``), which is where a
 tensor-parallel rank takes its slice; packed layers (qkv, gate_up) are told which part a
-checkpoint tensor is.
+checkpoint tensor is. Checkpoints saved from the bare decoder (sentence-transformers embedding
+models such as Qwen3-Embedding) name weights without the ``model.`` prefix; an embedding model
+needs no ``lm_head`` and gets none.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ __all__ = ["load_model"]
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def load_model(ckpt: Checkpoint, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> nn.Module:
+def load_model(
+    ckpt: Checkpoint,
+    config: ModelConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    needs_lm_head: bool = True,
+) -> nn.Module:
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -28,17 +37,23 @@ def load_model(ckpt: Checkpoint, config: ModelConfig, dtype: torch.dtype, device
             model = model_class(config)(config)
     finally:
         torch.set_default_dtype(previous)
+    if not needs_lm_head and not config.tie_word_embeddings:
+        del model.lm_head  # its vocab x hidden weight would only take memory
     _load_weights(model, ckpt, config)
     return model.eval()
 
 
 def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig) -> None:
     params = dict(model.named_parameters())
+    has_lm_head = hasattr(model, "lm_head")
     packed: dict[str, tuple[str, int | str]] = getattr(model, "packed_modules", {})
     loaded: set[str] = set()
     for name, tensor in ckpt.weights():
-        if name.endswith(_IGNORED_SUFFIXES) or (config.tie_word_embeddings and name == "lm_head.weight"):
+        is_head = name == "lm_head.weight"
+        if name.endswith(_IGNORED_SUFFIXES) or (is_head and (config.tie_word_embeddings or not has_lm_head)):
             continue
+        if not name.startswith("model.") and not is_head:  # saved from the bare decoder
+            name = "model." + name
         target, shard = name, None
         for part, (packed_name, shard_id) in packed.items():
             if f".{part}." in name:
