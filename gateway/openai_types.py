@@ -241,6 +241,8 @@ class ModelObject(msgspec.Struct, frozen=True, kw_only=True):
     owned_by: str = "strongroom"
     object: str = "model"
     max_model_len: int | None = None
+    kind: str = "chat"
+    """"chat" (chat and completions) or "embedding" (``/v1/embeddings``); an extension field."""
 
 
 class ModelList(msgspec.Struct, frozen=True, kw_only=True):

@@ -68,7 +68,7 @@ def banner(
         lines.append(f"Models served: {', '.join(served)}.")
     else:
         lines.append(f"Models: those of the engines in server.engine_urls (curl {base}/models lists them).")
-    if any(name in ("demo-chat", "demo-base") for name in served):
+    if any(name in ("demo-chat", "demo-base", "demo-embed") for name in served):
         lines.append(
             "The demo models produce noise: they are tiny random-weight models. Point [engine] models at a\n"
             "Hugging Face directory to serve a real one (see README)."

@@ -47,6 +47,13 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     """An embedding model's vector length (its hidden size); 0 for chat models."""
 
 
+class EmbeddingOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """One embedding request's vectors, in input order, and the tokens they took."""
+
+    embeddings: list[list[float]]
+    num_prompt_tokens: int
+
+
 class CompletionOutput(msgspec.Struct, kw_only=True):
     """One finished completion of the offline ``LLM`` API."""
 

@@ -3,7 +3,8 @@
 One background thread owns the ``LLMEngine`` and runs steps while there is work; the event loop
 never does torch work. Requests are validated and tokenized on the caller's side (errors raise
 before the first delta), then handed to the thread through a pending list under a lock that is
-only held for list operations. A step holds a second lock, the step lock; abort takes it in a
+only held for list operations. Embedding requests take the same way and resolve once with all
+their vectors (the engine runs them between steps). A step holds a second lock, the step lock; abort takes it in a
 worker thread, so the event loop never waits for a step.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.core.outputs import ModelInfo, StreamDelta
+from engine.core.outputs import EmbeddingOutput, ModelInfo, StreamDelta
 from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineError, EngineUnavailableError, InvalidRequestError
 from engine.llm_engine import LLMEngine
@@ -40,6 +41,17 @@ class _Pending:
     subject: str | None
     priority: int
 
+
+@dataclass(slots=True)
+class _PendingEmbedding:
+    request_id: str
+    model: str
+    inputs: list[list[int]]
+    dimensions: int | None
+
+
+_INLINE_EMBED_CHARS = 8_192
+"""Embedding inputs up to this many characters in all are tokenized on the loop; more in a thread."""
 
 _CLOSED = object()
 """Put on a stream when its request was aborted: the stream closes its open completions."""
@@ -72,7 +84,7 @@ class AsyncEngine:
         """Guards the pending list and the streams; held only briefly, also by the event loop."""
         self._step_lock = threading.Lock()
         """Held by a step and by abort: the scheduler and the block pool change under it only."""
-        self._pending: list[_Pending] = []
+        self._pending: list[_Pending | _PendingEmbedding] = []
         self._streams: dict[str, _Stream] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -182,6 +194,51 @@ class AsyncEngine:
             if open_indices:
                 await self.abort(request_id)
 
+    def count_embedding_tokens(self, model: str, inputs: list[str] | list[list[int]]) -> int:
+        """The tokens ``embed`` will take (and charge) for ``inputs``."""
+        return sum(len(self.core.embedding_token_ids(model, x)) for x in inputs)
+
+    async def embed(
+        self,
+        request_id: str,
+        model: str,
+        inputs: list[str] | list[list[int]],
+        *,
+        dimensions: int | None = None,
+    ) -> EmbeddingOutput:
+        """One vector per input once all are computed; cancelling the call aborts the request."""
+        if self._stopping or self._thread is None:
+            raise EngineUnavailableError("engine is not running")
+        core = self.core
+
+        def tokenized() -> list[list[int]]:
+            return [core.embedding_token_ids(model, x) for x in inputs]
+
+        long = sum(len(x) for x in inputs if isinstance(x, str)) > _INLINE_EMBED_CHARS
+        token_ids = await asyncio.to_thread(tokenized) if long else tokenized()
+        if not token_ids:
+            raise InvalidRequestError("input must not be empty", param="input")
+        stream = _Stream(asyncio.get_running_loop())
+        with self._cond:
+            if request_id in self._streams:
+                raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
+            self._streams[request_id] = stream
+            self._pending.append(_PendingEmbedding(request_id, model, token_ids, dimensions))
+            self._cond.notify_all()
+        done = False
+        try:
+            item = await stream.queue.get()
+            done = True
+        finally:
+            if not done:
+                await self.abort(request_id)
+        if isinstance(item, EngineError):
+            raise item
+        if item is _CLOSED:
+            raise EngineUnavailableError("the embedding request was aborted")
+        assert isinstance(item, list)
+        return EmbeddingOutput(embeddings=item, num_prompt_tokens=sum(len(ids) for ids in token_ids))
+
     async def abort(self, request_id: str) -> None:
         """Free the request's blocks now; its stream ends with finish_reason "abort"."""
         await asyncio.to_thread(self._abort, request_id)
@@ -215,21 +272,28 @@ class AsyncEngine:
                     self._fail_all(core, exc)
                     continue
                 done = {rid for rid, d in deltas if d.finish_reason is not None and not core.has_request(rid)}
+                embedded = core.take_embeddings()
             with self._cond:
-                streams = [(self._streams.get(rid), delta) for rid, delta in deltas]
+                streams: list[tuple[_Stream | None, object]] = [
+                    (self._streams.get(rid), delta) for rid, delta in deltas
+                ]
+                streams.extend((self._streams.pop(job.request_id, None), job.vectors) for job in embedded)
                 for rid in done:
                     self._streams.pop(rid, None)
             for stream, delta in streams:
                 if stream is not None:
                     stream.put(delta)
 
-    def _admit(self, core: LLMEngine, pending: list[_Pending]) -> None:
+    def _admit(self, core: LLMEngine, pending: list[_Pending | _PendingEmbedding]) -> None:
         for p in pending:
             with self._cond:
                 stream = self._streams.get(p.request_id)
             if stream is None:  # aborted while in flight to the engine
                 continue
             try:
+                if isinstance(p, _PendingEmbedding):
+                    core.add_embedding(p.request_id, p.model, p.inputs, dimensions=p.dimensions)
+                    continue
                 core.add_tokenized(
                     p.request_id,
                     p.model,

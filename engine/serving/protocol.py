@@ -9,6 +9,8 @@ in a pool, so either drops in behind ``EngineClient``.
                                   DeltaEvent ... DeltaEvent(finish_reason set) | ErrorEvent
                               ◀── 4xx/5xx, ErrorEvent  (rejected before the first token)
     POST /engine/v1/tokens    GenerateRequest ──▶ ◀── TokenCount (its prompt tokens; nothing runs)
+    POST /engine/v1/embed     EmbedRequest ──▶ ◀── EmbedResult (every vector at once)
+    POST /engine/v1/embed/tokens EmbedRequest ──▶ ◀── TokenCount (its input tokens; nothing runs)
     GET  /engine/v1/info      ◀── EngineInfo (instance id, models, pool stats)
     GET  /engine/v1/health    ◀── 200 once every model is loaded, 503 before
 
@@ -27,6 +29,8 @@ from engine.core.sampling_params import SamplingParams
 __all__ = [
     "ChatMessage",
     "DeltaEvent",
+    "EmbedRequest",
+    "EmbedResult",
     "EngineInfo",
     "ErrorEvent",
     "GenerateRequest",
@@ -64,6 +68,32 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     def __repr__(self) -> str:
         size = len(self.prompt or "") if self.prompt_token_ids is None else len(self.prompt_token_ids)
         return f"GenerateRequest(id={self.request_id!r}, model={self.model!r}, prompt_len={size})"
+
+
+class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Exactly one of ``input`` (texts) or ``input_token_ids`` is set, with at least one input."""
+
+    request_id: str
+    model: str
+    input: list[str] | None = None
+    input_token_ids: list[list[int]] | None = None
+    dimensions: int | None = None
+    """Keep this many leading values of each vector, re-normalised (Matryoshka models)."""
+
+    @property
+    def inputs(self) -> list[str] | list[list[int]]:
+        if self.input_token_ids is not None:
+            return self.input_token_ids
+        return self.input or []
+
+    def __repr__(self) -> str:
+        return f"EmbedRequest(id={self.request_id!r}, model={self.model!r}, inputs={len(self.inputs)})"
+
+
+class EmbedResult(msgspec.Struct, frozen=True, kw_only=True):
+    embeddings: list[list[float]]
+    """One unit-norm vector per input, in input order (float32 values)."""
+    num_prompt_tokens: int
 
 
 class LogprobEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +134,10 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int
     has_chat_template: bool
     dtype: str = ""
+    kind: str = "chat"
+    """"chat" (chat and completions) or "embedding" (embeddings only)."""
+    embedding_size: int = 0
+    """An embedding model's full vector length; 0 for chat models."""
     manifest_sha256: str = ""
     """Hash of the sealed model's signed manifest; empty for plaintext models."""
 

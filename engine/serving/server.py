@@ -10,7 +10,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -26,6 +26,8 @@ from engine.errors import EngineError, InvalidRequestError, ModelLoadError, Unkn
 from engine.serving.backend import EngineBackend
 from engine.serving.protocol import (
     DeltaEvent,
+    EmbedRequest,
+    EmbedResult,
     EngineInfo,
     ErrorEvent,
     GenerateRequest,
@@ -38,6 +40,7 @@ log = logging.getLogger("strongroom.engine")
 
 _STATUS = {UnknownModelError: 404, InvalidRequestError: 400}
 _encoder = msgspec.json.Encoder()
+_Body = TypeVar("_Body", GenerateRequest, EmbedRequest)
 _INLINE_COUNT_CHARS = 8_192
 """Prompts up to this long are counted on the loop (tens of microseconds); longer ones in a thread."""
 
@@ -64,9 +67,9 @@ def _event_of(delta: Any) -> DeltaEvent:
     )
 
 
-async def _decoded(request: Request[Any, Any, Any]) -> GenerateRequest | Response[Any]:
+async def _decoded(request: Request[Any, Any, Any], type_: type[_Body]) -> _Body | Response[Any]:
     try:
-        return msgspec.json.decode(await request.body(), type=GenerateRequest)
+        return msgspec.json.decode(await request.body(), type=type_)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         return Response(
             _encoder.encode(ErrorEvent(code="invalid_request", message=str(exc))), status_code=400
@@ -117,6 +120,8 @@ class EngineServer:
                 max_model_len=m.max_model_len,
                 has_chat_template=m.has_chat_template,
                 dtype=str(m.dtype),
+                kind=m.kind,
+                embedding_size=m.embedding_size,
                 manifest_sha256=self._manifests.get(m.name, ""),
             )
             for m in infos
@@ -182,7 +187,7 @@ class EngineServer:
 
         @post("/engine/v1/tokens", status_code=HTTP_200_OK)
         async def tokens(request: Request[Any, Any, Any]) -> Response[Any]:
-            req = await _decoded(request)
+            req = await _decoded(request, GenerateRequest)
             if isinstance(req, Response):
                 return req
             try:
@@ -193,7 +198,7 @@ class EngineServer:
 
         @post("/engine/v1/generate", status_code=HTTP_200_OK)
         async def generate(request: Request[Any, Any, Any]) -> Response[Any]:
-            req = await _decoded(request)
+            req = await _decoded(request, GenerateRequest)
             if isinstance(req, Response):
                 return req
             try:
@@ -215,6 +220,31 @@ class EngineServer:
                 body = ErrorEvent(code="engine_error", message="the engine produced no output")
                 return Response(_encoder.encode(body), status_code=500, media_type="application/json")
             return Stream(server._stream(req, first, stream), media_type="application/x-ndjson")
+
+        @post("/engine/v1/embed", status_code=HTTP_200_OK)
+        async def embed(request: Request[Any, Any, Any]) -> Response[Any]:
+            req = await _decoded(request, EmbedRequest)
+            if isinstance(req, Response):
+                return req
+            try:
+                out = await server.backend.embed(
+                    req.request_id, req.model, req.inputs, dimensions=req.dimensions
+                )
+            except EngineError as exc:
+                return _error_response(exc)
+            result = EmbedResult(embeddings=out.embeddings, num_prompt_tokens=out.num_prompt_tokens)
+            return Response(_encoder.encode(result), media_type="application/json")
+
+        @post("/engine/v1/embed/tokens", status_code=HTTP_200_OK)
+        async def embed_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+            req = await _decoded(request, EmbedRequest)
+            if isinstance(req, Response):
+                return req
+            try:
+                count = server.backend.count_embedding_tokens(req.model, req.inputs)
+            except EngineError as exc:
+                return _error_response(exc)
+            return Response(_encoder.encode(TokenCount(num_tokens=count)), media_type="application/json")
 
         @get("/engine/v1/info")
         async def info() -> Response[bytes]:
@@ -243,7 +273,7 @@ class EngineServer:
             await server.backend.shutdown()
 
         return Litestar(
-            route_handlers=[generate, tokens, info, health],
+            route_handlers=[generate, tokens, embed, embed_tokens, info, health],
             guards=[self._guard],
             on_startup=[on_startup],
             on_shutdown=[on_shutdown],

@@ -1,7 +1,8 @@
 """A model-free engine that answers instantly: the fixed point for measuring gateway overhead.
 
 It speaks the full ``EngineBackend`` interface, so the engine server, the gateway and the
-benchmarks run unchanged on top of it. Its text is a fixed word repeated; it does no math.
+benchmarks run unchanged on top of it. Its text is a fixed word repeated; its embeddings are one
+fixed unit vector per input; it does no math.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from typing import Any
 
 import msgspec
 
+from engine.core.outputs import EmbeddingOutput
 from engine.core.sampling_params import SamplingParams
-from engine.errors import PromptTooLongError, UnknownModelError
+from engine.errors import InvalidRequestError, PromptTooLongError, UnknownModelError
 
 _WORD = " hello"
+_EMBED_SIZE = 8
 
 
 class StubModelInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -23,6 +26,8 @@ class StubModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int = 4096
     has_chat_template: bool = True
     dtype: str = "none"
+    kind: str = "chat"
+    embedding_size: int = 0
 
 
 class StubDelta(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,8 +43,17 @@ class StubDelta(msgspec.Struct, frozen=True, kw_only=True):
 class StubEngine:
     """Yields ``max_tokens`` copies of one word per request, optionally ``token_delay_s`` apart."""
 
-    def __init__(self, models: tuple[str, ...] = ("demo-chat", "demo-base"), token_delay_s: float = 0.0):
+    def __init__(
+        self,
+        models: tuple[str, ...] = ("demo-chat", "demo-base"),
+        token_delay_s: float = 0.0,
+        embedding_models: tuple[str, ...] = ("demo-embed",),
+    ):
         self._models = {m: StubModelInfo(name=m) for m in models}
+        self._models.update(
+            (m, StubModelInfo(name=m, has_chat_template=False, kind="embedding", embedding_size=_EMBED_SIZE))
+            for m in embedding_models
+        )
         self._delay = token_delay_s
         self._aborted: set[str] = set()
         self.active: set[str] = set()
@@ -114,6 +128,37 @@ class StubEngine:
         finally:
             self.active.discard(request_id)
             self._aborted.discard(request_id)
+
+    def count_embedding_tokens(self, model: str, inputs: list[str] | list[list[int]]) -> int:
+        self._check_embedding(model)
+        return sum(len(x) if isinstance(x, list) else max(1, len(x) // 4) for x in inputs)
+
+    async def embed(
+        self,
+        request_id: str,
+        model: str,
+        inputs: list[str] | list[list[int]],
+        *,
+        dimensions: int | None = None,
+    ) -> EmbeddingOutput:
+        info = self._check_embedding(model)
+        size = dimensions or info.embedding_size
+        if not 1 <= size <= info.embedding_size:
+            raise InvalidRequestError(
+                f"dimensions must be between 1 and {info.embedding_size}", param="dimensions"
+            )
+        self.num_requests += 1
+        vector = [1.0] + [0.0] * (size - 1)
+        return EmbeddingOutput(
+            embeddings=[list(vector) for _ in inputs],
+            num_prompt_tokens=self.count_embedding_tokens(model, inputs),
+        )
+
+    def _check_embedding(self, model: str) -> StubModelInfo:
+        info = self._check(model)
+        if info.kind != "embedding":
+            raise InvalidRequestError(f"model {model!r} is not an embedding model", param="model")
+        return info
 
     async def abort(self, request_id: str) -> None:
         if request_id in self.active:

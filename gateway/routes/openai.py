@@ -13,6 +13,7 @@ from litestar import Request, Response, get, post
 from litestar.exceptions import ClientException
 from litestar.response import Stream
 
+from gateway.embedding_types import EmbeddingRequest
 from gateway.errors import BadRequestError, ClientDisconnectedError, ModelNotFoundError, PayloadTooLargeError
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ModelList, ModelObject
 from gateway.request_context import RequestContext, request_context
@@ -22,6 +23,8 @@ __all__ = ["OPENAI_ROUTES", "context_of"]
 
 _JSON = "application/json"
 _STARTED = int(time.time())
+_MODEL_ACTIONS = ("chat", "completion", "embedding")
+"""A model is listed to a caller who may use it for any of these."""
 
 
 def context_of(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:
@@ -95,6 +98,18 @@ async def _disconnected(request: Request[Any, Any, Any]) -> None:
         pass
 
 
+@post("/v1/embeddings", status_code=200)
+async def embeddings(request: Request[Any, Any, Any], services: Services) -> Response[Any]:
+    ctx = context_of(request, "/v1/embeddings")
+    await services.authenticator.caller(ctx, request.headers.get("authorization"))
+    try:
+        body = _parse(await _read_body(request), EmbeddingRequest)
+    except (BadRequestError, PayloadTooLargeError) as exc:
+        raise await services.inference.reject(ctx, exc) from None
+    answer = await _unless_client_leaves(request, services.embeddings.embed(ctx, body))
+    return Response(answer, media_type=_JSON)
+
+
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any], services: Services) -> Response[Any]:
     return await _infer(request, services, "chat", ChatCompletionRequest)
@@ -112,11 +127,9 @@ async def _visible_models(
     principal = await services.authenticator.caller(ctx, request.headers.get("authorization"))
     cards = services.engines.models()
     authz = services.authorizer
-    allowed = set(authz.allowed_models(principal, "chat", cards)) | set(
-        authz.allowed_models(principal, "completion", cards)
-    )
+    allowed = {m for action in _MODEL_ACTIONS for m in authz.allowed_models(principal, action, cards)}
     return {
-        name: ModelObject(id=name, created=_STARTED, max_model_len=card.max_model_len)
+        name: ModelObject(id=name, created=_STARTED, max_model_len=card.max_model_len, kind=card.kind)
         for name, card in sorted(cards.items())
         if name in allowed
     }
@@ -138,4 +151,4 @@ async def get_model(request: Request[Any, Any, Any], services: Services, model_i
     return Response(msgspec.json.encode(model), media_type=_JSON)
 
 
-OPENAI_ROUTES = [chat_completions, completions, list_models, get_model]
+OPENAI_ROUTES = [chat_completions, completions, embeddings, list_models, get_model]
