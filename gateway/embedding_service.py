@@ -38,8 +38,8 @@ class EmbeddingService:
         self.inference = inference
         self._allow_token_ids = allow_token_id_inputs
 
-    async def embed(self, ctx: RequestContext, body: EmbeddingRequest) -> bytes:
-        """The JSON body of the answer; raises GatewayError (audited)."""
+    async def embed(self, ctx: RequestContext, body: EmbeddingRequest) -> tuple[bytes, dict[str, str]]:
+        """The answer's JSON body and its x-ratelimit-* headers; raises GatewayError (audited)."""
         inf = self.inference
         if ctx.principal is None:
             raise RuntimeError("embed() needs an authenticated request")
@@ -111,7 +111,7 @@ class EmbeddingService:
             model=body.model,
             usage=EmbeddingUsage(prompt_tokens=used, total_tokens=used),
         )
-        return msgspec.json.encode(answer)
+        return msgspec.json.encode(answer), dict(lease.headers)
 
     async def _authorize(self, ctx: RequestContext, model: str) -> None:
         inf, principal = self.inference, ctx.principal

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request, Response, get, post
@@ -22,6 +22,7 @@ from gateway.services import Services
 __all__ = ["OPENAI_ROUTES", "context_of"]
 
 _JSON = "application/json"
+_T = TypeVar("_T")
 _STARTED = int(time.time())
 _MODEL_ACTIONS = ("chat", "completion", "embedding")
 """A model is listed to a caller who may use it for any of these."""
@@ -77,7 +78,7 @@ async def _infer(
     return Response(body_bytes, media_type=_JSON, headers=headers)
 
 
-async def _unless_client_leaves(request: Request[Any, Any, Any], work: Coroutine[Any, Any, bytes]) -> bytes:
+async def _unless_client_leaves(request: Request[Any, Any, Any], work: Coroutine[Any, Any, _T]) -> _T:
     """Run ``work``; if the client disconnects first, cancel it so the engine stops generating."""
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_disconnected(request))
@@ -106,8 +107,8 @@ async def embeddings(request: Request[Any, Any, Any], services: Services) -> Res
         body = _parse(await _read_body(request), EmbeddingRequest)
     except (BadRequestError, PayloadTooLargeError) as exc:
         raise await services.inference.reject(ctx, exc) from None
-    answer = await _unless_client_leaves(request, services.embeddings.embed(ctx, body))
-    return Response(answer, media_type=_JSON)
+    answer, headers = await _unless_client_leaves(request, services.embeddings.embed(ctx, body))
+    return Response(answer, media_type=_JSON, headers=headers)
 
 
 @post("/v1/chat/completions", status_code=200)
