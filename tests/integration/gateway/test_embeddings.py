@@ -36,7 +36,8 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]:
         yield served
 
 
-def client(gw: ServedGateway, sub: str, role: str = "analyst") -> OpenAI:
+def client(gw: ServedGateway, sub: str, role: str = "admin") -> OpenAI:
+    """The default policy grants ``embedding`` to admins (on every model), not to analysts."""
     return OpenAI(base_url=gw.v1, api_key=gw.token(sub, role), max_retries=0, timeout=60)
 
 
@@ -78,28 +79,26 @@ def test_string_list_base64_and_dimensions(gw: ServedGateway) -> None:
 
 
 def test_kinds_answer_with_clear_400s_and_models_show_them(gw: ServedGateway) -> None:
-    admin = client(gw, "root", role="admin")  # may use every model for every action
+    admin = client(gw, "root")  # may use every model for every action
     kinds = {m.id: m.model_extra["kind"] for m in admin.models.list()}  # type: ignore[index]
     assert kinds == {"demo-base": "chat", "demo-chat": "chat", "demo-embed": "embedding"}
     with pytest.raises(openai.BadRequestError) as err:
         admin.embeddings.create(model="demo-chat", input="x")
     assert err.value.body["param"] == "model" and "not an embedding model" in err.value.body["message"]  # type: ignore[index]
-    c = client(gw, "ann")
-    with pytest.raises(openai.NotFoundError):  # analysts hold embedding on demo-embed only
-        c.embeddings.create(model="demo-chat", input="x")
     with pytest.raises(openai.BadRequestError) as err:
         admin.chat.completions.create(model="demo-embed", messages=[{"role": "user", "content": "hi"}])
     assert err.value.body["param"] == "model" and "embedding model" in err.value.body["message"]  # type: ignore[index]
-    assert {m.id for m in c.models.list()} == {"demo-chat", "demo-embed"}
+    analyst = client(gw, "ann", role="analyst")
+    assert {m.id for m in analyst.models.list()} == {"demo-chat"}  # no action on the others
     with pytest.raises(openai.BadRequestError):
-        c.embeddings.create(model="demo-embed", input=["ok", ""])
+        admin.embeddings.create(model="demo-embed", input=["ok", ""])
     with pytest.raises(openai.BadRequestError) as err:
-        c.embeddings.create(model="demo-embed", input=[[1, 2, 3]])
+        admin.embeddings.create(model="demo-embed", input=[[1, 2, 3]])
     assert "token-id inputs are disabled" in err.value.body["message"]  # type: ignore[index]
 
 
 def test_a_role_without_embedding_gets_403_and_is_audited(gw: ServedGateway) -> None:
-    c = client(gw, "aud", role="auditor")
+    c = client(gw, "ann", role="analyst")  # chat and completion on demo-chat; no embedding
     with pytest.raises(openai.PermissionDeniedError) as err:
         c.embeddings.create(model="demo-embed", input="x")
     [record] = audited(gw, err.value.response.headers["x-request-id"])
@@ -152,6 +151,6 @@ def test_token_id_inputs_where_allowed(tmp_path: Path) -> None:
         answer = httpx.post(
             f"{stub.v1}/embeddings",
             json={"model": "demo-embed", "input": [1, 2], "encoding_format": "float"},
-            headers={"authorization": f"Bearer {stub.token('ann', 'analyst')}"},
+            headers={"authorization": f"Bearer {stub.token('ann', 'admin')}"},
         )
         assert answer.status_code == 200 and answer.json()["usage"]["prompt_tokens"] == 2
