@@ -4,8 +4,8 @@
 and returns the deltas it produced. On CUDA with ``async_scheduling`` it first launches the
 next iteration, so the GPU computes step N+1 while the host turns step N's tokens into deltas
 (see ``engine.worker.inflight_step``). Embedding models take no part in the KV pool or the
-scheduler: their requests wait in an ``EmbeddingQueue`` and one bounded batch of them runs before
-each step (``engine.worker.embedding_runner``). It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
+scheduler: one bounded batch of their requests runs before each step (``engine.embedder``). It is
+not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
 from a single thread (``AsyncEngine`` under its lock).
 """
 
@@ -20,12 +20,13 @@ import torch
 from engine.config import EngineConfig, ModelSpec
 from engine.core.block_pool import BlockPool
 from engine.core.cache_scope import cache_salt
-from engine.core.embedding_queue import EmbeddingJob, EmbeddingQueue
+from engine.core.embedding_queue import EmbeddingJob
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.outputs import StreamDelta
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from engine.core.sequence import Sequence, SequenceStatus
+from engine.embedder import Embedder
 from engine.errors import (
     EngineConfigError,
     InvalidRequestError,
@@ -38,7 +39,6 @@ from engine.loading.model_source import DirectorySource, ModelSource
 from engine.sampling import GrammarCompiler, GrammarMatcher, Sampler
 from engine.sequence_output import SequenceOutput
 from engine.tuning import DEFAULT_TUNING, CudaTuning
-from engine.worker.embedding_runner import EmbeddingRunner, truncate
 from engine.worker.inflight_step import InflightStep, SampledRow
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
@@ -109,11 +109,11 @@ class LLMEngine:
             for name, m in self.models.items()
             if not m.is_embedding
         }
-        self.embedding_runners = {
-            name: EmbeddingRunner(m, self.device) for name, m in self.models.items() if m.is_embedding
-        }
-        self.embeddings = EmbeddingQueue(config.max_num_batched_tokens)
-        self._embedded: list[EmbeddingJob] = []
+        self.embedder = Embedder(
+            [m for m in self.models.values() if m.is_embedding],
+            self.device,
+            max_batch_tokens=config.max_num_batched_tokens,
+        )
         self._cache_scopes = {spec.name: spec.prefix_cache_scope for spec in config.models}
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
         self._grammars: dict[str, GrammarCompiler] = {}
@@ -250,62 +250,35 @@ class LLMEngine:
             self._grammars[model] = compiler
         return [compiler.matcher(params.structured) for _ in range(params.n)]
 
-    def embedding_token_ids(self, model: str, text: str | list[int]) -> list[int]:
-        """Tokenize and validate one embedding input; raises before anything is queued."""
-        hosted = self.model(model)
+    def embedding_model(self, name: str) -> HostedModel:
+        hosted = self.model(name)
         if not hosted.is_embedding:
             raise InvalidRequestError(
-                f"model {model!r} is not an embedding model: use chat or completions", param="model"
+                f"model {name!r} is not an embedding model: use chat or completions", param="model"
             )
-        ids = hosted.tokenizer.encode(text) if isinstance(text, str) else list(text)
-        if not text or not ids:
-            raise InvalidRequestError("input must not be empty", param="input")
-        vocab = hosted.config.vocab_size
-        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
-            raise InvalidRequestError(f"input token ids must be in [0, {vocab})", param="input")
-        if len(ids) > hosted.max_model_len:
-            raise PromptTooLongError(
-                f"input has {len(ids)} tokens; {model} allows at most {hosted.max_model_len}", param="input"
-            )
-        return ids
+        return hosted
+
+    def embedding_token_ids(self, model: str, text: str | list[int]) -> list[int]:
+        """Tokenize and validate one embedding input; raises before anything is queued."""
+        return self.embedder.token_ids(self.embedding_model(model), text)
 
     def add_embedding(
         self, request_id: str, model: str, inputs: list[list[int]], *, dimensions: int | None = None
     ) -> EmbeddingJob:
         """Queue tokenized inputs (``embedding_token_ids``); the job comes back from
         ``take_embeddings`` once every input has its vector."""
-        hosted = self.model(model)
-        if not hosted.is_embedding:
-            raise InvalidRequestError(f"model {model!r} is not an embedding model", param="model")
-        if not inputs:
-            raise InvalidRequestError("input must not be empty", param="input")
-        size = hosted.config.hidden_size
-        if dimensions is not None and not 1 <= dimensions <= size:
-            raise InvalidRequestError(
-                f"dimensions must be between 1 and {size} for {model}", param="dimensions"
-            )
-        if request_id in self._requests or request_id in self.embeddings:
+        hosted = self.embedding_model(model)
+        if request_id in self._requests or request_id in self.embedder:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
-        job = EmbeddingJob(request_id, model, inputs, dimensions)
-        self.embeddings.add(job)
-        return job
+        return self.embedder.add(request_id, hosted, inputs, dimensions)
 
     def take_embeddings(self) -> list[EmbeddingJob]:
         """Embedding jobs finished since the last call."""
-        done, self._embedded = self._embedded, []
-        return done
-
-    def _embed_batch(self) -> None:
-        batch = self.embeddings.next_batch()
-        job0 = batch[0][0]
-        vectors = self.embedding_runners[job0.model].embed([job.inputs[i] for job, i in batch])
-        for (job, _), vector in zip(batch, vectors, strict=True):
-            job.vectors.append(truncate(vector[None], job.dimensions)[0].tolist())
-        self._embedded.extend(self.embeddings.pop_done())
+        return self.embedder.take()
 
     def abort(self, request_id: str) -> list[tuple[str, StreamDelta]]:
         """End a request now, freeing its blocks; the closing "abort" delta of each live sequence."""
-        self.embeddings.remove(request_id)
+        self.embedder.abort(request_id)
         deltas = []
         for seq in self._requests.pop(request_id, []):
             if not seq.is_finished:
@@ -320,11 +293,10 @@ class LLMEngine:
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work or self._inflight is not None or self.embeddings.has_work
+        return self.scheduler.has_work or self._inflight is not None or self.embedder.has_work
 
     def step(self) -> list[tuple[str, StreamDelta]]:
-        if self.embeddings.has_work:
-            self._embed_batch()
+        self.embedder.run_batch()
         if not self.scheduler.has_work and self._inflight is None:
             return []
         cur = self._inflight or self._launch(self.scheduler.schedule())
