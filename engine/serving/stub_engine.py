@@ -47,7 +47,7 @@ class StubEngine:
         self,
         models: tuple[str, ...] = ("demo-chat", "demo-base"),
         token_delay_s: float = 0.0,
-        embedding_models: tuple[str, ...] = ("demo-embed",),
+        embedding_models: tuple[str, ...] = (),
     ):
         self._models = {m: StubModelInfo(name=m) for m in models}
         self._models.update(

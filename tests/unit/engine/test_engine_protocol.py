@@ -60,7 +60,7 @@ def request(model: str = "demo-chat", max_tokens: int = 3, **kw: object) -> Gene
 
 
 async def test_generate_streams_every_delta_and_info_lists_models() -> None:
-    with engine_server(StubEngine()) as url:
+    with engine_server(StubEngine(embedding_models=("demo-embed",))) as url:
         client = EngineClient(url, TOKEN)
         info = await client.info()
         assert [(m.name, m.kind) for m in info.models] == [
