@@ -12,9 +12,13 @@ record carries the inputs as the prompt and the token count; the vectors are not
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
+import anyio
 import msgspec
 
-from audit.event import Decision, EventType
+from audit.event import Decision, EventType, Finding
 from audit.record import AuditContent
 from engine.errors import EngineError, EngineUnavailableError
 from engine.serving.protocol import EmbedRequest
@@ -25,6 +29,8 @@ from gateway.inference import InferenceService, close_lease
 from gateway.request_context import RequestContext
 
 __all__ = ["MAX_INPUTS", "EmbeddingService"]
+
+log = logging.getLogger("strongroom.gateway")
 
 ACTION = "embedding"
 MAX_INPUTS = 2048
@@ -63,8 +69,9 @@ class EmbeddingService:
         except Exception as exc:
             raise await inf.rejected(ctx, exc) from None
         prompt = msgspec.json.encode(texts if token_ids is None else token_ids).decode()
+        findings: list[Finding] = []
         if texts:
-            texts = await self._filtered(ctx, body.model, texts, prompt)
+            texts, findings = await self._filtered(ctx, body.model, texts, prompt)
         request = EmbedRequest(
             request_id=ctx.request_id,
             model=body.model,
@@ -97,10 +104,28 @@ class EmbeddingService:
                 EventType.INFERENCE,
                 Decision.ALLOW,
                 status=200,
+                findings=findings,
                 prompt_tokens=used,
                 model_manifest=card.manifest_sha256,
                 content=AuditContent(prompt=prompt),
             )
+        except asyncio.CancelledError:
+            # The client left (routes.openai cancels us): the attempt is still on the record.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await inf.auditor.record(
+                        ctx,
+                        EventType.INFERENCE,
+                        Decision.ERROR,
+                        status=499,
+                        reason="client disconnected",
+                        findings=findings,
+                        model_manifest=card.manifest_sha256,
+                        content=AuditContent(prompt=prompt),
+                    )
+                except Exception:
+                    log.exception("recording a disconnected embedding request failed")
+            raise
         finally:
             await close_lease(lease, used)
         answer = EmbeddingList(
@@ -129,8 +154,11 @@ class EmbeddingService:
         )
         raise err
 
-    async def _filtered(self, ctx: RequestContext, model: str, texts: list[str], prompt: str) -> list[str]:
-        """Every input through the request filters; a block refuses the whole request."""
+    async def _filtered(
+        self, ctx: RequestContext, model: str, texts: list[str], prompt: str
+    ) -> tuple[list[str], list[Finding]]:
+        """Every input through the request filters (the texts as filtered, and the findings); a
+        block refuses the whole request."""
         inf = self.inference
         assert ctx.principal is not None
         try:
@@ -150,7 +178,7 @@ class EmbeddingService:
                 content=AuditContent(prompt=prompt),
             )
             raise ContentPolicyError("The request was blocked by the content policy")
-        return list(result.texts)
+        return list(result.texts), list(result.findings)
 
     def _inputs(self, raw: str | list[object]) -> tuple[list[str], list[list[int]] | None]:
         """(texts, None) or ([], token-id lists), checked for shape, emptiness and count."""

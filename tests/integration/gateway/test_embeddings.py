@@ -107,7 +107,7 @@ def test_a_role_without_embedding_gets_403_and_is_audited(gw: ServedGateway) -> 
     assert event["decision"] == "deny"
 
 
-def test_a_filtered_input_blocks_the_request(gw: ServedGateway) -> None:
+def test_filters_block_or_redact_inputs_and_record_findings(gw: ServedGateway) -> None:
     c = client(gw, "ann")
     secret = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7v9z\n-----END RSA PRIVATE KEY-----"
     with pytest.raises(openai.BadRequestError) as err:
@@ -117,6 +117,16 @@ def test_a_filtered_input_blocks_the_request(gw: ServedGateway) -> None:
     assert record["event"]["event_type"] == "filter_action" and record["event"]["decision"] == "deny"
     assert [f["type"] for f in record["event"]["findings"]] == ["secret"]
     assert "PRIVATE KEY" not in json.dumps(record)
+
+    raw = c.embeddings.with_raw_response.create(
+        model="demo-embed", input=["harmless", "mail me at zhang.san@example.com"], encoding_format="float"
+    )
+    assert len(raw.parse().data) == 2
+    [done] = audited(gw, raw.headers["x-request-id"])
+    assert {"type": "email", "count": 1, "action": "redact", "direction": "request"} in done["event"][
+        "findings"
+    ]
+    assert "zhang.san" not in json.dumps(done)
 
 
 def test_quota_counts_input_tokens_and_the_audit_record_has_them(gw: ServedGateway) -> None:
