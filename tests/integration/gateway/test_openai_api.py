@@ -199,7 +199,7 @@ def test_health_ready_metrics_and_request_ids(gateway: Any) -> None:
     assert httpx.get(f"{gateway.base_url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{gateway.base_url}/readyz").json()
     # unauthenticated: no model names
-    assert ready == {"ready": True, "models": 2, "engine": True, "audit": True, "redis": None}
+    assert ready == {"ready": True, "models": 3, "engine": True, "audit": True, "redis": None}
     metrics = httpx.get(f"{gateway.base_url}/metrics")
     assert metrics.status_code == 200 and "strongroom_request_duration" in metrics.text
     # One Content-Type value (it used to carry "charset=utf-8" twice).
