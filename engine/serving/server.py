@@ -10,6 +10,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
@@ -241,7 +242,11 @@ class EngineServer:
             if isinstance(req, Response):
                 return req
             try:
-                count = server.backend.count_embedding_tokens(req.model, req.inputs)
+                count_inputs = partial(server.backend.count_embedding_tokens, req.model, req.inputs)
+                if sum(len(x) for x in req.inputs) > _INLINE_COUNT_CHARS:  # long inputs off the loop
+                    count = await anyio.to_thread.run_sync(count_inputs)
+                else:
+                    count = count_inputs()
             except EngineError as exc:
                 return _error_response(exc)
             return Response(_encoder.encode(TokenCount(num_tokens=count)), media_type="application/json")
