@@ -47,7 +47,8 @@ def banner(
     else:
         lines.append("  export TOKEN=...   # a token from your identity provider ([[auth.issuers]])")
     served = [m.name for m in settings.engine.models] if not settings.server.engine_urls else []
-    model = served[0] if served else "MODEL"
+    chat = [m.name for m in settings.engine.models if m.kind != "embedding"]
+    model = chat[0] if served and chat else "MODEL"
     insecure = " -k" if scheme == "https" else ""
     lines += [
         "",
