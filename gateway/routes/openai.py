@@ -54,6 +54,8 @@ def _parse(raw: bytes, type_: type[Any]) -> Any:
 
 
 def _param_of(message: str) -> str | None:
+    if "unknown field `" in message:  # bodies that forbid unknown fields name the field
+        return message.split("unknown field `", 1)[1].split("`", 1)[0]
     _, _, path = message.partition("at `$.")
     return path.rstrip("`").split(".")[0].split("[")[0] or None if path else None
 

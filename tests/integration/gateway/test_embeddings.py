@@ -164,3 +164,9 @@ def test_token_id_inputs_where_allowed(tmp_path: Path) -> None:
             headers={"authorization": f"Bearer {stub.token('ann', 'admin')}"},
         )
         assert answer.status_code == 200 and answer.json()["usage"]["prompt_tokens"] == 2
+        unknown = httpx.post(
+            f"{stub.v1}/embeddings",
+            json={"model": "demo-embed", "input": "x", "truncate": "END"},
+            headers={"authorization": f"Bearer {stub.token('ann', 'admin')}"},
+        )
+        assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "truncate"
