@@ -117,7 +117,8 @@ def _post(path: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
 class _Samples:
     """Latencies and failures of one path at one concurrency, over all its rounds."""
 
-    def __init__(self) -> None:
+    def __init__(self, tokens_per_request: int = 0) -> None:
+        self.tokens_per_request = tokens_per_request
         self.latencies: list[float] = []
         self.errors: dict[str, int] = {}
         self.elapsed_s = 0.0
@@ -136,6 +137,11 @@ class _Samples:
             "p99_ms": _percentile(self.latencies, 0.99) * 1000,
             "mean_ms": statistics.fmean(self.latencies) * 1000,
             **{f"{name}_cpu_ms_per_request": cpu / n * 1000 for name, cpu in self.cpu_s.items()},
+            **{
+                f"{name}_cpu_ms_per_token": cpu / (n * self.tokens_per_request) * 1000
+                for name, cpu in self.cpu_s.items()
+                if self.tokens_per_request
+            },
         }
 
 
@@ -184,12 +190,15 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def _chat_body(max_tokens: int) -> dict[str, Any]:
-    return {
+def _chat_body(max_tokens: int, *, stream: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "model": "demo-chat",
         "messages": [{"role": "user", "content": "What is the rate on a fixed deposit?"}],
         "max_tokens": max_tokens,
     }
+    if stream:
+        body["stream"] = True
+    return body
 
 
 def _check_gateway_answer(gateway: str, token: str, body: dict[str, Any]) -> None:
@@ -212,6 +221,7 @@ async def _measure(
     max_tokens: int,
     *,
     rounds: int,
+    stream: bool,
     pids: dict[str, int],
     progress: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -228,7 +238,7 @@ async def _measure(
         "/v1/chat/completions",
         gateway.removeprefix("http://"),
         {"authorization": f"Bearer {token}", **json_type},
-        msgspec.json.encode(_chat_body(max_tokens)),
+        msgspec.json.encode(_chat_body(max_tokens, stream=stream)),
     )
     to_engine = _post(
         "/engine/v1/generate",
@@ -243,7 +253,7 @@ async def _measure(
         scratch = _Samples()
         for url, request in paths.values():  # warm-up: connections, pools, caches
             await _drive(url, request, level, min(1.0, duration_s / 2), scratch)
-        samples = {name: _Samples() for name in paths}
+        samples = {name: _Samples(max_tokens) for name in paths}
         for _ in range(rounds):
             for name, (url, request) in paths.items():
                 before = {proc: _cpu_seconds(pid) for proc, pid in pids.items()}
@@ -275,6 +285,7 @@ def run(
     data_dir: Path,
     *,
     rounds: int = 5,
+    stream: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Start a stub engine and a gateway, then measure; ``progress`` is told (runs done, runs in all)."""
@@ -325,6 +336,7 @@ def run(
                     duration_s,
                     max_tokens,
                     rounds=rounds,
+                    stream=stream,
                     pids={"engine": procs[0].pid, "gateway": procs[1].pid},
                     progress=progress,
                 )
@@ -333,23 +345,25 @@ def run(
         for p in procs:
             p.terminate()
             p.wait(timeout=20)
-    return {"rows": rows, "rounds": rounds}
+    return {"rows": rows, "rounds": rounds, "stream": stream}
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
     lines = [
         "conc | direct p50/p99 ms | gateway p50/p99 ms | added p50/p99 ms | direct rps | gateway rps"
-        " | gateway CPU ms/req",
+        " | gateway CPU ms/req | gateway CPU ms/token",
         "-----|-------------------|--------------------|------------------|------------|------------"
-        "|-------------------",
+        "|--------------------|--------------------",
     ]
     for r in rows:
         d, g = r["direct"], r["gateway"]
         cpu = g.get("gateway_cpu_ms_per_request")
+        per_token = g.get("gateway_cpu_ms_per_token")
         lines.append(
             f"{r['concurrency']:>4} | {d['p50_ms']:7.2f} / {d['p99_ms']:7.2f} | {g['p50_ms']:7.2f} / {g['p99_ms']:8.2f} "
             f"| {r['added_p50_ms']:6.2f} / {r['added_p99_ms']:7.2f} | {d['rps']:10.0f} | {g['rps']:10.0f} "
-            f"| {'n/a' if cpu is None else f'{cpu:.2f}':>17}"
+            f"| {'n/a' if cpu is None else f'{cpu:.2f}':>18} "
+            f"| {'n/a' if per_token is None else f'{per_token:.4f}':>19}"
         )
     return "\n".join(lines)
 
@@ -366,16 +380,24 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 )
 @click.option("--rounds", type=int, default=5, show_default=True, help="Alternations of the two paths.")
 @click.option("--max-tokens", type=int, default=4, show_default=True)
+@click.option("--stream", is_flag=True, help="Streamed completions (SSE): the per-token path.")
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="JSON file (default bench/results/)."
 )
 def gateway(
-    levels: tuple[int, ...], duration_s: float, rounds: int, max_tokens: int, output: Path | None
+    levels: tuple[int, ...],
+    duration_s: float,
+    rounds: int,
+    max_tokens: int,
+    stream: bool,
+    output: Path | None,
 ) -> None:
     """Added latency and sustained requests/s of the full gateway over a stub engine."""
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:
-        result = run(list(levels), duration_s, max_tokens, Path(tmp), rounds=rounds, progress=bar)
+        result = run(
+            list(levels), duration_s, max_tokens, Path(tmp), rounds=rounds, stream=stream, progress=bar
+        )
     stamp = datetime.now(UTC)
     record = {
         "benchmark": "gateway_overhead",
@@ -389,6 +411,7 @@ def gateway(
             "duration_s": duration_s,
             "max_tokens": max_tokens,
             "rounds": rounds,
+            "stream": stream,
             "load_generator": "closed loop, one keep-alive HTTP/1.1 connection per concurrent caller",
             "path": "JWT (EdDSA) + RBAC + quota (in-process) + request/response filters + audit (SQLite)",
         },
