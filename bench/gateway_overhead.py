@@ -145,13 +145,16 @@ class _Samples:
         }
 
 
-async def _drive(url: str, request: bytes, concurrency: int, duration_s: float, into: _Samples) -> None:
-    """``concurrency`` closed-loop workers, one connection each, for ``duration_s``."""
+async def _drive(
+    url: str, request: Callable[[int], bytes], concurrency: int, duration_s: float, into: _Samples
+) -> None:
+    """``concurrency`` closed-loop workers, one connection each, for ``duration_s``; worker i
+    sends ``request(i)`` again and again."""
     host, _, port = url.removeprefix("http://").partition(":")
     stop_at = time.perf_counter() + duration_s
 
-    async def worker() -> None:
-        conn = _LoadConnection(host, int(port), request)
+    async def worker(i: int) -> None:
+        conn = _LoadConnection(host, int(port), request(i))
         try:
             while time.perf_counter() < stop_at:
                 t0 = time.perf_counter()
@@ -168,7 +171,7 @@ async def _drive(url: str, request: bytes, concurrency: int, duration_s: float, 
             conn.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
     into.elapsed_s += time.perf_counter() - started
 
 
@@ -225,14 +228,6 @@ async def _measure(
     pids: dict[str, int],
     progress: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    direct = msgspec.json.encode(
-        GenerateRequest(
-            request_id="bench",
-            model="demo-chat",
-            prompt="What is the rate on a fixed deposit?",
-            params=SamplingParams(max_tokens=max_tokens),
-        )
-    )
     json_type = {"content-type": "application/json"}
     via_gateway = _post(
         "/v1/chat/completions",
@@ -240,13 +235,24 @@ async def _measure(
         {"authorization": f"Bearer {token}", **json_type},
         msgspec.json.encode(_chat_body(max_tokens, stream=stream)),
     )
-    to_engine = _post(
-        "/engine/v1/generate",
-        engine.removeprefix("http://"),
-        {"authorization": f"Bearer {engine_token}", **json_type},
-        direct,
-    )
-    paths = {"direct": (engine, to_engine), "gateway": (gateway, via_gateway)}
+
+    def to_engine(worker: int) -> bytes:
+        # An engine runs one request of an id at a time: each caller has its own.
+        direct = GenerateRequest(
+            request_id=f"bench-{worker}",
+            model="demo-chat",
+            prompt="What is the rate on a fixed deposit?",
+            params=SamplingParams(max_tokens=max_tokens),
+        )
+        headers = {"authorization": f"Bearer {engine_token}", **json_type}
+        return _post(
+            "/engine/v1/generate", engine.removeprefix("http://"), headers, msgspec.json.encode(direct)
+        )
+
+    paths: dict[str, tuple[str, Callable[[int], bytes]]] = {
+        "direct": (engine, to_engine),
+        "gateway": (gateway, lambda _: via_gateway),
+    }
     rows = []
     steps, done = len(levels) * rounds * len(paths), 0
     for level in levels:

@@ -139,7 +139,8 @@ class StubEngine:
                 if any(d.finish_reason is not None for d in deltas):
                     return
         finally:
-            self._running.pop(request.request_id, None)
+            if self._running.get(request.request_id) is running:  # not a later request of the same id
+                del self._running[request.request_id]
 
     async def _steps(self) -> None:
         """Like the engine's step loop: one token for every running request per step."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
+from engine.core.outputs import StreamDelta
 from engine.core.sampling_params import SamplingParams
 from engine.errors import PromptTooLongError, UnknownModelError
 from engine.serving.protocol import ChatMessage, GenerateRequest
@@ -62,3 +64,19 @@ async def test_abort_ends_every_completion_and_validation_raises_first() -> None
     )
     assert stub.count_tokens(chat) == len("<user>hi<assistant>") // 4
     await stub.shutdown()
+
+
+async def test_a_finished_requests_clean_up_leaves_a_new_request_of_its_id_running() -> None:
+    stub = StubEngine()
+    old = stub.generate(request("same", 1))
+    [done] = await anext(old)
+    assert done.finish_reason == "length"
+    new = stub.generate(request("same", 3))
+    await anext(new)
+    await old.aclose()  # the old stream's clean-up runs only now
+    frames = await asyncio.wait_for(_all(new), timeout=5)
+    assert frames[-1][-1].num_output_tokens == 3
+
+
+async def _all(stream: AsyncIterator[list[StreamDelta]]) -> list[list[StreamDelta]]:
+    return [frame async for frame in stream]
