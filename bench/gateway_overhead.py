@@ -292,6 +292,7 @@ def run(
     *,
     rounds: int = 5,
     stream: bool = False,
+    filters: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Start a stub engine and a gateway, then measure; ``progress`` is told (runs done, runs in all)."""
@@ -308,6 +309,10 @@ def run(
             "STRONGROOM_QUOTA__DEFAULT": "{ requests_per_minute = 100000000, tokens_per_minute = 1000000000, concurrent_requests = 100000, max_tokens_ceiling = 4096 }",
         }
     )
+    if not filters:  # the packaged policy with every detector off, as bench/serve_gpu.sh does
+        policy = data_dir / "filters-off.toml"
+        policy.write_text('version = 1\ndefault_action = "off"\non_error = "block"\n')
+        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{policy}"'
     cmd = [sys.executable, "-m", "strongroom"]
     procs = [
         subprocess.Popen(
@@ -351,7 +356,7 @@ def run(
         for p in procs:
             p.terminate()
             p.wait(timeout=20)
-    return {"rows": rows, "rounds": rounds, "stream": stream}
+    return {"rows": rows, "rounds": rounds, "stream": stream, "filters": filters}
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
@@ -387,6 +392,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @click.option("--rounds", type=int, default=5, show_default=True, help="Alternations of the two paths.")
 @click.option("--max-tokens", type=int, default=4, show_default=True)
 @click.option("--stream", is_flag=True, help="Streamed completions (SSE): the per-token path.")
+@click.option("--filters/--no-filters", default=True, show_default=True, help="Content filters on or off.")
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="JSON file (default bench/results/)."
 )
@@ -396,13 +402,21 @@ def gateway(
     rounds: int,
     max_tokens: int,
     stream: bool,
+    filters: bool,
     output: Path | None,
 ) -> None:
     """Added latency and sustained requests/s of the full gateway over a stub engine."""
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:
         result = run(
-            list(levels), duration_s, max_tokens, Path(tmp), rounds=rounds, stream=stream, progress=bar
+            list(levels),
+            duration_s,
+            max_tokens,
+            Path(tmp),
+            rounds=rounds,
+            stream=stream,
+            filters=filters,
+            progress=bar,
         )
     stamp = datetime.now(UTC)
     record = {
@@ -418,8 +432,11 @@ def gateway(
             "max_tokens": max_tokens,
             "rounds": rounds,
             "stream": stream,
+            "filters": filters,
             "load_generator": "closed loop, one keep-alive HTTP/1.1 connection per concurrent caller",
-            "path": "JWT (EdDSA) + RBAC + quota (in-process) + request/response filters + audit (SQLite)",
+            "path": "JWT (EdDSA) + RBAC + quota (in-process) + "
+            + ("request/response filters + " if filters else "filters off + ")
+            + "audit (SQLite)",
         },
         **result,
     }
