@@ -32,9 +32,10 @@ from engine.errors import (
 )
 from engine.loading.hosted_model import HostedModel
 from engine.loading.model_source import DirectorySource, ModelSource
-from engine.sampling import Sampler
+from engine.sampling import GrammarCompiler, GrammarMatcher, Sampler
 from engine.sequence_output import SequenceOutput
-from engine.worker.inflight_step import PENDING, InflightStep, SampledRow
+from engine.tuning import DEFAULT_TUNING, CudaTuning
+from engine.worker.inflight_step import InflightStep, SampledRow
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
 
@@ -51,7 +52,10 @@ class LLMEngine:
         sources: Mapping[str, ModelSource] | None = None,
         *,
         skip_failed_models: bool = False,
+        tuning: CudaTuning = DEFAULT_TUNING,
     ) -> None:
+        """``tuning``: the CUDA path's fusions and launch shapes (``engine.tuning``); not a
+        deployment setting, the defaults are the production values."""
         self.config = config
         self.device = torch.device(config.device)
         if config.num_threads is not None and self.device.type == "cpu":
@@ -88,6 +92,7 @@ class LLMEngine:
             list(self.models),
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
         )
         self.runners = {
             name: ModelRunner(
@@ -96,11 +101,14 @@ class LLMEngine:
                 self.device,
                 cuda_graphs=config.cuda_graphs,
                 max_num_seqs=config.max_num_seqs,
+                tuning=tuning,
             )
             for name, m in self.models.items()
         }
         self._cache_scopes = {spec.name: spec.prefix_cache_scope for spec in config.models}
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
+        self._grammars: dict[str, GrammarCompiler] = {}
+        """Per model, made at its first structured request."""
         self._requests: dict[str, list[Sequence]] = {}
         self._outputs: dict[int, SequenceOutput] = {}
         self._arrivals = 0
@@ -183,6 +191,7 @@ class LLMEngine:
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
         hosted = self.model(model)
+        grammars = self._grammar_matchers(model, params)  # an invalid schema raises before queueing
         salt = cache_salt(self._cache_scopes[model], tenant, subject)
         self._arrivals += 1
         seqs = [
@@ -205,10 +214,24 @@ class LLMEngine:
                 eos_token_ids=hosted.eos_token_ids,
                 max_model_len=hosted.max_model_len,
                 device=self.device,
+                grammar=grammars[seq.index] if grammars else None,
             )
             self.scheduler.add(seq)
         self._requests[request_id] = seqs
         return seqs
+
+    def _grammar_matchers(self, model: str, params: SamplingParams) -> list[GrammarMatcher]:
+        """One matcher per sequence of a structured request; none otherwise."""
+        if params.structured is None:
+            return []
+        compiler = self._grammars.get(model)
+        if compiler is None:
+            hosted = self.models[model]
+            compiler = GrammarCompiler(
+                hosted.tokenizer.hf.to_str(), hosted.config.vocab_size, hosted.eos_token_ids
+            )
+            self._grammars[model] = compiler
+        return [compiler.matcher(params.structured) for _ in range(params.n)]
 
     def abort(self, request_id: str) -> list[tuple[str, StreamDelta]]:
         """End a request now, freeing its blocks; the closing "abort" delta of each live sequence."""
@@ -248,10 +271,10 @@ class LLMEngine:
             if seq.seq_id in self._retired:  # ended after this step was launched
                 self._retired.discard(seq.seq_id)
                 continue
-            if row.pending_index is None:
-                seq.append_token(token_id)
+            if row.is_held:
+                seq.fill_place(token_id)
             else:
-                seq.token_ids[row.pending_index] = token_id
+                seq.append_token(token_id)
             delta, status = self._outputs[seq.seq_id].on_token(token_id, row.logprobs)
             if status is not None:
                 self._retire(seq)
@@ -276,20 +299,19 @@ class LLMEngine:
         return not any(row.seq.needs_host_tokens for row in cur.rows)
 
     def _hold_places(self, cur: InflightStep) -> None:
-        """Put a placeholder where each sampled token goes, so the scheduler plans the next step."""
+        """Hold a place for each sampled token on its sequence, so the scheduler plans the next step."""
         outputs = self._outputs
         for row in cur.rows:
             seq = row.seq
             if seq.is_finished:
                 continue
-            token_ids = seq.token_ids
-            if len(token_ids) - seq.num_prompt_tokens + 1 >= outputs[seq.seq_id].max_tokens:
+            if seq.num_output_tokens + 1 >= outputs[seq.seq_id].max_tokens:
                 # Its last token: nothing to look ahead for. Its blocks go back now; the step
                 # still in flight writes them before any later step can (one stream, in order).
                 self.scheduler.finish(seq, SequenceStatus.FINISHED_LENGTH)
                 continue
-            row.pending_index = len(token_ids)
-            token_ids.append(PENDING)
+            row.is_held = True
+            seq.hold_place()
 
     def _retire(self, seq: Sequence) -> None:
         if self._inflight is not None and seq.seq_id in self._inflight.row_of:
@@ -318,19 +340,32 @@ class LLMEngine:
             sources = [-1] * len(items)
         else:
             row_of = prev.row_of
-            sources = [
-                row_of[item.seq.seq_id] if item.seq.token_ids[item.start] == PENDING else -1 for item in items
-            ]
+            sources = [row_of[item.seq.seq_id] if item.reads_pending else -1 for item in items]
         pending = prev.tokens if prev is not None and any(s >= 0 for s in sources) else None
         out = self.runners[model].execute(items, pending, sources)  # logits: [num sampling, vocab]
         seqs = [item.seq for item in items if item.is_sampling]
         if not seqs:
             return [], None
+        if prev is not None:
+            self._catch_up_grammars(seqs, prev)
         # Only penalties read the tokens so far; other rows skip copying them (and never see a
         # placeholder: a row with penalties always has its tokens on the host).
         rows = [self._outputs[s.seq_id].sampling_row() for s in seqs]
         result = self.sampler(out.logits, rows, out.argmax)
         return [SampledRow(s, lp) for s, lp in zip(seqs, result.logprobs, strict=True)], result.token_ids
+
+    def _catch_up_grammars(self, seqs: list[Sequence], prev: InflightStep) -> None:
+        """Constrained rows launched past their last token: their masks need it. Wait for the
+        previous step's tokens now, while the forward pass just queued keeps the device busy."""
+        outputs = self._outputs
+        behind = [s for s in seqs if s.num_pending_tokens and outputs[s.seq_id].grammar is not None]
+        if not behind:
+            return
+        tokens = prev.token_ids()
+        for seq in behind:
+            grammar = outputs[seq.seq_id].grammar
+            assert grammar is not None
+            grammar.advance_to(seq.num_output_tokens, tokens[prev.row_of[seq.seq_id]])
 
     def _forget_if_done(self, request_id: str) -> None:
         seqs = self._requests.get(request_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
@@ -17,6 +18,7 @@ from engine.serving.client import EngineClient
 from filters import FilterPipeline
 from gateway.auditor import Auditor
 from gateway.auth import TokenVerifier
+from gateway.authenticator import Authenticator
 from gateway.engine_pool import EnginePool, Heartbeat, ProcessProbe
 from gateway.errors import ConfigError
 from gateway.inference import InferenceService
@@ -30,7 +32,7 @@ from policies.policy_seal import PolicySeal, tamper_event
 if TYPE_CHECKING:
     from strongroom.config import Settings
 
-__all__ = ["Services"]
+__all__ = ["Services", "open_authorizer"]
 
 _REDIS_PROBE_TIMEOUT_S = 0.5
 """A readiness probe answers within this even when Redis hangs."""
@@ -47,7 +49,7 @@ def _redis_client(url: str) -> Redis:
     )
 
 
-async def _open_authorizer(settings: Settings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
+async def open_authorizer(settings: Settings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
     """The policy, sealed with the audit signing key; a store that fails its seal stops start-up
     (there is no verified policy to serve) and the refusal is audited."""
     try:
@@ -80,7 +82,7 @@ class Services:
         filters: FilterPipeline,
         engines: EnginePool,
         inference: InferenceService,
-        metrics_access: MetricsAccess,
+        authenticator: Authenticator,
         writer_socket: WriterSocket | None = None,
     ) -> None:
         self.settings = settings
@@ -93,7 +95,7 @@ class Services:
         self.filters = filters
         self.engines = engines
         self.inference = inference
-        self.metrics_access = metrics_access
+        self.authenticator = authenticator
         self.writer_socket = writer_socket
 
     @classmethod
@@ -103,9 +105,13 @@ class Services:
         engine_urls: tuple[str, ...] | None = None,
         *,
         is_process_alive: ProcessProbe | None = None,
+        audit_feed: Path | None = None,
+        records_engine_events: bool = True,
     ) -> Services:
         """Open every component; ``engine_urls`` overrides the configured pool (local engine), whose
-        supervisor answers ``is_process_alive``."""
+        supervisor answers ``is_process_alive``. A gateway worker (``strongroom.gateway_workers``)
+        appends through its supervisor's ``audit_feed`` instead of writing the log itself, and only
+        one worker copies the engines' key operations into the log (``records_engine_events``)."""
         data_dir = settings.data_path
         telemetry = Telemetry.install(settings.telemetry)
         redis = _redis_client(settings.redis_url) if settings.redis_url else None
@@ -116,14 +122,17 @@ class Services:
         if not token:
             raise ConfigError(f"${settings.server.engine_token_env} must hold the engine token")
         metrics_access = MetricsAccess(settings.telemetry, settings.server, os.environ)
-        audit_log = await AuditLog.open(settings.audit, data_dir)
+        if audit_feed is not None:
+            audit_log = await AuditLog.join(settings.audit, data_dir, audit_feed)
+        else:
+            audit_log = await AuditLog.open(settings.audit, data_dir)
         writer_socket = None
-        if settings.audit.backend == "sqlite":
+        if settings.audit.backend == "sqlite" and audit_feed is None:
             # Operator commands beside this gateway append through it: it holds the writer lock.
             db_path = settings.audit.resolve(data_dir, settings.audit.sqlite_path)
             writer_socket = await WriterSocket.start(audit_log, db_path, data_dir)
         verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
-        authorizer = await _open_authorizer(settings, audit_log, redis)
+        authorizer = await open_authorizer(settings, audit_log, redis)
         await authorizer.start()
         quotas = Quotas(settings.quota, redis=redis)
         filters = FilterPipeline.from_config(settings.filters, data_dir)
@@ -149,17 +158,17 @@ class Services:
                 misses=server.engine_heartbeat_misses,
             ),
             is_process_alive=is_process_alive,
-            audit=audit_log,
+            audit=audit_log if records_engine_events else None,
         )
         await engines.start()
         telemetry.count_in_flight(engines.num_in_flight)
         telemetry.serving.watch_engines(engines.engine_stats)
+        auditor = Auditor(audit_log)
         inference = InferenceService(
-            verifier=verifier,
             authorizer=authorizer,
             quotas=quotas,
             filters=filters,
-            auditor=Auditor(audit_log),
+            auditor=auditor,
             engines=engines,
             telemetry=telemetry,
             allow_token_id_prompts=settings.server.allow_token_id_prompts,
@@ -175,7 +184,7 @@ class Services:
             filters=filters,
             engines=engines,
             inference=inference,
-            metrics_access=metrics_access,
+            authenticator=Authenticator(verifier, metrics_access, auditor),
             writer_socket=writer_socket,
         )
 

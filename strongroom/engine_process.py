@@ -19,7 +19,7 @@ from strongroom.config import Settings
 
 log = logging.getLogger("strongroom.engine")
 
-__all__ = ["build_backend", "ensure_demo_models", "run_engine"]
+__all__ = ["build_backend", "end_with_parent", "ensure_demo_models", "run_engine"]
 
 
 def _provider(settings: Settings, *, create: bool) -> Any:
@@ -148,9 +148,10 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
     return LoadedEngine(engine, failed, audit_events, manifests)
 
 
-def _end_with_parent() -> None:
-    """A supervised engine (started by ``serve``) gets SIGTERM when its gateway dies, however it
-    dies (SIGKILL, a crash): an orphaned engine would keep the GPU's memory. Linux only."""
+def end_with_parent() -> None:
+    """A supervised engine or gateway worker (started by ``serve``) gets SIGTERM when its parent
+    dies, however it dies (SIGKILL, a crash): an orphaned engine would keep the GPU's memory, an
+    orphaned worker the port. Linux only."""
     import ctypes
     import signal
     import sys
@@ -181,7 +182,7 @@ def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub
     tls = cfg.tls if fd is None else TlsConfig()
     listener = Listener(tls, cfg.limits, resolve=settings.resolve, where="engine_listener")
     if fd is not None:
-        _end_with_parent()
+        end_with_parent()
     backend = build_backend(settings, stub=stub)
     server = EngineServer(
         backend.engine,

@@ -77,7 +77,11 @@ class FrameBuffer:
     def feed(self, data: bytes) -> list[bytes]:
         """The payloads of every frame ``data`` completed; the rest waits for more bytes."""
         pending = self._pending
-        if not pending and len(data) >= _PREFIX and len(data) == _PREFIX + int.from_bytes(data[:_PREFIX], "big"):
+        if (
+            not pending
+            and len(data) >= _PREFIX
+            and len(data) == _PREFIX + int.from_bytes(data[:_PREFIX], "big")
+        ):
             return [data[_PREFIX:]]  # the usual case: one chunk is one whole frame
         pending += data
         payloads = []
