@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,4 +191,32 @@ async def test_a_reader_that_falls_behind_gets_the_steps_it_missed_in_one_frame(
             earlier = sum(len(e.token_ids) for e in first if e.index == d.index)
             assert len(d.token_ids) == 12 - earlier
     finally:
+        await engine.shutdown()
+
+
+async def test_a_step_reaches_the_event_loop_in_one_hand_over_for_all_its_streams(
+    model_dirs: dict[str, Path],
+) -> None:
+    """Not one wake-up of the event loop per token: per step, however many streams and completions."""
+    engine = AsyncEngine(config({"a": str(model_dirs["llama"])}))
+    await engine.start()
+    loop = asyncio.get_running_loop()
+    hand_overs = 0
+    call_soon_threadsafe = loop.call_soon_threadsafe
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        nonlocal hand_overs
+        hand_overs += 1
+        return call_soon_threadsafe(*args, **kw)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    try:
+        params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, n=2)
+        steps_before = engine.core.num_steps
+        outs = await asyncio.gather(*(collect(engine, f"h{i}", "a", [0, 5 + i, 6], params) for i in range(4)))
+        num_steps = engine.core.num_steps - steps_before
+        assert all(sum(len(d.token_ids) for d in out) == 16 for out in outs)  # 4 requests x 2 x 8 tokens
+        assert hand_overs <= num_steps < 64
+    finally:
+        loop.call_soon_threadsafe = call_soon_threadsafe  # type: ignore[method-assign]
         await engine.shutdown()
