@@ -23,6 +23,7 @@ class StubModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int = 4096
     has_chat_template: bool = True
     dtype: str = "none"
+    quantization: str | None = None
 
 
 class StubDelta(msgspec.Struct, frozen=True, kw_only=True):
