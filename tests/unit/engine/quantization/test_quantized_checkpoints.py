@@ -176,3 +176,14 @@ def test_nonzero_zero_point_and_wrong_storage_are_errors(model_dirs: dict[str, P
         _llm(path)
     config = json.loads((path / "config.json").read_text())
     assert config["quantization_config"]["quant_method"] == "fp8"
+
+
+def test_engine_models_setting_reads_quantization(tmp_path: Path) -> None:
+    from strongroom.config import ConfigError, load_settings
+
+    config = tmp_path / "strongroom.toml"
+    config.write_text('[engine]\nmodels = [{ name = "m", path = "models/m", quantization = "fp8" }]\n')
+    assert load_settings(config, environ={}).engine.models[0].quantization == "fp8"
+    config.write_text('[engine]\nmodels = [{ name = "m", path = "models/m", quantization = "awq" }]\n')
+    with pytest.raises((ConfigError, EngineConfigError), match="awq"):
+        load_settings(config, environ={})
