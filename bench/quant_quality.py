@@ -6,7 +6,9 @@ Trains a small Llama-shaped model (HF transformers, CPU, seeded) on 70 % of the 
 set of weights: the engine's quantized layers' dequantized weights (exactly what their CPU
 forward multiplies by) are put back into the HF model, which computes the perplexity. "fp8-kv"
 simulates an FP8 E4M3 KV cache (not an engine feature yet) by rounding every key and value
-through E4M3 with one scale per tensor, as a quality bound for it.
+through E4M3 with one scale per tensor, as a quality bound for it; "fp8-w8a8" adds FP8
+activations (one scale per row) to the FP8 weights, as the CUDA prefill's ``torch._scaled_mm``
+runs them.
 
     python -m bench.quant_quality --steps 300 --out bench/results/quant_quality.json
 """
@@ -36,6 +38,7 @@ _SHAPE = {
     "num_key_value_heads": 2,
     "max_position_embeddings": 256,
 }
+_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _VOCAB = 300
 """Byte-level BPE with few merges: the corpus is 22 lines, so a larger vocabulary only memorizes."""
 
@@ -120,8 +123,10 @@ def _engine_weights(path: Path, quantization: str | None) -> dict[str, torch.Ten
     return out
 
 
-def _fp8_round(t: torch.Tensor) -> torch.Tensor:
-    scale = t.abs().amax().clamp(min=1e-12) / FP8_MAX
+def _fp8_round(t: torch.Tensor, *, rows: bool) -> torch.Tensor:
+    """t through E4M3 and back, one scale per tensor or per row (last dim)."""
+    amax = t.abs().amax(dim=-1, keepdim=True) if rows else t.abs().amax()
+    scale = amax.clamp(min=1e-12) / FP8_MAX
     return (t / scale).to(torch.float8_e4m3fn).float() * scale
 
 
@@ -131,25 +136,38 @@ def measure(steps: int = 300, seed: int = 0, window: int = 64) -> dict[str, Any]
     model, tokenizer, held_out = _train(steps, seed, window)
     trained_s = time.perf_counter() - started
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "quality"
         model.save_pretrained(path)
         tokenizer.save(str(path / "tokenizer.json"))
         (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
-        for variant, quantization in (("fp32", None), ("fp8", "fp8"), ("int8", "int8")):
-            model.load_state_dict(state)
-            model.load_state_dict(_engine_weights(path, quantization), strict=False)
-            results[variant] = _perplexity(model, held_out, window)
-    model.load_state_dict(state)
-    hooks = [
-        m.register_forward_hook(lambda _m, _i, out: _fp8_round(out))
-        for name, m in model.named_modules()
-        if name.endswith(("k_proj", "v_proj"))
-    ]
-    results["fp8-kv"] = _perplexity(model, held_out, window)
-    for hook in hooks:
-        hook.remove()
+        weights = {q: _engine_weights(path, q) for q in (None, "fp8", "int8")}
+
+    def score(quantization: str | None, hook: str | None = None) -> float:
+        model.load_state_dict(state)
+        model.load_state_dict(weights[quantization], strict=False)
+        handles = []
+        for name, module in model.named_modules():
+            if hook == "kv" and name.endswith(("k_proj", "v_proj")):  # the keys and values it writes
+                handles.append(module.register_forward_hook(lambda _m, _i, out: _fp8_round(out, rows=False)))
+            if hook == "activations" and name.endswith(_LINEARS):  # each linear's input, per row
+                handles.append(
+                    module.register_forward_pre_hook(lambda _m, args: (_fp8_round(args[0], rows=True),))
+                )
+        try:
+            return _perplexity(model, held_out, window)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    results = {
+        "fp32": score(None),
+        "fp8": score("fp8"),
+        "int8": score("int8"),
+        "fp8-kv": score(None, "kv"),
+        # FP8 weights and activations, as the CUDA prefill runs them (quantization.scaled_mm).
+        "fp8-w8a8": score("fp8", "activations"),
+    }
     base = results["fp32"]
     return {
         "steps": steps,

@@ -12,8 +12,9 @@ A lazy input a GEMM cannot take is materialized first (``lazy.materialize``). Ro
 layers on more than one rank all-reduce a summed output, so only one rank leaves partials.
 
 Quantized layers (``engine.layers.quantized_linear``) take none of the lazy inputs: their input
-is materialized, and up to 16 rows run ``quant_gemv`` (the weight read in its one byte), more
-rows dequantize the weight and run cuBLAS.
+is materialized, and up to 16 rows run ``quant_gemv`` (the weight read in its one byte); more
+rows run FP8 x FP8 ``torch._scaled_mm`` for FP8 per-channel weights (activations quantized per
+row: ``engine.quantization.scaled_mm``), else dequantize the weight and run cuBLAS.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from engine.kernels.quant_gemv import quant_gemv, quant_gemv_fits
 from engine.kernels.silu_and_mul import silu_and_mul
 from engine.layers import ColumnParallelLinear, RowParallelLinear
 from engine.layers.quantized_linear import QuantizedLinear
+from engine.quantization.scaled_mm import fp8_scaled_mm, fp8_scaled_mm_fits
 from engine.tuning import CudaTuning
 
 __all__ = [
@@ -154,4 +156,6 @@ def _quantized_matmul(
         x = materialize(x, tuning)
     if tuning.skinny_gemm and quant_gemv_fits(x, layer.group):
         return quant_gemv(x, layer.weight, layer.weight_scale, layer.group, bias)
+    if tuning.fp8_scaled_mm and fp8_scaled_mm_fits(x, layer.weight, layer.group):
+        return fp8_scaled_mm(x, layer.weight, layer.weight_scale, bias)
     return F.linear(x, layer.dequantized(x.dtype), bias)
