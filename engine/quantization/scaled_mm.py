@@ -35,7 +35,7 @@ def fp8_scaled_mm(
     quantized per row to E4M3."""
     sx = (x.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=1e-12)  # [m, 1]
     xq = (x.float() / sx).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    out_dtype = x.dtype if x.dtype != torch.float32 else torch.bfloat16
-    y = torch._scaled_mm(xq, weight.t(), scale_a=sx, scale_b=scale.reshape(1, -1), out_dtype=out_dtype)
+    # Row-wise scales take a bfloat16 output only (cuBLASLt on Hopper); other dtypes convert after.
+    y = torch._scaled_mm(xq, weight.t(), scale_a=sx, scale_b=scale.reshape(1, -1), out_dtype=torch.bfloat16)
     y = y.to(x.dtype)
     return y if bias is None else y + bias
