@@ -77,8 +77,8 @@ async def test_sealed_fp8_checkpoint_serves_and_reports_its_quantization(
                 request = GenerateRequest(
                     request_id="r1", model="m", params=params, prompt_token_ids=[0, 4, 5, 6]
                 )
-                async with client.generate(request) as events:
-                    got = [t for e in [e async for e in events] for t in e.token_ids]
+                async with client.generate(request) as frames:  # one frame of events per step
+                    got = [t async for frame in frames for event in frame for t in event.token_ids]
                 assert got == expected
                 pool = EnginePool([client], refresh_s=60.0)
                 await pool.start()
