@@ -148,23 +148,23 @@ def quantize_linears(model: nn.Module, quant: WeightQuant, *, from_weights: bool
     """Swap every parallel linear layer of ``model`` for its quantized twin; returns how many.
     ``from_weights`` quantizes the weights already loaded; otherwise the twins are left empty for
     a quantized checkpoint to load into."""
-    swapped = 0
-    for name, module in list(model.named_modules()):
-        twin_class = _TWINS.get(type(module))
-        if twin_class is None:
-            continue
+    # By name, so that each unquantized layer is freed as soon as its twin replaces it.
+    names = [name for name, module in model.named_modules() if type(module) in _TWINS]
+    for name in names:
+        module = model.get_submodule(name)
+        twin_class = _TWINS[type(module)]
         twin = twin_class.__new__(twin_class)
         twin.__dict__.update(module.__dict__)
         for store in ("_parameters", "_buffers", "_modules"):
             twin.__dict__[store] = dict(module.__dict__[store])
-        weight = module.weight
+        weight: torch.Tensor = twin.weight  # the unquantized one, until _store replaces it
         twin._store(quant)
         if from_weights:
             twin.quantize_from(weight.data)
         parent_name, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, attr, twin)
-        swapped += 1
-    return swapped
+        del module, weight
+    return len(names)
 
 
 def _unpack_int32(packed: torch.Tensor) -> torch.Tensor:
