@@ -37,14 +37,16 @@ class LLM:
         dtype: str = "float32",
         device: str = "cpu",
         max_model_len: int | None = None,
+        quantization: str | None = None,
         kind: str | None = None,
         tuning: CudaTuning = DEFAULT_TUNING,
         **engine_options: Any,
     ) -> None:
         """``model`` is one checkpoint directory (hosted under its directory name); ``models`` maps
-        names to directories. ``engine_options`` are further ``EngineConfig`` fields; ``tuning``
-        the CUDA path's (``engine.tuning``); ``kind`` declares every model's kind ("chat" or
-        "embedding"; None reads it from each checkpoint)."""
+        names to directories. ``quantization`` ("fp8" | "int8") quantizes every model's linear
+        weights as they load (``ModelSpec.quantization``); ``kind`` declares every model's kind
+        ("chat" or "embedding"; None reads it from each checkpoint). ``engine_options`` are further
+        ``EngineConfig`` fields; ``tuning`` the CUDA path's (``engine.tuning``)."""
         paths = dict(models or {})
         if model is not None:
             paths[Path(model).name or "model"] = model
@@ -52,7 +54,12 @@ class LLM:
             raise InvalidRequestError("LLM needs a model path or models={name: path}")
         specs = tuple(
             ModelSpec(
-                name=name, path=str(Path(p).absolute()), dtype=dtype, max_model_len=max_model_len, kind=kind
+                name=name,
+                path=str(Path(p).absolute()),
+                dtype=dtype,
+                max_model_len=max_model_len,
+                quantization=quantization,
+                kind=kind,
             )
             for name, p in paths.items()
         )

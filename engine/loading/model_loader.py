@@ -2,9 +2,12 @@
 
 Every parameter is loaded by the layer that owns it (``weight_loader``), which is where a
 tensor-parallel rank takes its slice; packed layers (qkv, gate_up) are told which part a
-checkpoint tensor is. Checkpoints saved from the bare decoder (sentence-transformers embedding
-models such as Qwen3-Embedding) name weights without the ``model.`` prefix; an embedding model
-needs no ``lm_head`` and gets none.
+checkpoint tensor is. With a ``WeightQuant`` the linear layers are swapped for quantized twins:
+before loading for a quantized checkpoint (whose scale tensors then load like weights), after
+loading when the weights are quantized as they arrive.
+Checkpoints saved from the bare decoder (sentence-transformers embedding models such as
+Qwen3-Embedding) name weights without the ``model.`` prefix; an embedding model needs no
+``lm_head`` and gets none.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import torch
 from torch import nn
 
 from engine.errors import ModelLoadError
+from engine.layers.quantized_linear import quantize_linears
 from engine.loading.checkpoint import Checkpoint
 from engine.loading.model_config import ModelConfig
 from engine.models import model_class
+from engine.quantization.scheme import WeightQuant
 
 __all__ = ["load_model"]
 
@@ -27,6 +32,7 @@ def load_model(
     config: ModelConfig,
     dtype: torch.dtype,
     device: torch.device,
+    quant: WeightQuant | None = None,
     *,
     needs_lm_head: bool = True,
 ) -> nn.Module:
@@ -39,11 +45,15 @@ def load_model(
         torch.set_default_dtype(previous)
     if not needs_lm_head and not config.tie_word_embeddings:
         del model.lm_head  # its vocab x hidden weight would only take memory
-    _load_weights(model, ckpt, config)
+    if quant is not None and quant.prequantized:
+        quantize_linears(model, quant, from_weights=False)
+    _load_weights(model, ckpt, config, quant)
+    if quant is not None and not quant.prequantized:
+        quantize_linears(model, quant, from_weights=True)
     return model.eval()
 
 
-def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig) -> None:
+def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant: WeightQuant | None) -> None:
     params = dict(model.named_parameters())
     has_lm_head = hasattr(model, "lm_head")
     packed: dict[str, tuple[str, int | str]] = getattr(model, "packed_modules", {})
@@ -54,6 +64,11 @@ def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig) -> No
             continue
         if not name.startswith("model.") and not is_head:  # saved from the bare decoder
             name = "model." + name
+        if quant is not None:
+            mapped = quant.parameter_for(name, tensor, ckpt.name)
+            if mapped is None:
+                continue
+            name = mapped
         target, shard = name, None
         for part, (packed_name, shard_id) in packed.items():
             if f".{part}." in name:

@@ -158,6 +158,8 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int
     has_chat_template: bool
     dtype: str = ""
+    quantization: str | None = None
+    """The weight quantization ("fp8", "int8", "fp8-block128x128"); None for unquantized weights."""
     kind: str = "chat"
     """"chat" (chat and completions) or "embedding" (embeddings only)."""
     embedding_size: int = 0

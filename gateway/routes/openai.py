@@ -132,7 +132,13 @@ async def _visible_models(
     authz = services.authorizer
     allowed = {m for action in _MODEL_ACTIONS for m in authz.allowed_models(principal, action, cards)}
     return {
-        name: ModelObject(id=name, created=_STARTED, max_model_len=card.max_model_len, kind=card.kind)
+        name: ModelObject(
+            id=name,
+            created=_STARTED,
+            max_model_len=card.max_model_len,
+            quantization=card.quantization,
+            kind=card.kind,
+        )
         for name, card in sorted(cards.items())
         if name in allowed
     }
