@@ -41,6 +41,8 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     vocab_size: int
     has_chat_template: bool
     dtype: str
+    tool_syntax: str = ""
+    """How the chat template writes tool calls (``engine.text.tool_syntax``); empty: no tools."""
 
 
 class CompletionOutput(msgspec.Struct, kw_only=True):

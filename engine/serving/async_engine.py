@@ -122,12 +122,14 @@ class AsyncEngine:
             raise InvalidRequestError(f"model {model} has no chat template", param="messages")
         return template.render(messages, add_generation_prompt=True)
 
-    def chat_prompt(self, model: str, messages: list[dict[str, Any]]) -> list[int]:
+    def chat_prompt(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
         """The chat template applied, as token ids: special tokens only where the template put them."""
         tokenizer = self.core.model(model).tokenizer
         if tokenizer.chat_template is None:
             raise InvalidRequestError(f"model {model} has no chat template", param="messages")
-        return tokenizer.encode_chat(messages)
+        return tokenizer.encode_chat(messages, tools=tools)
 
     def tokenize(self, model: str, text: str) -> list[int]:
         return self.core.model(model).tokenizer.encode(text)

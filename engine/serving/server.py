@@ -117,6 +117,7 @@ class EngineServer:
                 max_model_len=m.max_model_len,
                 has_chat_template=m.has_chat_template,
                 dtype=str(m.dtype),
+                tool_syntax=m.tool_syntax,
                 manifest_sha256=self._manifests.get(m.name, ""),
             )
             for m in infos
@@ -158,7 +159,8 @@ class EngineServer:
 
     def _prompt(self, req: GenerateRequest) -> str | list[int]:
         if req.messages is not None:
-            return self.backend.chat_prompt(req.model, [msgspec.to_builtins(m) for m in req.messages])
+            messages = [msgspec.to_builtins(m) for m in req.messages]
+            return self.backend.chat_prompt(req.model, messages, req.tools)
         if req.prompt_token_ids is not None:
             return req.prompt_token_ids
         if req.prompt is not None:

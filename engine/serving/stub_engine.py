@@ -23,6 +23,7 @@ class StubModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int = 4096
     has_chat_template: bool = True
     dtype: str = "none"
+    tool_syntax: str = ""
 
 
 class StubDelta(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,7 +56,9 @@ class StubEngine:
     def model_infos(self) -> list[StubModelInfo]:
         return list(self._models.values())
 
-    def chat_prompt(self, model: str, messages: list[dict[str, Any]]) -> str:
+    def chat_prompt(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
         self._check(model)
         return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
 
