@@ -112,7 +112,7 @@ class ToolPlan:
             for t in self.tools
             if self.function is None or t["function"]["name"] == self.function
         ]
-        schema = dict(schemas[0]) if len(schemas) == 1 else {"anyOf": schemas}
+        schema: dict[str, Any] = dict(schemas[0]) if len(schemas) == 1 else {"anyOf": schemas}
         # Compact JSON: no whitespace a random model could fill until max_tokens.
         schema["x-guidance"] = {"whitespace_flexible": False}
         call = json.dumps(schema, separators=(",", ":"))
