@@ -543,7 +543,7 @@ def _content(body: ChatCompletionRequest | CompletionRequest, texts: dict[int, s
     """What content capture is offered (``audit.content_rules`` decide what is kept of it).
 
     The prompt as the client sent it: a chat's messages as JSON ``[{"role", "content"}]`` in
-    order, a completion's prompt text (token ids as a JSON list). The completion as the client
+    order (with tool definitions, calls and call ids: ``gateway.chat_filtered``), a completion's prompt text (token ids as a JSON list). The completion as the client
     received it, after the response filters: one choice's text, or a JSON list of the choices'
     texts when ``n`` > 1.
     """
