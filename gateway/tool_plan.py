@@ -119,7 +119,7 @@ class ToolPlan:
         before, between, after = _WRAPPERS[self.syntax]
         many = self.parallel and self.function is None
         calls = f"call ({between} call){{0,{_MAX_FORCED_CALLS - 1}}}" if many else "call"
-        return StructuredOutput.lark(f"start: {before} {calls} {after}\ncall: %json{call}\n")
+        return StructuredOutput.lark(f"start: {before} {calls} {after}\ncall: %json{call}\n", param="tools")
 
 
 def _checked(tools: list[ToolDef]) -> list[dict[str, Any]]:

@@ -158,6 +158,11 @@ def test_bad_tool_definitions_and_choices_are_400s_naming_the_param(c: OpenAI) -
         ),
         ({"tool_choice": "required"}, "tool_choice"),
     ]
+    broken = {
+        "type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}},
+    }
+    bad.append(({"tools": [broken], "tool_choice": "required"}, "tools"))  # the grammar compiler's 400
     for extra, param in bad:
         with pytest.raises(openai.BadRequestError) as err:
             c.chat.completions.create(
