@@ -13,7 +13,9 @@ sent them (``audited_messages``).
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,15 +44,15 @@ class ChatFiltered:
     def of(cls, body: ChatCompletionRequest, texts: list[str], plan: ToolPlan | None) -> ChatFiltered:
         num = len(body.messages)
         contents, rest = texts[:num], texts[num:]
+        ids = _template_id if plan is not None and plan.syntax == "mistral" else _same_id
         messages = []
         for m, content in zip(body.messages, contents, strict=True):
             calls = None
             if m.tool_calls:
-                calls, rest = _calls(m, rest[: len(m.tool_calls)]), rest[len(m.tool_calls) :]
+                calls, rest = _calls(m, rest[: len(m.tool_calls)], ids), rest[len(m.tool_calls) :]
+            call_id = ids(m.tool_call_id) if m.tool_call_id is not None else None
             messages.append(
-                ChatMessage(
-                    role=m.role, content=content, tool_calls=calls, tool_call_id=m.tool_call_id, name=m.name
-                )
+                ChatMessage(role=m.role, content=content, tool_calls=calls, tool_call_id=call_id, name=m.name)
             )
         tools = None
         if plan is not None:
@@ -65,7 +67,18 @@ class ChatFiltered:
         return cls(messages=messages, tools=tools)
 
 
-def _calls(message: ChatMessageIn, arguments: list[str]) -> list[dict[str, Any]]:
+def _same_id(call_id: str) -> str:
+    return call_id
+
+
+def _template_id(call_id: str) -> str:
+    """Mistral's templates refuse call ids that are not 9 letters or digits (OpenAI's are
+    ``call_…``): the same id always maps to the same 9 characters, so a call and its result
+    still pair up."""
+    return hashlib.sha256(call_id.encode()).hexdigest()[:9]
+
+
+def _calls(message: ChatMessageIn, arguments: list[str], ids: Callable[[str], str]) -> list[dict[str, Any]]:
     """HF templates read a call's arguments as an object (``arguments | tojson``)."""
     out = []
     for call, text in zip(message.tool_calls or (), arguments, strict=True):
@@ -74,7 +87,11 @@ def _calls(message: ChatMessageIn, arguments: list[str]) -> list[dict[str, Any]]
         except json.JSONDecodeError:
             parsed = text
         out.append(
-            {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": parsed}}
+            {
+                "id": ids(call.id),
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": parsed},
+            }
         )
     return out
 

@@ -66,3 +66,15 @@ def test_the_audit_prompt_carries_definitions_calls_and_results() -> None:
     assert record[0] == {"role": "tools", "tools": [TOOL]}
     assert record[2]["tool_calls"][0]["function"]["arguments"] == '{"iban": "X1"}'
     assert record[3] == {"role": "tool", "content": "done", "tool_call_id": "call_1"}
+
+
+def test_mistral_templates_get_nine_character_call_ids_that_still_pair_up() -> None:
+    req = body()
+    texts = [m.text() for m in req.messages] + tool_texts(req)
+    chat = ChatFiltered.of(req, texts, ToolPlan.of(req, "mistral", "m"))
+    calls = chat.messages[1].tool_calls
+    assert calls is not None
+    call_id = calls[0]["id"]
+    assert len(call_id) == 9 and call_id.isalnum() and chat.messages[2].tool_call_id == call_id
+    hermes = ChatFiltered.of(req, texts, ToolPlan.of(req, "hermes", "m"))
+    assert hermes.messages[2].tool_call_id == "call_1"  # other families keep the client's ids
