@@ -142,6 +142,8 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str = ""
     tool_syntax: str = ""
     """How the chat template writes tool calls (``engine.text.tool_syntax``); empty: no tools."""
+    quantization: str | None = None
+    """The weight quantization ("fp8", "int8", "fp8-block128x128"); None for unquantized weights."""
     manifest_sha256: str = ""
     """Hash of the sealed model's signed manifest; empty for plaintext models."""
 

@@ -120,6 +120,7 @@ class EngineServer:
                 has_chat_template=m.has_chat_template,
                 dtype=str(m.dtype),
                 tool_syntax=m.tool_syntax,
+                quantization=m.quantization,
                 manifest_sha256=self._manifests.get(m.name, ""),
             )
             for m in infos
