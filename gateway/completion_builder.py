@@ -19,10 +19,13 @@ from gateway.openai_types import (
     CompletionChoice,
     CompletionLogprobs,
     TokenLogprobOut,
+    ToolCall,
+    ToolFunction,
     TopLogprob,
     Usage,
 )
 from gateway.response_shape import ResponseShape
+from gateway.tool_call_parser import parse_whole
 
 __all__ = ["ChoiceState", "CompletionBuilder", "chat_logprobs", "completion_logprobs"]
 
@@ -111,6 +114,27 @@ class CompletionBuilder:
             total_tokens=self._num_prompt_tokens + completion,
         )
 
+    def _chat_choice(self, index: int, choice: ChoiceState) -> ChatChoice:
+        text, finish = "".join(choice.text), choice.finish_reason
+        message = ChatMessageOut(content=text)
+        if self._shape.tool_syntax and not choice.blocked:
+            content, calls = parse_whole(self._shape.tool_syntax, text, max_calls=self._shape.max_tool_calls)
+            if calls:
+                message = ChatMessageOut(
+                    content=content or None,
+                    tool_calls=[
+                        ToolCall(id=c.id, function=ToolFunction(name=c.name, arguments=c.arguments))
+                        for c in calls
+                    ],
+                )
+                finish = "tool_calls" if finish == "stop" else finish
+        return ChatChoice(
+            index=index,
+            message=message,
+            finish_reason=finish,
+            logprobs=chat_logprobs(choice.logprobs) if self._shape.wants_logprobs else None,
+        )
+
     def encode(self) -> bytes:
         model = self._shape.model
         wants_logprobs = self._shape.wants_logprobs
@@ -120,15 +144,7 @@ class CompletionBuilder:
                 created=self._created,
                 model=model,
                 usage=self.usage(),
-                choices=[
-                    ChatChoice(
-                        index=i,
-                        message=ChatMessageOut(content="".join(c.text)),
-                        finish_reason=c.finish_reason,
-                        logprobs=chat_logprobs(c.logprobs) if wants_logprobs else None,
-                    )
-                    for i, c in sorted(self._choices.items())
-                ],
+                choices=[self._chat_choice(i, c) for i, c in sorted(self._choices.items())],
             )
             return msgspec.json.encode(chat)
         completion = Completion(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -29,9 +30,10 @@ from engine.core.sampling_params import SamplingParams
 from engine.core.structured_output import StructuredOutput
 from engine.errors import EngineError, EngineUnavailableError
 from engine.serving.client import EngineClient
-from engine.serving.protocol import ChatMessage, DeltaFrame, GenerateRequest, ModelCard
+from engine.serving.protocol import DeltaFrame, GenerateRequest, ModelCard
 from filters import FilterContext, FilterPipeline, ScanBudgetError
 from gateway.auditor import Auditor
+from gateway.chat_filtered import ChatFiltered, audited_messages, tool_texts
 from gateway.completion_builder import CompletionBuilder
 from gateway.engine_pool import EnginePool
 from gateway.errors import (
@@ -49,6 +51,7 @@ from gateway.request_context import RequestContext
 from gateway.response_shape import ResponseShape
 from gateway.stream_writer import StreamWriter
 from gateway.telemetry import Telemetry
+from gateway.tool_plan import ToolPlan
 from policies import Authorizer
 
 __all__ = ["InferenceService", "Prepared"]
@@ -69,16 +72,20 @@ class Prepared(msgspec.Struct, kw_only=True):
     client: EngineClient
     lease: QuotaLease
     findings: list[Finding]
+    tools: ToolPlan | None = None
 
     @property
     def shape(self) -> ResponseShape:
         """What the answer looks like: all the completion builder and the SSE writer see."""
         params = self.generate.params
+        tools = self.tools if self.tools is not None and self.tools.parses_calls else None
         return ResponseShape(
             is_chat=self.kind == "chat",
             model=self.body.model,
             num_choices=params.n,
             wants_logprobs=params.logprobs is not None,
+            tool_syntax=tools.syntax if tools else "",
+            max_tool_calls=tools.max_calls if tools else None,
         )
 
 
@@ -153,6 +160,11 @@ class InferenceService:
             card, client, instance = self._card(body.model)
             ctx.engine_instance = instance
             max_tokens = self._max_tokens(body, card)
+            tools = (
+                ToolPlan.of(body, card.tool_syntax, body.model)
+                if isinstance(body, ChatCompletionRequest)
+                else None
+            )
             params = self._params(body, max_tokens)
             texts = _texts_of(body, allow_token_ids=self._allow_token_ids)
         except Exception as exc:
@@ -177,7 +189,10 @@ class InferenceService:
                 content=_content(body, {}),
             )
             raise ContentPolicyError("The request was blocked by the content policy")
-        generate = self._generate_request(ctx, body, params, list(result.texts))
+        try:
+            generate = self._generate_request(ctx, body, params, list(result.texts), tools)
+        except Exception as exc:
+            raise await self._rejected(ctx, exc) from None
         try:
             # Counted by the engine, with the model's own template and tokenizer, before anything
             # is reserved: a guess (bytes / 3) let concurrent requests overrun token quotas.
@@ -200,6 +215,7 @@ class InferenceService:
             client=client,
             lease=lease,
             findings=findings,
+            tools=tools,
         )
 
     async def _rejected(self, ctx: RequestContext, exc: Exception) -> BaseException:
@@ -244,6 +260,7 @@ class InferenceService:
                 # A plain answer is read whole, after the response filters: the engine decodes its
                 # text once at the end instead of every step (the same text, less engine host time).
                 output_text="delta" if body.stream else "final",
+                # A forced tool call's grammar is set once the definitions are filtered.
                 structured=_structured(body.response_format),
             )
         except EngineError as exc:
@@ -255,7 +272,10 @@ class InferenceService:
         body: ChatCompletionRequest | CompletionRequest,
         params: SamplingParams,
         texts: list[str],
+        tools: ToolPlan | None = None,
     ) -> GenerateRequest:
+        """The engine's request, built from the texts as the request filters left them (in
+        ``_texts_of``'s order: contents, then call arguments, then tool definitions)."""
         common: dict[str, Any] = {
             "request_id": ctx.request_id,
             "model": body.model,
@@ -264,10 +284,14 @@ class InferenceService:
             "subject": ctx.principal.subject if ctx.principal else None,
         }
         if isinstance(body, ChatCompletionRequest):
-            messages = [
-                ChatMessage(role=m.role, content=t) for m, t in zip(body.messages, texts, strict=False)
-            ]
-            return GenerateRequest(messages=messages, **common)
+            chat = ChatFiltered.of(body, texts, tools)
+            if tools is not None and chat.tools is not None:
+                # The forced call's grammar is built from the definitions as filtered: what the
+                # policy took out of a schema (an example value, a const) reaches no engine.
+                grammar = dataclasses.replace(tools, tools=tuple(chat.tools)).grammar()
+                if grammar is not None:
+                    common["params"] = msgspec.structs.replace(params, structured=grammar)
+            return GenerateRequest(messages=chat.messages, tools=chat.tools, **common)
         prompt = _single_prompt(body.prompt)
         if isinstance(prompt, str):
             return GenerateRequest(prompt=texts[0], **common)
@@ -524,14 +548,13 @@ def _content(body: ChatCompletionRequest | CompletionRequest, texts: dict[int, s
     """What content capture is offered (``audit.content_rules`` decide what is kept of it).
 
     The prompt as the client sent it: a chat's messages as JSON ``[{"role", "content"}]`` in
-    order, a completion's prompt text (token ids as a JSON list). The completion as the client
+    order (with tool definitions, calls and call ids: ``gateway.chat_filtered``), a completion's prompt text (token ids as a JSON list). The completion as the client
     received it, after the response filters: one choice's text, or a JSON list of the choices'
     texts when ``n`` > 1.
     """
     prompt: str
     if isinstance(body, ChatCompletionRequest):
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        prompt = msgspec.json.encode(messages).decode()
+        prompt = msgspec.json.encode(audited_messages(body)).decode()
     else:
         single = _single_prompt(body.prompt)
         prompt = single if isinstance(single, str) else msgspec.json.encode(single).decode()
@@ -574,10 +597,7 @@ def _texts_of(body: ChatCompletionRequest | CompletionRequest, *, allow_token_id
             out = [m.text() for m in body.messages]
         except msgspec.ValidationError as exc:
             raise BadRequestError(str(exc), param="messages") from None
-        for m in body.messages:
-            for call in m.tool_calls or ():
-                out.append(call.function.arguments)
-        return out
+        return out + tool_texts(body)
     prompt = _single_prompt(body.prompt)
     if isinstance(prompt, str):
         return [prompt]

@@ -21,7 +21,11 @@ __all__ = [
     "CompletionRequest",
     "ModelList",
     "ModelObject",
+    "NamedToolChoice",
     "ResponseFormat",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolDef",
     "Usage",
 ]
 
@@ -39,6 +43,44 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     id: str = ""
     type: str = "function"
     function: ToolFunction = msgspec.field(default_factory=ToolFunction)
+
+
+class FunctionDef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    """A JSON schema of the arguments object; None: no arguments."""
+    strict: bool | None = None
+    """Enforced whenever the call is forced (``required`` or a named function)."""
+
+
+class ToolDef(msgspec.Struct, frozen=True, kw_only=True):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+
+
+class NamedToolChoice(msgspec.Struct, frozen=True, kw_only=True):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class FunctionDelta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A piece of a streamed call: the first carries ``id``, ``type`` and the name, the rest
+    pieces of the arguments' JSON text, all under the call's ``index``."""
+
+    index: int
+    id: str | None = None
+    type: str | None = None
+    function: FunctionDelta = msgspec.field(default_factory=FunctionDelta)
 
 
 class ContentPart(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,6 +158,9 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
 
 class ChatCompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     messages: list[ChatMessageIn]
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     logprobs: bool = False
@@ -146,6 +191,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
 class ChatMessageOut(msgspec.Struct, frozen=True, kw_only=True):
     role: str = "assistant"
     content: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class TopLogprob(msgspec.Struct, frozen=True, kw_only=True):
@@ -185,6 +231,7 @@ class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
 class ChunkDelta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(msgspec.Struct, frozen=True, kw_only=True):

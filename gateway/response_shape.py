@@ -19,6 +19,10 @@ class ResponseShape(msgspec.Struct, frozen=True, kw_only=True):
     """``n``: a chat stream opens with one role delta per choice."""
     wants_logprobs: bool = False
     """Token logprobs were asked for, so each choice carries them (where the text is unchanged)."""
+    tool_syntax: str = ""
+    """Read tool calls out of the text in this syntax (``gateway.tool_call_parser``); empty: don't."""
+    max_tool_calls: int | None = None
+    """Calls kept per choice (1 for ``parallel_tool_calls: false``); None: all."""
 
     def __post_init__(self) -> None:
         if self.num_choices < 1:

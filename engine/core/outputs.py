@@ -41,6 +41,8 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     vocab_size: int
     has_chat_template: bool
     dtype: str
+    tool_syntax: str = ""
+    """How the chat template writes tool calls (``engine.text.tool_syntax``); empty: no tools."""
     quantization: str | None = None
     """The linear layers' weight quantization ("fp8", "int8", "fp8-block128x128"), None if none."""
 
