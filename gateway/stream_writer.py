@@ -121,6 +121,7 @@ class StreamWriter:
                 id=self._id,
                 created=self._created,
                 model=self._model,
+                system_fingerprint=self._shape.system_fingerprint,
                 choices=[
                     ChatChunkChoice(
                         index=index,
@@ -135,6 +136,7 @@ class StreamWriter:
                 id=self._id,
                 created=self._created,
                 model=self._model,
+                system_fingerprint=self._shape.system_fingerprint,
                 choices=[
                     CompletionChoice(
                         index=index,
@@ -153,6 +155,7 @@ class StreamWriter:
             id=self._id,
             created=self._created,
             model=self._model,
+            system_fingerprint=self._shape.system_fingerprint,
             choices=[
                 ChatChunkChoice(index=i, delta=ChunkDelta(role="assistant", content=""))
                 for i in range(self._shape.num_choices)
@@ -224,14 +227,15 @@ class StreamWriter:
 
     def usage_chunk(self) -> bytes:
         body: ChatCompletionChunk | CompletionChunk
-        if self._chat:
-            body = ChatCompletionChunk(
-                id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage()
-            )
-        else:
-            body = CompletionChunk(
-                id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage()
-            )
+        kind = ChatCompletionChunk if self._chat else CompletionChunk
+        body = kind(
+            id=self._id,
+            created=self._created,
+            model=self._model,
+            system_fingerprint=self._shape.system_fingerprint,
+            choices=[],
+            usage=self.usage(),
+        )
         return _sse(_encoder.encode(body))
 
     def filter_error(self) -> bytes:
