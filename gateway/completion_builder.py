@@ -151,7 +151,7 @@ class CompletionBuilder:
             choices=[
                 CompletionChoice(
                     index=i,
-                    text="".join(c.text),
+                    text=self._shape.echo + "".join(c.text),
                     finish_reason=c.finish_reason,
                     logprobs=completion_logprobs(c.logprobs) if wants_logprobs else None,
                 )

@@ -80,6 +80,9 @@ class Prepared(msgspec.Struct, kw_only=True):
             model=self.body.model,
             num_choices=params.n,
             wants_logprobs=params.logprobs is not None,
+            echo=(self.generate.prompt or "")
+            if isinstance(self.body, CompletionRequest) and self.body.echo
+            else "",
             system_fingerprint=fingerprint_of(
                 card.name, card.manifest_sha256, card.dtype, card.max_model_len
             ),

@@ -4,8 +4,10 @@ Every parameter of ``CreateChatCompletionRequest`` and ``CreateCompletionRequest
 published spec (``tests/integration/conformance/openai_openapi.yaml``) falls in one of three sets:
 
 Supported (they change the answer): ``model``, ``messages`` (text and refusal content parts),
-``prompt`` (one prompt), ``max_tokens``, ``max_completion_tokens``, ``temperature``, ``top_p``
-(0 is the smallest nucleus: the top token), ``n``, ``stop`` (string, list or null), ``seed``,
+``prompt`` (one prompt; null or empty is the model's document boundary token, as OpenAI's default
+``<|endoftext|>``), ``echo`` (the prompt as the request filters passed it), ``max_tokens``,
+``max_completion_tokens``, ``temperature``, ``top_p`` (0 is the smallest nucleus: the top
+token), ``n``, ``stop`` (string, list or null), ``seed``,
 ``presence_penalty``, ``frequency_penalty``, ``logit_bias``, ``logprobs``, ``top_logprobs``,
 ``response_format``, ``stream``, ``stream_options``; ``user`` and ``safety_identifier`` go into
 the audit record (capped there, ``audit.event_bounds``). ``tools``, ``tool_choice``,
@@ -22,12 +24,15 @@ an empty ``suffix``.
 Refused with a 400 naming the parameter (``param``), as OpenAI refuses what a model cannot do:
 ``store`` true, any other ``service_tier`` or ``modalities``, ``audio``, ``prediction``,
 ``web_search_options``, ``reasoning_effort``, ``verbosity``, ``moderation``, ``best_of`` other
-than ``n``, a non-empty ``suffix``, ``top_logprobs`` without ``logprobs``, ``echo`` true, a batch
-of more than one prompt, and content parts other than text (``image_url``, ``input_audio``,
-``file``: ``param`` is the part's path).
+than ``n``, a non-empty ``suffix``, ``top_logprobs`` without ``logprobs``, ``echo`` with
+``logprobs`` (it would need the prompt's logprobs) or with a token-id prompt, a batch of more
+than one prompt, and content parts other than text (``image_url``, ``input_audio``, ``file``:
+``param`` is the part's path).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from gateway.errors import BadRequestError
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest
@@ -100,5 +105,11 @@ def _check_completion(body: CompletionRequest) -> None:
         raise _unsupported("best_of", "best_of other than n")
     if body.suffix:
         raise _unsupported("suffix", "suffix (insertion)")
-    if body.echo:
-        raise _unsupported("echo", "echo")
+    if body.echo and body.logprobs is not None:
+        raise _unsupported("echo", "echo with logprobs (the prompt's logprobs)")
+    if body.echo and isinstance(body.prompt, list) and _has_token_ids(body.prompt):
+        raise _unsupported("echo", "echo of a token-id prompt")
+
+
+def _has_token_ids(prompt: list[Any]) -> bool:
+    return any(isinstance(p, int | list) for p in prompt)

@@ -27,6 +27,9 @@ class ResponseShape(msgspec.Struct, frozen=True, kw_only=True):
     """``n``: a chat stream opens with one role delta per choice."""
     wants_logprobs: bool = False
     """Token logprobs were asked for, so each choice carries them (where the text is unchanged)."""
+    echo: str = ""
+    """The prompt text every choice starts with (a completion's ``echo``): the prompt as the
+    request filters passed it."""
     system_fingerprint: str = "fp_strongroom"
     """Names the serving configuration (``fingerprint_of`` a model card): a client comparing two
     answers' fingerprints learns whether the model or its settings changed in between."""

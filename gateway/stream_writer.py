@@ -150,7 +150,11 @@ class StreamWriter:
 
     def start(self) -> bytes:
         if not self._chat:
-            return b""
+            # An echoed prompt opens each choice, before any generated text.
+            echo = self._shape.echo
+            return (
+                b"".join(self._chunk(i, echo, None) for i in range(self._shape.num_choices)) if echo else b""
+            )
         first = ChatCompletionChunk(
             id=self._id,
             created=self._created,

@@ -148,7 +148,7 @@ def test_unsupported_chat_parameters_are_400s_naming_them(
     [
         ({**COMPLETION, "best_of": 3}, "best_of"),
         ({**COMPLETION, "suffix": "the end"}, "suffix"),
-        ({**COMPLETION, "echo": True}, "echo"),
+        ({**COMPLETION, "echo": True, "logprobs": 1}, "echo"),
         ({**COMPLETION, "prompt": ["one", "two"]}, "prompt"),
     ],
 )
@@ -194,3 +194,16 @@ def test_a_wrong_method_is_a_405_with_allow(api: httpx.Client) -> None:
     response = api.get("/chat/completions")
     assert response.status_code == 405
     assert "POST" in response.headers["allow"]
+
+
+def test_echo_prepends_the_prompt_to_every_choice(api: httpx.Client) -> None:
+    body = {**COMPLETION, "n": 2, "seed": 5, "temperature": 1.0}
+    plain = post(api, "/completions", body).json()["choices"]
+    echoed = post(api, "/completions", {**body, "echo": True}).json()["choices"]
+    assert [c["text"] for c in echoed] == [COMPLETION["prompt"] + c["text"] for c in plain]
+    chunks = events(post(api, "/completions", {**body, "echo": True, "stream": True}))
+    streamed = {0: "", 1: ""}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            streamed[choice["index"]] += choice["text"]
+    assert [streamed[0], streamed[1]] == [c["text"] for c in echoed]
