@@ -15,6 +15,7 @@ from litestar.response import Stream
 
 from gateway.errors import BadRequestError, ClientDisconnectedError, ModelNotFoundError, PayloadTooLargeError
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ModelList, ModelObject
+from gateway.prompt_batch import merge_batch, split_batch
 from gateway.request_context import RequestContext, request_context
 from gateway.services import Services
 
@@ -83,6 +84,17 @@ async def _infer(
         body = _parse(await _read_body(request), type_)
     except (BadRequestError, PayloadTooLargeError) as exc:
         raise await inference.reject(ctx, exc) from None
+    try:
+        batch = split_batch(body) if isinstance(body, CompletionRequest) else None
+    except BadRequestError as exc:
+        raise await inference.reject(ctx, exc) from None
+    if batch is not None:
+        answers = []
+        for part in batch:
+            prep = await inference.prepare(ctx, kind, part)
+            answers.append(await _unless_client_leaves(request, inference.complete(prep)))
+        headers = dict(getattr(prep.lease, "headers", {}) or {})
+        return Response(merge_batch(answers, body.num_choices), media_type=_JSON, headers=headers)
     prep = await inference.prepare(ctx, kind, body)
     headers = dict(getattr(prep.lease, "headers", {}) or {})
     if body.is_stream:

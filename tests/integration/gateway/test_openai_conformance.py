@@ -149,7 +149,7 @@ def test_unsupported_chat_parameters_are_400s_naming_them(
         ({**COMPLETION, "best_of": 3}, "best_of"),
         ({**COMPLETION, "suffix": "the end"}, "suffix"),
         ({**COMPLETION, "echo": True, "logprobs": 1}, "echo"),
-        ({**COMPLETION, "prompt": ["one", "two"]}, "prompt"),
+        ({**COMPLETION, "prompt": ["one", "two"], "stream": True}, "prompt"),
     ],
 )
 def test_unsupported_completion_parameters_are_400s_naming_them(
@@ -207,3 +207,15 @@ def test_echo_prepends_the_prompt_to_every_choice(api: httpx.Client) -> None:
         for choice in chunk["choices"]:
             streamed[choice["index"]] += choice["text"]
     assert [streamed[0], streamed[1]] == [c["text"] for c in echoed]
+
+
+def test_a_batch_of_prompts_gets_n_choices_each_with_their_indices(api: httpx.Client) -> None:
+    body = {**COMPLETION, "n": 2, "seed": 9, "temperature": 1.0, "max_tokens": 5}
+    alone = [post(api, "/completions", {**body, "prompt": p}).json() for p in ("one", "two", "three")]
+    batch = post(api, "/completions", {**body, "prompt": ["one", "two", "three"]}).json()
+    assert [c["index"] for c in batch["choices"]] == list(range(6))
+    assert [c["text"] for c in batch["choices"]] == [c["text"] for a in alone for c in a["choices"]]
+    assert batch["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone)
+    assert batch["usage"]["completion_tokens"] == sum(a["usage"]["completion_tokens"] for a in alone)
+    echoed = post(api, "/completions", {**body, "prompt": ["one", "two"], "echo": True}).json()
+    assert [c["text"][:3] for c in echoed["choices"]] == ["one", "one", "two", "two"]
