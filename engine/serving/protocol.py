@@ -131,6 +131,8 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int
     has_chat_template: bool
     dtype: str = ""
+    quantization: str | None = None
+    """The weight quantization ("fp8", "int8", "fp8-block128x128"); None for unquantized weights."""
     manifest_sha256: str = ""
     """Hash of the sealed model's signed manifest; empty for plaintext models."""
 
