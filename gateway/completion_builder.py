@@ -53,12 +53,22 @@ def chat_logprobs(entries: list[LogprobEntry]) -> ChatLogprobs:
             TokenLogprobOut(
                 token=e.token,
                 logprob=e.logprob,
-                bytes=list(e.token.encode()),
-                top_logprobs=[TopLogprob(token=t, logprob=lp, bytes=list(t.encode())) for t, lp in e.top],
+                bytes=_bytes(e.bytes, e.token),
+                top_logprobs=[
+                    TopLogprob(
+                        token=t, logprob=lp, bytes=_bytes(e.top_bytes[i] if i < len(e.top_bytes) else [], t)
+                    )
+                    for i, (t, lp) in enumerate(e.top)
+                ],
             )
             for e in entries
         ]
     )
+
+
+def _bytes(raw: list[int], token: str) -> list[int]:
+    """The engine's token bytes; an engine that sends none (the stub) gets the text's UTF-8."""
+    return raw if raw else list(token.encode())
 
 
 def completion_logprobs(entries: list[LogprobEntry], start: int = 0) -> CompletionLogprobs:
@@ -144,6 +154,7 @@ class CompletionBuilder:
                 created=self._created,
                 model=model,
                 usage=self.usage(),
+                system_fingerprint=self._shape.system_fingerprint,
                 choices=[self._chat_choice(i, c) for i, c in sorted(self._choices.items())],
             )
             return msgspec.json.encode(chat)
@@ -152,10 +163,11 @@ class CompletionBuilder:
             created=self._created,
             model=model,
             usage=self.usage(),
+            system_fingerprint=self._shape.system_fingerprint,
             choices=[
                 CompletionChoice(
                     index=i,
-                    text="".join(c.text),
+                    text=self._shape.echo + "".join(c.text),
                     finish_reason=c.finish_reason,
                     logprobs=completion_logprobs(c.logprobs) if wants_logprobs else None,
                 )

@@ -135,6 +135,7 @@ class StreamWriter:
                 id=self._id,
                 created=self._created,
                 model=self._model,
+                system_fingerprint=self._shape.system_fingerprint,
                 choices=[
                     ChatChunkChoice(
                         index=index,
@@ -149,6 +150,7 @@ class StreamWriter:
                 id=self._id,
                 created=self._created,
                 model=self._model,
+                system_fingerprint=self._shape.system_fingerprint,
                 choices=[
                     CompletionChoice(
                         index=index,
@@ -162,11 +164,16 @@ class StreamWriter:
 
     def start(self) -> bytes:
         if not self._chat:
-            return b""
+            # An echoed prompt opens each choice, before any generated text.
+            echo = self._shape.echo
+            return (
+                b"".join(self._chunk(i, echo, None) for i in range(self._shape.num_choices)) if echo else b""
+            )
         first = ChatCompletionChunk(
             id=self._id,
             created=self._created,
             model=self._model,
+            system_fingerprint=self._shape.system_fingerprint,
             choices=[
                 ChatChunkChoice(index=i, delta=ChunkDelta(role="assistant", content=""))
                 for i in range(self._shape.num_choices)
@@ -264,14 +271,15 @@ class StreamWriter:
 
     def usage_chunk(self) -> bytes:
         body: ChatCompletionChunk | CompletionChunk
-        if self._chat:
-            body = ChatCompletionChunk(
-                id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage()
-            )
-        else:
-            body = CompletionChunk(
-                id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage()
-            )
+        kind = ChatCompletionChunk if self._chat else CompletionChunk
+        body = kind(
+            id=self._id,
+            created=self._created,
+            model=self._model,
+            system_fingerprint=self._shape.system_fingerprint,
+            choices=[],
+            usage=self.usage(),
+        )
         return _sse(_encoder.encode(body))
 
     def filter_error(self) -> bytes:

@@ -14,6 +14,10 @@ class TokenLogprob(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     logprob: float
     top: list[tuple[str, float]] = []
+    bytes: list[int] = []
+    """The token's own bytes from the vocabulary (``engine.text.token_bytes``), not its text's."""
+    top_bytes: list[list[int]] = []
+    """The same for each of ``top``, in order."""
 
 
 class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):

@@ -105,6 +105,9 @@ class LogprobEntry(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     logprob: float
     top: list[tuple[str, float]] = []
+    bytes: list[int] = []
+    """The token's own bytes (a token may end inside a UTF-8 character)."""
+    top_bytes: list[list[int]] = []
 
 
 class DeltaEvent(msgspec.Struct, frozen=True, kw_only=True, tag="delta"):

@@ -11,6 +11,7 @@ from engine.errors import InvalidRequestError, ModelLoadError
 from engine.loading.checkpoint import Checkpoint
 from engine.text.chat_template import ChatTemplate
 from engine.text.special_token_escape import Literal, SpecialTokenEscape
+from engine.text.token_bytes import TokenBytes
 
 __all__ = ["Tokenizer"]
 
@@ -109,6 +110,11 @@ class Tokenizer:
 
     def id_to_token(self, token_id: int) -> str:
         return self._tokenizer.id_to_token(token_id) or ""
+
+    @cached_property
+    def token_bytes(self) -> TokenBytes:
+        """Each token's own bytes (logprob ``bytes``), built on first need."""
+        return TokenBytes(self._tokenizer)
 
     @property
     def hf(self) -> HFTokenizer:
