@@ -72,6 +72,7 @@ class HostedModel:
             vocab_size=self.config.vocab_size,
             has_chat_template=self.tokenizer.chat_template is not None,
             dtype=str(self.dtype).removeprefix("torch."),
+            tool_syntax=template.tool_syntax if (template := self.tokenizer.chat_template) else "",
             quantization=None if self.quant is None else self.quant.name,
             kind=self.kind,
             embedding_size=self.config.hidden_size if self.is_embedding else 0,

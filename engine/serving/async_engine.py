@@ -27,6 +27,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
+
 from engine.config import EngineConfig
 from engine.core.outputs import EmbeddingOutput, ModelInfo, StreamDelta
 from engine.errors import EngineError, EngineUnavailableError, InvalidRequestError
@@ -151,12 +153,14 @@ class AsyncEngine:
             raise InvalidRequestError(f"model {model} has no chat template", param="messages")
         return template.render(messages, add_generation_prompt=True)
 
-    def chat_prompt(self, model: str, messages: list[dict[str, Any]]) -> list[int]:
+    def chat_prompt(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
         """The chat template applied, as token ids: special tokens only where the template put them."""
         tokenizer = self.core.model(model).tokenizer
         if tokenizer.chat_template is None:
             raise InvalidRequestError(f"model {model} has no chat template", param="messages")
-        return tokenizer.encode_chat(messages)
+        return tokenizer.encode_chat(messages, tools=tools)
 
     def tokenize(self, model: str, text: str) -> list[int]:
         return self.core.model(model).tokenizer.encode(text)
@@ -165,9 +169,9 @@ class AsyncEngine:
         """The request's prompt as validated token ids, whichever form it came in."""
         prompt: str | list[int]
         if request.messages is not None:
-            prompt = self.chat_prompt(
-                request.model, [{"role": m.role, "content": m.content} for m in request.messages]
-            )
+            # Whole messages (tool calls and call ids too) and the tools: the template renders both.
+            messages = [msgspec.to_builtins(m) for m in request.messages]
+            prompt = self.chat_prompt(request.model, messages, request.tools)
         elif request.prompt_token_ids is not None:
             prompt = request.prompt_token_ids
         elif request.prompt is not None:
