@@ -1,0 +1,184 @@
+"""Rank 0's view of the other tensor-parallel ranks: starts them, sends each step's plan, watches them.
+
+``LLMEngine`` with ``tensor_parallel_size`` N > 1 runs rank 0 in its own process (scheduler,
+block pool, prefix caching, sampling) and spawns ranks 1..N-1 (``engine.worker.rank_worker``),
+one process each (``torch.multiprocessing`` spawn). They meet over TCP at MASTER_ADDR:MASTER_PORT
+(torchrun's variables; a free loopback port when unset) and split every model by heads, MLP
+columns and vocabulary rows. Each step, before it runs the models, rank 0 broadcasts the step's
+plan (``engine.worker.step_plan``) as one pickled object on a gloo group
+(``torch.distributed.broadcast_object_list``): simple, and the same across hosts as within one;
+shared memory would save a copy within a host. All ranks then run the same forward passes, whose
+row-parallel layers all-reduce and whose LM head all-gathers the logits; rank 0 samples.
+
+Failure is loud, never a hang: a rank that exits is seen before the next step is sent, a
+collective with a dead peer fails at once, and one with a stuck peer after
+``distributed_timeout_s``; each raises ``EngineRankError`` naming the rank, and the engine
+cannot go on (the supervisor restarts the instance). Rank 0 dying closes the plan channel, and
+the other ranks exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from engine.config import EngineConfig
+from engine.errors import EngineConfigError, EngineRankError, ModelLoadError
+from engine.loading.checkpoint import Checkpoint
+from engine.loading.hosted_model import model_source
+from engine.loading.model_config import ModelConfig
+from engine.loading.model_source import DirectorySource, ModelSource
+from engine.worker.distributed import free_port, join, rank_device
+from engine.worker.rank_worker import run_rank
+from engine.worker.step_plan import StepPlan
+
+__all__ = ["RankGroup", "check_shardable"]
+
+log = logging.getLogger(__name__)
+
+_EXIT_S = 1.0
+"""How long a failed collective waits for the rank that broke it to exit, to name it."""
+_JOIN_S = 10.0
+"""How long ``close`` waits for a rank to exit before killing it."""
+
+
+def check_shardable(name: str, config: ModelConfig, tp: int) -> None:
+    """Refuse a model whose heads, KV heads or MLP width ``tp`` does not divide (the vocabulary
+    is padded to a multiple of ``tp`` instead)."""
+    for what, n in (
+        ("attention heads", config.num_heads),
+        ("KV heads", config.num_kv_heads),
+        ("intermediate size", config.intermediate_size),
+    ):
+        if n % tp:
+            raise EngineConfigError(f"model {name}: tensor_parallel_size {tp} does not divide its {n} {what}")
+
+
+class RankGroup:
+    def __init__(self, procs: list[BaseProcess], plan_group: dist.ProcessGroup, device: torch.device) -> None:
+        self._procs = procs
+        self._plan_group = plan_group
+        self.device = device
+        """Rank 0's device."""
+        self._ready = False
+        self._failed: str | None = None
+
+    @classmethod
+    def start(
+        cls, config: EngineConfig, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
+    ) -> RankGroup:
+        tp = config.tensor_parallel_size
+        for name, source in (sources or {}).items():
+            # Spawning would pickle a sealed source, data key included, to the other ranks.
+            if not isinstance(source, DirectorySource):
+                raise EngineConfigError(
+                    f"model {name}: tensor parallel serves plaintext checkpoint directories only"
+                    f" (not {type(source).__name__}) for now"
+                )
+        for spec in config.models:
+            try:
+                ckpt = Checkpoint(model_source(spec, data_dir, sources))
+                model_config = ModelConfig.from_hf(ckpt.json("config.json"), ckpt.name)
+            except ModelLoadError:
+                continue  # loading reports it (or skips the model)
+            check_shardable(spec.name, model_config, tp)
+        if dist.is_initialized():
+            raise EngineConfigError("torch.distributed is already initialised in this process")
+        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        port = int(os.environ.get("MASTER_PORT") or free_port(host))
+        address = f"{host}:{port}"
+        ctx = mp.get_context("spawn")
+        procs: list[BaseProcess] = [
+            ctx.Process(
+                target=run_rank,
+                args=(rank, config, str(data_dir), dict(sources or {}), address),
+                name=f"strongroom-tp-rank-{rank}",
+                daemon=True,
+            )
+            for rank in range(1, tp)
+        ]
+        for p in procs:
+            p.start()
+        device = rank_device(config.device, 0)
+        try:
+            plan_group = join(0, tp, device, address, config.distributed_timeout_s)
+        except BaseException:
+            _stop(procs)
+            raise
+        log.info("tensor parallel: %d ranks joined at %s", tp, address)
+        return cls(procs, plan_group, device)
+
+    @property
+    def pids(self) -> list[int | None]:
+        """The process ids of ranks 1..N-1."""
+        return [p.pid for p in self._procs]
+
+    def agree(self, models: list[str], num_blocks: int) -> int:
+        """Tell the ranks which models rank 0 serves; the pool size all of them can hold."""
+        with self.watch():
+            dist.broadcast_object_list([models], src=0, group=self._plan_group)
+            answers: list[int | str | None] = [None] * (len(self._procs) + 1)
+            dist.all_gather_object(answers, num_blocks, group=self._plan_group)
+        for rank, answer in enumerate(answers):
+            if not isinstance(answer, int):
+                raise EngineRankError(f"tensor-parallel rank {rank} could not start: {answer}")
+        self._ready = True
+        return min(a for a in answers if isinstance(a, int))
+
+    def send(self, plan: StepPlan | None) -> None:
+        """Broadcast one step's plan (None: stop) to every other rank."""
+        self._check_alive()
+        with self.watch():
+            dist.broadcast_object_list([plan], src=0, group=self._plan_group)
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        """Turn a failed collective into ``EngineRankError``, naming a rank that exited."""
+        if self._failed is not None:
+            raise EngineRankError(self._failed)
+        try:
+            yield
+        except (RuntimeError, dist.DistError) as exc:
+            for p in self._procs:  # a peer that dropped out of a collective is exiting: name it
+                p.join(_EXIT_S)
+            self._failed = f"{self._dead_ranks() or 'a tensor-parallel rank failed'}: {exc}"
+            raise EngineRankError(self._failed) from exc
+
+    def _check_alive(self) -> None:
+        dead = self._dead_ranks()
+        if dead:
+            self._failed = dead
+            raise EngineRankError(dead)
+
+    def _dead_ranks(self) -> str:
+        return "; ".join(
+            f"tensor-parallel rank {rank} exited (exit code {p.exitcode})"
+            for rank, p in enumerate(self._procs, start=1)
+            if p.exitcode is not None
+        )
+
+    def close(self) -> None:
+        """Stop the other ranks and leave the process groups."""
+        if self._ready and self._failed is None and not self._dead_ranks():
+            with suppress(RuntimeError, dist.DistError):
+                dist.broadcast_object_list([None], src=0, group=self._plan_group)
+        self._ready = False
+        _stop(self._procs)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _stop(procs: list[BaseProcess]) -> None:
+    for p in procs:
+        p.join(_JOIN_S if p.exitcode is None else 0)
+        if p.exitcode is None:
+            p.kill()
+            p.join()
