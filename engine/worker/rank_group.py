@@ -76,22 +76,8 @@ class RankGroup:
         cls, config: EngineConfig, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
     ) -> RankGroup:
         tp = config.tensor_parallel_size
-        for name, source in (sources or {}).items():
-            # Spawning would pickle a sealed source, data key included, to the other ranks.
-            if not isinstance(source, DirectorySource):
-                raise EngineConfigError(
-                    f"model {name}: tensor parallel serves plaintext checkpoint directories only"
-                    f" (not {type(source).__name__}) for now"
-                )
-        for spec in config.models:
-            try:
-                ckpt = Checkpoint(model_source(spec, data_dir, sources))
-                model_config = ModelConfig.from_hf(ckpt.json("config.json"), ckpt.name)
-            except ModelLoadError:
-                continue  # loading reports it (or skips the model)
-            check_shardable(spec.name, model_config, tp)
-        if dist.is_initialized():
-            raise EngineConfigError("torch.distributed is already initialised in this process")
+        _refuse_unservable(config, data_dir, sources)
+        device = rank_device(config.device, 0)
         host = os.environ.get("MASTER_ADDR", "127.0.0.1")
         port = int(os.environ.get("MASTER_PORT") or free_port(host))
         address = f"{host}:{port}"
@@ -107,11 +93,10 @@ class RankGroup:
         ]
         for p in procs:
             p.start()
-        device = rank_device(config.device, 0)
         try:
             plan_group = join(0, tp, device, address, config.distributed_timeout_s)
         except BaseException:
-            _stop(procs)
+            _stop(procs, 0.0)
             raise
         log.info("tensor parallel: %d ranks joined at %s", tp, address)
         return cls(procs, plan_group, device)
@@ -170,15 +155,45 @@ class RankGroup:
         if self._ready and self._failed is None and not self._dead_ranks():
             with suppress(RuntimeError, dist.DistError):
                 dist.broadcast_object_list([None], src=0, group=self._plan_group)
+        # After a failure a stuck rank would only make the restart wait: end it now.
+        _stop(self._procs, 0.0 if self._failed is not None else _JOIN_S)
         self._ready = False
-        _stop(self._procs)
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _stop(procs: list[BaseProcess]) -> None:
+def _refuse_unservable(
+    config: EngineConfig, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
+) -> None:
+    """Refuse, before any rank starts, what the ranks could not serve."""
+    tp = config.tensor_parallel_size
+    for name, source in (sources or {}).items():
+        # Spawning would pickle a sealed source, data key included, to the other ranks.
+        if not isinstance(source, DirectorySource):
+            raise EngineConfigError(
+                f"model {name}: tensor parallel serves plaintext checkpoint directories only"
+                f" (not {type(source).__name__}) for now"
+            )
+    for spec in config.models:
+        try:
+            ckpt = Checkpoint(model_source(spec, data_dir, sources))
+            model_config = ModelConfig.from_hf(ckpt.json("config.json"), ckpt.name)
+        except ModelLoadError:
+            continue  # loading reports it (or skips the model)
+        check_shardable(spec.name, model_config, tp)
+    if dist.is_initialized():
+        raise EngineConfigError("torch.distributed is already initialised in this process")
+    first, last = rank_device(config.device, 0), rank_device(config.device, tp - 1)
+    if last.type == "cuda" and last.index is not None and last.index >= torch.cuda.device_count():
+        raise EngineConfigError(
+            f"tensor_parallel_size {tp} from {first} needs {last}; this host has"
+            f" {torch.cuda.device_count()} GPUs"
+        )
+
+
+def _stop(procs: list[BaseProcess], wait_s: float = _JOIN_S) -> None:
     for p in procs:
-        p.join(_JOIN_S if p.exitcode is None else 0)
+        p.join(wait_s if p.exitcode is None else 0)
         if p.exitcode is None:
             p.kill()
             p.join()
