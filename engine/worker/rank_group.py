@@ -4,23 +4,25 @@
 block pool, prefix caching, sampling) and spawns ranks 1..N-1 (``engine.worker.rank_worker``),
 one process each (``torch.multiprocessing`` spawn). They meet over TCP at MASTER_ADDR:MASTER_PORT
 (torchrun's variables; a free loopback port when unset) and split every model by heads, MLP
-columns and vocabulary rows. Each step, before it runs the models, rank 0 broadcasts the step's
-plan (``engine.worker.step_plan``) as one pickled object on a gloo group
-(``torch.distributed.broadcast_object_list``): simple, and the same across hosts as within one;
-shared memory would save a copy within a host. All ranks then run the same forward passes, whose
-row-parallel layers all-reduce and whose LM head all-gathers the logits; rank 0 samples.
+columns and vocabulary rows. Each step, before it runs the models, rank 0 sends the step's plan
+(``engine.worker.step_plan``) as one msgpack message through the rendezvous store
+(``engine.worker.plan_channel``): simple, never blocked by a stuck reader, and the same across
+hosts as within one; shared memory would save a copy within a host. All ranks then run the same
+forward passes, whose row-parallel layers all-reduce and whose LM head all-gathers the logits;
+rank 0 samples.
 
 Failure is loud, never a hang: a rank that exits is seen before the next step is sent, a
 collective with a dead peer fails at once, and one with a stuck peer after
 ``distributed_timeout_s``; each raises ``EngineRankError`` naming the rank, and the engine
-cannot go on (the supervisor restarts the instance). Rank 0 dying closes the plan channel, and
-the other ranks exit.
+cannot go on (the supervisor restarts the instance). Rank 0 dying closes the store, and the
+other ranks exit.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from multiprocessing.process import BaseProcess
@@ -37,6 +39,7 @@ from engine.loading.hosted_model import model_source
 from engine.loading.model_config import ModelConfig
 from engine.loading.model_source import DirectorySource, ModelSource
 from engine.worker.distributed import free_port, join, rank_device
+from engine.worker.plan_channel import PlanChannel
 from engine.worker.rank_worker import run_rank
 from engine.worker.step_plan import StepPlan
 
@@ -63,9 +66,9 @@ def check_shardable(name: str, config: ModelConfig, tp: int) -> None:
 
 
 class RankGroup:
-    def __init__(self, procs: list[BaseProcess], plan_group: dist.ProcessGroup, device: torch.device) -> None:
+    def __init__(self, procs: list[BaseProcess], plans: PlanChannel, device: torch.device) -> None:
         self._procs = procs
-        self._plan_group = plan_group
+        self._plans = plans
         self.device = device
         """Rank 0's device."""
         self._ready = False
@@ -93,13 +96,19 @@ class RankGroup:
         ]
         for p in procs:
             p.start()
+
+        def check() -> None:
+            dead = _dead_ranks(procs)
+            if dead:
+                raise EngineRankError(f"{dead} while starting")
+
         try:
-            plan_group = join(0, tp, device, address, config.distributed_timeout_s)
+            plans = join(0, tp, device, address, config.distributed_timeout_s, check)
         except BaseException:
             _stop(procs, 0.0)
             raise
         log.info("tensor parallel: %d ranks joined at %s", tp, address)
-        return cls(procs, plan_group, device)
+        return cls(procs, plans, device)
 
     @property
     def pids(self) -> list[int | None]:
@@ -107,22 +116,27 @@ class RankGroup:
         return [p.pid for p in self._procs]
 
     def agree(self, models: list[str], num_blocks: int) -> int:
-        """Tell the ranks which models rank 0 serves; the pool size all of them can hold."""
-        with self.watch():
-            dist.broadcast_object_list([models], src=0, group=self._plan_group)
-            answers: list[int | str | None] = [None] * (len(self._procs) + 1)
-            dist.all_gather_object(answers, num_blocks, group=self._plan_group)
+        """Tell the ranks which models rank 0 serves; the pool size all of them can hold.
+        Waits as long as the others load (a rank that fails exits, which ends the wait)."""
+        self._plans.put("served", models)
+        keys = [f"blocks/{rank}" for rank in range(1, len(self._procs) + 1)]
+        while not self._plans.ready(keys):
+            self._check_alive()
+            time.sleep(0.02)
+        answers: list[int | str] = [num_blocks, *(self._plans.get(k) for k in keys)]
         for rank, answer in enumerate(answers):
             if not isinstance(answer, int):
                 raise EngineRankError(f"tensor-parallel rank {rank} could not start: {answer}")
+        smallest = min(a for a in answers if isinstance(a, int))
+        self._plans.put("blocks", smallest)
         self._ready = True
-        return min(a for a in answers if isinstance(a, int))
+        return smallest
 
     def send(self, plan: StepPlan | None) -> None:
-        """Broadcast one step's plan (None: stop) to every other rank."""
+        """Send one step's plan (None: stop) to every other rank."""
         self._check_alive()
         with self.watch():
-            dist.broadcast_object_list([plan], src=0, group=self._plan_group)
+            self._plans.send(plan)
 
     @contextmanager
     def watch(self) -> Iterator[None]:
@@ -144,19 +158,17 @@ class RankGroup:
             raise EngineRankError(dead)
 
     def _dead_ranks(self) -> str:
-        return "; ".join(
-            f"tensor-parallel rank {rank} exited (exit code {p.exitcode})"
-            for rank, p in enumerate(self._procs, start=1)
-            if p.exitcode is not None
-        )
+        return _dead_ranks(self._procs)
 
     def close(self) -> None:
         """Stop the other ranks and leave the process groups."""
-        if self._ready and self._failed is None and not self._dead_ranks():
+        orderly = self._ready and self._failed is None and not self._dead_ranks()
+        if orderly:
             with suppress(RuntimeError, dist.DistError):
-                dist.broadcast_object_list([None], src=0, group=self._plan_group)
-        # After a failure a stuck rank would only make the restart wait: end it now.
-        _stop(self._procs, 0.0 if self._failed is not None else _JOIN_S)
+                self._plans.send(None)
+        # Otherwise (a failure, or a start that did not finish) waiting would only delay the
+        # restart: end them now.
+        _stop(self._procs, _JOIN_S if orderly else 0.0)
         self._ready = False
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -189,6 +201,14 @@ def _refuse_unservable(
             f"tensor_parallel_size {tp} from {first} needs {last}; this host has"
             f" {torch.cuda.device_count()} GPUs"
         )
+
+
+def _dead_ranks(procs: list[BaseProcess]) -> str:
+    return "; ".join(
+        f"tensor-parallel rank {rank} exited (exit code {p.exitcode})"
+        for rank, p in enumerate(procs, start=1)
+        if p.exitcode is not None
+    )
 
 
 def _stop(procs: list[BaseProcess], wait_s: float = _JOIN_S) -> None:

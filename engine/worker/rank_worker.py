@@ -19,6 +19,7 @@ from engine.loading.model_source import ModelSource
 from engine.worker.distributed import join, rank_device
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
+from engine.worker.plan_channel import PlanChannel
 from engine.worker.step_plan import StepPlan, plan_items
 
 __all__ = ["run_rank"]
@@ -35,24 +36,15 @@ def run_rank(
     plans = join(rank, config.tensor_parallel_size, device, address, config.distributed_timeout_s)
     try:
         models, failed = load_hosted_models(config, data_dir, sources, device, skip_failed=True)
-        served: list[list[str] | None] = [None]
-        dist.broadcast_object_list(served, src=0, group=plans)
-        assert served[0] is not None
-        missing = [name for name in served[0] if name not in models]
-        answer: int | str
+        served: list[str] = plans.get("served")
+        missing = [name for name in served if name not in models]
         if missing:
-            answer = f"could not load {missing}: {[failed.get(m) for m in missing]}"
-        else:
-            hosted = [models[name] for name in served[0]]
-            block_bytes = KVCache.block_bytes_for(hosted, config.block_size)
-            answer = KVCache.num_blocks_for(config, hosted, block_bytes, device)
-        answers: list[int | str | None] = [None] * config.tensor_parallel_size
-        dist.all_gather_object(answers, answer, group=plans)
-        if not all(isinstance(a, int) for a in answers):
-            return  # rank 0 reports it
-        # Rank 0 takes the smallest pool, from the same answers.
-        num_blocks = min(a for a in answers if isinstance(a, int))
-        kv_cache = KVCache(num_blocks, block_bytes, config.block_size, device)
+            plans.put(f"blocks/{rank}", f"could not load {missing}: {[failed.get(m) for m in missing]}")
+            return
+        hosted = [models[name] for name in served]
+        block_bytes = KVCache.block_bytes_for(hosted, config.block_size)
+        plans.put(f"blocks/{rank}", KVCache.num_blocks_for(config, hosted, block_bytes, device))
+        kv_cache = KVCache(plans.get("blocks"), block_bytes, config.block_size, device)  # the smallest
         runners = {}
         for model in hosted:
             kv_cache.bind(model)
@@ -63,14 +55,12 @@ def run_rank(
 
 
 @torch.inference_mode()
-def _serve(plans: dist.ProcessGroup, runners: dict[str, ModelRunner]) -> None:
+def _serve(plans: PlanChannel, runners: dict[str, ModelRunner]) -> None:
     while True:
-        box: list[StepPlan | None] = [None]
         try:
-            dist.broadcast_object_list(box, src=0, group=plans)
-        except (RuntimeError, dist.DistError) as exc:
+            plan: StepPlan | None = plans.receive()
+        except dist.DistError as exc:
             raise SystemExit(f"tensor-parallel rank 0 went away: {exc}") from None
-        plan = box[0]
         if plan is None:
             return
         for model, items in plan:

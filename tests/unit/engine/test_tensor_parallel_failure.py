@@ -1,4 +1,4 @@
-"""A tensor-parallel rank that dies fails every open stream at once and stops the instance."""
+"""A tensor-parallel rank that dies or hangs fails the engine with a clear error, never a hang."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 from engine.config import EngineConfig, ModelSpec
 from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineRankError, EngineUnavailableError
+from engine.llm_engine import LLMEngine
 from engine.serving.async_engine import AsyncEngine
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
@@ -21,6 +22,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.mark.anyio
 async def test_killed_rank_fails_streams_and_stops_the_engine(model_dirs: dict[str, Path]) -> None:
     config = EngineConfig(
         models=(ModelSpec(name="m", path=str(model_dirs["qwen3"])),),
@@ -49,3 +51,26 @@ async def test_killed_rank_fails_streams_and_stops_the_engine(model_dirs: dict[s
                 pass
     finally:
         await engine.shutdown()
+
+
+def test_stuck_rank_times_out_instead_of_hanging(model_dirs: dict[str, Path]) -> None:
+    config = EngineConfig(
+        models=(ModelSpec(name="m", path=str(model_dirs["qwen3"])),),
+        block_size=4,
+        kv_cache_bytes=1 << 20,
+        tensor_parallel_size=2,
+        distributed_timeout_s=2.0,
+    )
+    engine = LLMEngine(config)
+    try:
+        assert engine.ranks is not None
+        (pid,) = engine.ranks.pids
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # alive, answering nothing
+        engine.add_request("stuck", "m", [0, 5, 6], SamplingParams(temperature=0, max_tokens=2))
+        with pytest.raises(EngineRankError, match="a tensor-parallel rank failed"):
+            engine.step()
+    finally:
+        engine.close()  # kills the stopped rank rather than waiting for it
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
