@@ -142,6 +142,15 @@ class LLMEngine:
         """Tokenize and validate a prompt; raises before anything is queued."""
         hosted = self.model(model)
         ids = hosted.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids and isinstance(prompt, str):
+            # OpenAI's empty prompt is its default, <|endoftext|>: the document boundary, which is
+            # BOS here, or EOS for a model without one (Qwen).
+            boundary = hosted.tokenizer.bos_token_id
+            if boundary is None:
+                boundary = hosted.tokenizer.eos_token_id
+            if boundary is None and hosted.eos_token_ids:
+                boundary = min(hosted.eos_token_ids)
+            ids = [] if boundary is None else [boundary]
         if not ids:
             raise InvalidRequestError("prompt must not be empty", param="prompt")
         vocab = hosted.config.vocab_size
@@ -190,6 +199,9 @@ class LLMEngine:
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
         hosted = self.model(model)
+        vocab = hosted.config.vocab_size
+        if any(token_id >= vocab for token_id, _ in params.logit_bias):
+            raise InvalidRequestError(f"logit_bias token ids must be in [0, {vocab})", param="logit_bias")
         grammars = self._grammar_matchers(model, params)  # an invalid schema raises before queueing
         salt = cache_salt(self._cache_scopes[model], tenant, subject)
         self._arrivals += 1

@@ -13,8 +13,13 @@ from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineRankError, EngineUnavailableError
 from engine.llm_engine import LLMEngine
 from engine.serving.async_engine import AsyncEngine
+from engine.serving.protocol import GenerateRequest
 
 pytestmark = pytest.mark.timeout(60)
+
+
+def request(rid: str, params: SamplingParams) -> GenerateRequest:
+    return GenerateRequest(request_id=rid, model="m", params=params, prompt_token_ids=[0, 5, 6])
 
 
 @pytest.fixture
@@ -35,19 +40,19 @@ async def test_killed_rank_fails_streams_and_stops_the_engine(model_dirs: dict[s
     await engine.start()
     try:
         params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
-        deltas = [d async for d in engine.generate("ok", "m", [0, 5, 6], params)]
-        assert deltas[-1].finish_reason == "length"
+        frames = [f async for f in engine.generate(request("ok", params))]
+        assert frames[-1][-1].finish_reason == "length"
         ranks = engine.core.ranks
         assert ranks is not None
         (pid,) = ranks.pids
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(EngineRankError, match="tensor-parallel rank 1 exited"):
-            async for _ in engine.generate("after", "m", [0, 5, 6], params):
+            async for _ in engine.generate(request("after", params)):
                 pass
         assert len(fatal) == 1 and fatal[0].code == "engine_rank_failed"
         with pytest.raises(EngineUnavailableError):
-            async for _ in engine.generate("later", "m", [0, 5, 6], params):
+            async for _ in engine.generate(request("later", params)):
                 pass
     finally:
         await engine.shutdown()
