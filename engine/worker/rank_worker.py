@@ -8,8 +8,6 @@ any error ends the process, which rank 0 notices (``engine.worker.rank_group``).
 
 from __future__ import annotations
 
-import logging
-
 import torch
 import torch.distributed as dist
 
@@ -23,8 +21,6 @@ from engine.worker.plan_channel import PlanChannel
 from engine.worker.step_plan import StepPlan, plan_items
 
 __all__ = ["run_rank"]
-
-log = logging.getLogger(__name__)
 
 
 def run_rank(
