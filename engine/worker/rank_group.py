@@ -140,7 +140,8 @@ class RankGroup:
 
     @contextmanager
     def watch(self) -> Iterator[None]:
-        """Turn a failed collective into ``EngineRankError``, naming a rank that exited."""
+        """Turn a failed collective into ``EngineRankError``, naming a rank that exited. Any error
+        inside a step counts: the ranks no longer agree on which collective comes next."""
         if self._failed is not None:
             raise EngineRankError(self._failed)
         try:
