@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from engine.config import EngineConfig, ModelSpec
+from engine.config import EngineConfig
 from engine.core.block_pool import BlockPool
 from engine.core.cache_scope import cache_salt
 from engine.core.embedding_queue import EmbeddingJob
@@ -30,18 +30,20 @@ from engine.embedder import Embedder
 from engine.errors import (
     EngineConfigError,
     InvalidRequestError,
-    ModelLoadError,
     PromptTooLongError,
     UnknownModelError,
 )
-from engine.loading.hosted_model import HostedModel
-from engine.loading.model_source import DirectorySource, ModelSource
+from engine.loading.hosted_model import HostedModel, load_hosted_models
+from engine.loading.model_source import ModelSource
 from engine.sampling import GrammarCompiler, GrammarMatcher, Sampler
 from engine.sequence_output import SequenceOutput
 from engine.tuning import DEFAULT_TUNING, CudaTuning
+from engine.worker.distributed import tp_world_size
 from engine.worker.inflight_step import InflightStep, SampledRow
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
+from engine.worker.rank_group import RankGroup
+from engine.worker.step_plan import to_plan
 
 __all__ = ["LLMEngine"]
 
@@ -64,25 +66,33 @@ class LLMEngine:
         self.device = torch.device(config.device)
         if config.num_threads is not None and self.device.type == "cpu":
             torch.set_num_threads(config.num_threads)
-        sources = dict(sources or {})
-        self.models: dict[str, HostedModel] = {}
-        self.failed_models: dict[str, str] = {}
-        for spec in config.models:
-            try:
-                source = sources.get(spec.name) or DirectorySource(_resolve(spec, data_dir))
-                self.models[spec.name] = HostedModel.load(
-                    spec, source, dtype=config.dtype_of(spec), device=self.device
-                )
-            except ModelLoadError as exc:
-                # A server keeps its other models in service; the Python API fails loudly.
-                if not skip_failed_models:
-                    raise
-                self.failed_models[spec.name] = str(exc)
-        if not self.models:
-            raise ModelLoadError(f"no model could be loaded: {self.failed_models}")
+        self.ranks: RankGroup | None = None
+        """The other tensor-parallel ranks; None on one rank."""
+        if config.tensor_parallel_size > 1:
+            self.ranks = RankGroup.start(config, data_dir, sources)
+        elif tp_world_size() > 1:
+            # Layers read the world size when built: this engine's would come out sharded.
+            raise EngineConfigError("a tensor-parallel engine already runs in this process")
+            self.device = self.ranks.device
+        try:
+            self.models, self.failed_models = load_hosted_models(
+                config, data_dir, sources, self.device, skip_failed=skip_failed_models
+            )
+            self._build(config, tuning)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, config: EngineConfig, tuning: CudaTuning) -> None:
         hosted = [m for m in self.models.values() if not m.is_embedding]
+        if self.ranks is not None and len(hosted) < len(self.models):
+            # The embedding path runs on this rank alone; sharded weights need every rank.
+            raise EngineConfigError("embedding models are not served with tensor_parallel_size > 1")
         block_bytes = KVCache.block_bytes_for(hosted or list(self.models.values()), config.block_size)
-        num_blocks = self._num_blocks(hosted, block_bytes) if hosted else 1  # only embedding models
+        # Only embedding models: nothing is ever cached, one block keeps the pool well-formed.
+        num_blocks = KVCache.num_blocks_for(config, hosted, block_bytes, self.device) if hosted else 1
+        if self.ranks is not None:  # every rank's pool has as many blocks as the smallest one's
+            num_blocks = self.ranks.agree(list(self.models), num_blocks)
         self.kv_cache = KVCache(num_blocks, block_bytes, config.block_size, self.device)
         for model in hosted:
             self.kv_cache.bind(model)
@@ -102,7 +112,8 @@ class LLMEngine:
                 m,
                 config.block_size,
                 self.device,
-                cuda_graphs=config.cuda_graphs,
+                cuda_graphs=config.cuda_graphs and self.ranks is None,
+                fused=self.ranks is None,
                 max_num_seqs=config.max_num_seqs,
                 tuning=tuning,
             )
@@ -124,23 +135,16 @@ class LLMEngine:
         self.num_steps = 0
         self.device_wait_s = 0.0
         """Host time spent waiting for sampled tokens (the rest of a step's wall time is host work)."""
-        self.async_scheduling = config.async_scheduling and self.device.type == "cuda"
+        self.async_scheduling = config.async_scheduling and self.device.type == "cuda" and self.ranks is None
         self._inflight: InflightStep | None = None
         self._retired: set[int] = set()
         """Sequences that ended while the in-flight step computes a row for them."""
 
-    def _num_blocks(self, hosted: list[HostedModel], block_bytes: int) -> int:
-        config = self.config
-        if config.kv_cache_bytes is not None:
-            num_blocks = config.kv_cache_bytes // block_bytes
-        else:
-            longest = max(m.max_model_len for m in hosted)
-            enough = config.max_num_seqs * -(-longest // config.block_size)
-            free = int(KVCache.available_bytes(self.device) * config.kv_cache_fraction)
-            num_blocks = min(enough, free // block_bytes)
-        if num_blocks < 1:
-            raise EngineConfigError(f"KV pool holds no block of {block_bytes} bytes; raise kv_cache_bytes")
-        return num_blocks
+    def close(self) -> None:
+        """Stop the other tensor-parallel ranks (nothing to do on one rank)."""
+        if self.ranks is not None:
+            self.ranks.close()
+            self.ranks = None
 
     def model(self, name: str) -> HostedModel:
         hosted = self.models.get(name)
@@ -380,7 +384,10 @@ class LLMEngine:
         """Queue one step's forward passes and sampling; nothing here waits for the device."""
         step = InflightStep(out)
         tokens: list[torch.Tensor] = []
-        for model, items in out.by_model().items():
+        by_model = out.by_model()
+        if self.ranks is not None and by_model:
+            self.ranks.send([(model, to_plan(items)) for model, items in by_model.items()])
+        for model, items in by_model.items():
             rows, sampled = self._run(model, items, prev)
             step.rows.extend(rows)
             if sampled is not None:
@@ -401,7 +408,11 @@ class LLMEngine:
             row_of = prev.row_of
             sources = [row_of[item.seq.seq_id] if item.reads_pending else -1 for item in items]
         pending = prev.tokens if prev is not None and any(s >= 0 for s in sources) else None
-        out = self.runners[model].execute(items, pending, sources)  # logits: [num sampling, vocab]
+        if self.ranks is None:
+            out = self.runners[model].execute(items, pending, sources)  # logits: [num sampling, vocab]
+        else:
+            with self.ranks.watch():
+                out = self.runners[model].execute(items)
         seqs = [item.seq for item in items if item.is_sampling]
         if not seqs:
             return [], None
@@ -456,8 +467,3 @@ class LLMEngine:
             out[f"running:{model}"] = running
             out[f"waiting:{model}"] = waiting
         return out
-
-
-def _resolve(spec: ModelSpec, data_dir: str | Path) -> Path:
-    path = Path(spec.path)
-    return path if path.is_absolute() else Path(data_dir) / path

@@ -226,7 +226,8 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
 class ChatMessageOut(msgspec.Struct, frozen=True, kw_only=True):
     role: str = "assistant"
     content: str | None = None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ToolCall] | msgspec.UnsetType = msgspec.UNSET
+    """Left out unless the model called tools: the spec's ``tool_calls`` is not nullable."""
     refusal: str | None = None
     """Required by the spec (nullable): this gateway never answers with a model refusal."""
 

@@ -55,6 +55,10 @@ DOCUMENTED_REFUSALS = {
     "n",  # at most 16 choices
     "logprobs",  # at most 20 alternatives
     "stop",  # at most 16 stop strings
+    # tool calls (gateway.tool_plan): custom (non-function) tools, bad names or schemas, more than
+    # 128 tools, a choice naming no tool, or a forced call beside response_format
+    "tools",
+    "tool_choice",
 }
 
 
