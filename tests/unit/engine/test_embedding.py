@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from engine import LLM
 from engine.config import EngineConfig, ModelSpec
 from engine.core.sampling_params import SamplingParams
-from engine.errors import InvalidRequestError, ModelLoadError
+from engine.errors import EngineConfigError, InvalidRequestError, ModelLoadError
 from engine.llm_engine import LLMEngine
 from tests.unit.engine.conftest import build_tokenizer
 
@@ -153,3 +153,13 @@ def test_detection_refuses_other_pooling_and_plain_checkpoints_are_chat(
     assert LLM(model_dirs["qwen3"]).engine.model("qwen3").kind == "chat"
     declared = LLM(model_dirs["qwen3"], kind="embedding")  # a chat checkpoint declared an embedder
     assert len(declared.embed("hello")[0]) == 64
+
+
+@pytest.mark.timeout(60)
+def test_tensor_parallel_engines_refuse_embedding_models(
+    embed_dir: Path, model_dirs: dict[str, Path]
+) -> None:
+    specs = (ModelSpec(name="e", path=str(embed_dir)), ModelSpec(name="c", path=str(model_dirs["qwen3"])))
+    config = EngineConfig(models=specs, block_size=4, kv_cache_bytes=1 << 20, tensor_parallel_size=2)
+    with pytest.raises(EngineConfigError, match="embedding models are not served with tensor_parallel_size"):
+        LLMEngine(config)
