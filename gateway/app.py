@@ -12,9 +12,9 @@ from litestar import Litestar, Request, Response, get
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 
-from audit.event import Decision, EventType
+from common.audit_event import Decision, EventType
+from common.principal import Principal
 from gateway.auditor import Auditor, RequestSink
-from gateway.auth.principal import Principal
 from gateway.console.console import Console
 from gateway.console.router import console_template_config
 from gateway.errors import (

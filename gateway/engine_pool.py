@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 import msgspec
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent
-from audit.sink import AuditSink
+from common.audit_event import AuditEvent
+from common.audit_sink import AuditSink
 from engine.errors import EngineError
 from engine.serving.client import EngineClient
 from engine.serving.protocol import ModelCard

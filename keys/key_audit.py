@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent, Decision, EventType
-from audit.sink import AuditSink
+from common.audit_event import AuditEvent, Decision, EventType
+from common.audit_sink import AuditSink, AuditUnavailableError
 from keys.errors import AuditRequiredError
 from keys.provider import KeyRef
 

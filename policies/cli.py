@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from audit.errors import AuditError
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from policies.authorizer import Authorizer
 from policies.errors import PolicyError
 from policies.policy import ALL_DOMAINS, CONTROL_RESOURCE, Assignment, Grant, user_member

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import msgspec
 
-from audit.event import AuditEvent
+from common.audit_event import AuditEvent
 from engine.core.sampling_params import SamplingParams
 
 __all__ = [

@@ -21,7 +21,7 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.response import Stream
 from litestar.status_codes import HTTP_200_OK
 
-from audit.event import AuditEvent
+from common.audit_event import AuditEvent
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError, UnknownModelError
 from engine.serving.backend import EngineBackend
 from engine.serving.protocol import (

@@ -16,8 +16,8 @@ import click
 import redis.asyncio
 
 from audit.errors import AuditError
-from audit.event import AuditEvent, Decision, EventType
 from audit.security_operation import record_operations
+from common.audit_event import AuditEvent, Decision, EventType
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.errors import RevocationUnavailableError
 from gateway.auth.revocation import RevocationList

@@ -19,9 +19,9 @@ from litestar.response import Template
 from litestar_htmx import HTMXRequest, HTMXTemplate
 
 from audit.errors import AuditError, AuditNotFoundError, AuditQueryError
-from audit.event import Decision, EventType
 from audit.query import AuditQuery
 from audit.record import AuditRecord
+from common.audit_event import Decision, EventType
 from gateway.console.console import Console
 from gateway.console.errors import PageForbiddenError, PageNotFoundError
 from gateway.console.session_store import ConsoleSession

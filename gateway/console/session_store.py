@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 
 __all__ = ["ConsoleSession", "SessionStore"]
 

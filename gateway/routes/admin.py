@@ -17,9 +17,9 @@ from litestar import Request, Router, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
 
-from audit.event import AuditEvent, Decision, EventType
-from audit.sink import AuditSink
-from gateway.auth.principal import Principal
+from common.audit_event import AuditEvent, Decision, EventType
+from common.audit_sink import AuditSink
+from common.principal import Principal
 from policies.authorizer import Authorizer
 from policies.control_scope import ControlScope
 from policies.errors import InvalidPolicyError, PolicyForbiddenError

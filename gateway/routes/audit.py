@@ -20,11 +20,11 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
 from audit.errors import AuditForbiddenError, AuditNotFoundError, AuditQueryError
-from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.query import AuditQuery
+from common.audit_event import AuditEvent, Decision, EventType
+from common.principal import Principal
 from gateway.auditor import RequestSink
-from gateway.auth.principal import Principal
 from gateway.request_context import request_context
 from policies.authorizer import Authorizer
 from policies.control_scope import ControlScope

@@ -11,7 +11,7 @@ from litestar import Litestar, Request, Response
 from litestar.di import Provide
 from litestar.testing import AsyncTestClient
 
-from audit.event import AuditEvent, EventType
+from common.audit_event import AuditEvent, EventType
 from gateway.app import metrics_endpoint
 from gateway.auditor import Auditor
 from gateway.config import ServerConfig

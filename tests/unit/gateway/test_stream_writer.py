@@ -8,11 +8,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from common.principal import Principal
 from engine.core.sampling_params import SamplingParams
 from engine.serving.client import EngineClient
 from engine.serving.protocol import DeltaEvent, GenerateRequest, ModelCard
 from filters import FilterConfig, FilterPipeline
-from gateway.auth.principal import Principal
 from gateway.inference import Prepared
 from gateway.openai_types import ChatCompletionRequest, ChatMessageIn
 from gateway.quota import Quotas

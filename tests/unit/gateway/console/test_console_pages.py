@@ -16,14 +16,15 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from audit.config import AuditConfig
-from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.log import AuditLog
 from audit.query import AuditQuery
 from audit.record import AuditContent
+from common.audit_event import AuditEvent, Decision, EventType
+from common.finding import Finding
+from common.principal import Principal
 from gateway.auditor import Auditor
 from gateway.auth.config import AuthConfig, IssuerConfig
 from gateway.auth.dev_issuer import DevIssuer
-from gateway.auth.principal import Principal
 from gateway.auth.token_verifier import TokenVerifier
 from gateway.console.config import ConsoleConfig
 from gateway.console.console import Console

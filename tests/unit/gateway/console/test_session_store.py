@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.console.session_store import SessionStore
 
 OFFICER = Principal(subject="officer", roles=("compliance",), issuer="idp")

@@ -10,8 +10,8 @@ from litestar.di import Provide
 from litestar.testing import AsyncTestClient
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent, EventType
-from gateway.auth.principal import Principal
+from common.audit_event import AuditEvent, EventType
+from common.principal import Principal
 from gateway.errors import response_parts
 from gateway.routes.admin import build_admin_router
 from policies import AccessConfig, Authorizer

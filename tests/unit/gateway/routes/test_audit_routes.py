@@ -14,11 +14,12 @@ from litestar.testing import AsyncTestClient
 from audit.bundle import verify_bundle
 from audit.config import AuditConfig
 from audit.errors import AuditError
-from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.log import AuditLog
 from audit.record import AuditContent
 from audit.signer import CheckpointVerifier
-from gateway.auth.principal import Principal
+from common.audit_event import AuditEvent, Decision, EventType
+from common.finding import Finding
+from common.principal import Principal
 from gateway.routes.audit import build_audit_router
 from policies.authorizer import Authorizer
 from policies.config import AccessConfig
