@@ -22,26 +22,34 @@ class KeyOperation(msgspec.Struct, frozen=True, kw_only=True):
     process: str
     provider: str
 
+    def audit_event(self, *, error: str = "") -> AuditEvent:
+        """This operation's KEY_OPERATION record (``error``: why it failed); the one place one is built."""
+        return AuditEvent(
+            event_type=EventType.KEY_OPERATION,
+            decision=Decision.ERROR if error else Decision.ALLOW,
+            model=self.model,
+            engine_instance=self.process,
+            reason=error,
+            detail=msgspec.json.encode(self, order="sorted").decode(),
+        )
+
+    @classmethod
+    def of(cls, event: AuditEvent) -> KeyOperation:
+        """The operation a KEY_OPERATION record describes (its ``detail``)."""
+        return msgspec.json.decode(event.detail, type=cls)
+
 
 def key_event(
     operation: str, ref: KeyRef, *, model: str, process: str, provider: str, error: str = ""
 ) -> AuditEvent:
-    detail = KeyOperation(
+    return KeyOperation(
         operation=operation,
         key_id=ref.key_id,
         key_version=ref.version,
         model=model,
         process=process,
         provider=provider,
-    )
-    return AuditEvent(
-        event_type=EventType.KEY_OPERATION,
-        decision=Decision.ERROR if error else Decision.ALLOW,
-        model=model,
-        engine_instance=process,
-        reason=error,
-        detail=msgspec.json.encode(detail, order="sorted").decode(),
-    )
+    ).audit_event(error=error)
 
 
 async def record_all(audit: AuditSink | None, events: list[AuditEvent]) -> None:
