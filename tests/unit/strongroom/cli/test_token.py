@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from common.principal import Principal
 from gateway.auth import AuthConfig, AuthenticationError, TokenVerifier
-from gateway.auth.cli import revoke, token
+from strongroom.cli.token import revoke, token
 from strongroom.config import load_settings
 
 
