@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from litestar import get
 from litestar.response import Template
 from litestar_htmx import HTMXRequest
 
 from gateway.console.console import Console
+from keys.config import KeysConfig
 from keys.errors import KeysError
 from keys.factory import build_provider, seal_registry
 from keys.provider import KeyVersionInfo
 from keys.seal_registry import Sealing
-from strongroom.config import Settings
 
 __all__ = ["KEY_PAGES", "KeyInventory"]
 
@@ -38,14 +39,14 @@ class KeyInventory:
     """Why the provider or the registry could not be read; the lists are then empty."""
 
     @classmethod
-    def read(cls, settings: Settings) -> KeyInventory:
+    def read(cls, config: KeysConfig, data_path: Path) -> KeyInventory:
         """Blocking (a passphrase's scrypt, an HSM session): run it off the event loop."""
         try:
-            provider = build_provider(settings.keys, settings.data_path)
+            provider = build_provider(config, data_path)
         except KeysError as exc:
             return cls(problem=f"The key provider cannot be opened: {exc}")
         try:
-            registry = seal_registry(settings.keys, settings.data_path, provider)
+            registry = seal_registry(config, data_path, provider)
             versions = provider.versions()
             try:
                 body = registry.read()
@@ -65,7 +66,8 @@ class KeyInventory:
 async def keys_page(request: HTMXRequest) -> Template:
     console = Console.of(request)
     session = await console.page(request, _KEYS, "console keys", every_tenant=True)
-    inventory = await asyncio.to_thread(KeyInventory.read, console.services.settings)
+    settings = console.services.settings
+    inventory = await asyncio.to_thread(KeyInventory.read, settings.keys, settings.data_path)
     context = {
         "me": session.principal,
         "csrf": session.csrf_token,
