@@ -1,11 +1,11 @@
 """The value types that cross package seams, so no package imports another only to name them.
 
-    strongroom  →  gateway  →  policies | filters  →  audit  →  keys  →  engine ┐
-         └──────────┴──────────────┴──────────────────┴─────────┴─────────────┴→  common
+    strongroom > gateway > policies | filters > audit > keys > engine > common
 
-Every package may import ``common``; ``common`` imports nothing of the repository (the
-import-linter contracts in pyproject.toml hold both). What lives here is a frozen value
-type or a protocol that two packages exchange: a filter's ``Finding``, the ``AuditEvent``
+Each package may import those to its right, never one to its left (policies and filters not
+each other); ``common`` imports nothing of the repository. import-linter holds both
+(``[tool.importlinter]`` in pyproject.toml, run by ``make lint``). What lives here is a frozen
+value type or a protocol that two packages exchange: a filter's ``Finding``, the ``AuditEvent``
 every component hands to an ``AuditSink``, and the authenticated ``Principal``. Behaviour
 stays in the package that owns it.
 """
