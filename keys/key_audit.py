@@ -1,4 +1,9 @@
-"""Audit records for key operations: key id, version, model, process; never key material."""
+"""Audit records for key operations: key id, version, model, process; never key material.
+
+``KeyOperation.audit_event`` is the one place such a record is built: for the CLI and rotation
+here, and for an engine's model unseals, which reach the gateway as the engine protocol's
+``KeyOperationEvent`` (``strongroom.engine_process.KeyOperationLog``, ``gateway.engine_pool``).
+"""
 
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ class KeyOperation(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def of(cls, event: AuditEvent) -> KeyOperation:
         """The operation a KEY_OPERATION record describes (its ``detail``)."""
+        if event.event_type != EventType.KEY_OPERATION:
+            raise ValueError(f"a {event.event_type} event describes no key operation")
         return msgspec.json.decode(event.detail, type=cls)
 
 

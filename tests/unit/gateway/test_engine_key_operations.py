@@ -20,17 +20,19 @@ import msgspec
 import pytest
 
 from audit.testing import MemorySink
-from common.audit_event import AuditEvent
+from common.audit_event import AuditEvent, Decision, EventType
 from engine.serving.client import EngineClient
+from engine.serving.protocol import KeyOperationEvent
 from gateway.engine_pool import EnginePool
 from keys.key_audit import key_event
 from keys.provider import KeyRef
+from strongroom.engine_process import KeyOperationLog
 
 pytestmark = pytest.mark.anyio
 TOKEN = "key-operations-test-token"
 _ENGINE = """
 import asyncio, socket, sys, msgspec, uvicorn
-from common.audit_event import AuditEvent
+from common.audit_event import AuditEvent, Decision, EventType
 from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 from strongroom.engine_process import KeyOperationLog
@@ -92,3 +94,11 @@ async def test_the_pool_records_each_engine_key_operation_once_as_keys_wrote_it(
     await pool.refresh()  # a second refresh sees the same operations and records none again
     assert sink.events == expected
     await client.aclose()
+
+
+async def test_the_engine_process_refuses_to_keep_an_event_that_is_no_key_operation() -> None:
+    operations: list[KeyOperationEvent] = []
+    other = AuditEvent(event_type=EventType.ADMIN_CHANGE, decision=Decision.ALLOW, detail="{}")
+    with pytest.raises(ValueError, match="admin_change event describes no key operation"):
+        await KeyOperationLog(operations).append(other)
+    assert operations == []
