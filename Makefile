@@ -77,4 +77,4 @@ k8s-manifests: install  ## re-render deploy/kubernetes/strongroom.yaml from the 
 	$(PY) scripts/render_kubernetes.py
 
 clean:  ## remove the venv and caches (keeps ./data)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
