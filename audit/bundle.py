@@ -7,14 +7,16 @@ Bundle layout, one JSON object per line:
     {"type": "checkpoint", <Checkpoint>}             after the record it covers
     {"type": "seal", <ExportSeal>}                   last line; signs the exact range
 
-Verification trusts only the public key it is given, never one named inside the bundle.
+Verification trusts only the public key it is given, never one named inside the bundle. One
+user's records are exported as a selection bundle instead (``selection_bundle.py``); ``verify_bundle``
+checks either.
 """
 
 from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import msgspec
 from audit.checkpoint import Checkpoint, ExportSeal
 from audit.export_progress import Progress, RecordCounter
 from audit.record import RecordRow, genesis_hash, us_to_iso
+from audit.selection_bundle import SELECTION_FORMAT, verify_selection
 from audit.signer import CheckpointSigner, CheckpointVerifier
 from audit.store import AuditStore
 from audit.verifier import ChainVerifier, VerifyReport, Witnessed, _Bad, verify_stream
@@ -134,10 +137,16 @@ def verify_bundle(path: Path, verifier: CheckpointVerifier) -> VerifyReport:
             items.append(msgspec.json.decode(line, type=dict[str, Any]))
         except msgspec.DecodeError:
             return _failed(0, f"line {number} is not JSON")
-    if not items or items[0].get("type") != "header" or items[0].get("format") != FORMAT:
+    if (
+        not items
+        or items[0].get("type") != "header"
+        or items[0].get("format") not in (FORMAT, SELECTION_FORMAT)
+    ):
         return _failed(0, "not a strongroom audit export")
     if items[-1].get("type") != "seal":
         return _failed(0, "bundle has no seal: truncated")
+    if items[0].get("format") == SELECTION_FORMAT:
+        return verify_selection(items, verifier)
     try:
         seal = msgspec.convert({k: v for k, v in items[-1].items() if k != "type"}, ExportSeal)
     except msgspec.ValidationError as exc:
@@ -179,13 +188,20 @@ def export_csv(
 ) -> int:
     """Spreadsheet view with the chain hashes per row; verify with the JSONL bundle of the same range."""
     counter = RecordCounter(first_seq, last_seq, progress)
+    count = write_csv(path, iter_rows(store, first_seq - 1, last_seq), counter.step)
+    counter.finish(count)
+    return count
+
+
+def write_csv(path: Path, rows: Iterable[RecordRow], step: Callable[[int], None] | None = None) -> int:
+    """``rows`` as CSV (``CSV_COLUMNS``); returns how many."""
     count = 0
     with path.open("w", newline="", encoding="utf-8") as out:
         writer = csv.writer(out)
         writer.writerow(CSV_COLUMNS)
-        for row in iter_rows(store, first_seq - 1, last_seq):
+        for row in rows:
             writer.writerow([row.seq, us_to_iso(row.time_us), *row[2:9], row.event, row.prev_hash, row.hash])
             count += 1
-            counter.step(count)
-    counter.finish(count)
+            if step is not None:
+                step(count)
     return count

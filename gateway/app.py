@@ -168,6 +168,8 @@ def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_
         try:
             yield
         finally:
+            if app.state.console is not None:
+                await app.state.console.aclose()
             await app.state.services.aclose()
 
     app = Litestar(

@@ -23,7 +23,7 @@ from keys.provider import KeyProvider, KeyRef, WrappedKey
 from keys.report import RotationReport
 from keys.seal_registry import SealRegistry
 from keys.sealed_file import read_header
-from keys.sealed_model import open_model
+from keys.sealed_model import is_sealed, open_model
 
 
 def _replace_atomically(target: Path, data: bytes) -> None:
@@ -74,6 +74,12 @@ def _versions_in_use(model_dirs: Sequence[str | Path]) -> set[int]:
             header, _, _ = read_header(sealed, str(sealed))
             versions.add(header.wrapped.ref.version)
     return versions
+
+
+def default_model_dirs(data_dir: Path) -> list[str]:
+    """What ``rotate`` rewraps when no directory is named: every sealed model under <data_dir>/models."""
+    root = data_dir / "models"
+    return sorted(str(p) for p in root.iterdir() if is_sealed(p)) if root.is_dir() else []
 
 
 def _with_registered(model_dirs: Sequence[str | Path], registry: SealRegistry | None) -> list[str]:

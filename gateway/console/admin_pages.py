@@ -20,6 +20,7 @@ from litestar_htmx import HTMXRequest
 
 from common.principal import Principal
 from gateway.console.console import Console
+from gateway.console.language import text
 from gateway.console.policy_history import PolicyHistory
 from gateway.console.session_store import ConsoleSession
 from policies.errors import PolicyError
@@ -30,6 +31,12 @@ __all__ = ["ADMIN_PAGES"]
 
 _ADMIN = ("admin:policy",)
 _ACTIONS = tuple(sorted(INFERENCE_ACTIONS))
+_DONE = {
+    "grant": "Version {version}: {who} granted {action} on {model} to {role}.",
+    "ungrant": "Version {version}: {who} revoked {action} on {model} from {role}.",
+    "assign": "Version {version}: {who} assigned {role} to {user}.",
+    "unassign": "Version {version}: {who} unassigned {role} from {user}.",
+}
 
 
 def _cell(console: Console, role: str, model: str, action: str, direct: frozenset[Grant]) -> str:
@@ -102,7 +109,7 @@ async def change_grant(request: HTMXRequest) -> Template | Redirect:
         lambda: Grant(
             role=fields["role"], pattern=fields["model"], action=action, domain=_domain_of(session)
         ),
-        f"{action} on {fields['model']} to {fields['role']}",
+        {"action": action, "model": fields["model"], "role": fields["role"]},
     )
     if not request.htmx:
         return Redirect(f"/console/admin?action={action}", status_code=303)
@@ -127,7 +134,7 @@ async def change_assignment(request: HTMXRequest) -> Template | Redirect:
         fields["op"],
         ("assign", "unassign"),
         lambda: Assignment(member=user_member(fields["user"]), role=fields["role"], domain=domain),
-        f"{fields['role']} to {fields['user']}",
+        {"role": fields["role"], "user": fields["user"]},
     )
     if not request.htmx:
         return Redirect("/console/admin", status_code=303)
@@ -152,25 +159,24 @@ async def _apply(
     op: str,
     ops: tuple[str, str],
     rule: Callable[[], Grant | Assignment],
-    what: str,
+    what: dict[str, str],
 ) -> tuple[str, str]:
     """One audited policy change by this officer: (notice, problem) for the page. The API's rule
     decides whether it may (``Authorizer.change_refusal``: its own domain, no escalation)."""
     try:
         if op not in ops:
-            raise PolicyError(f"op must be {ops[0]} or {ops[1]}")
+            raise PolicyError(text("op must be {one} or {other}", one=ops[0], other=ops[1]))
         change = PolicyChange(op=op, rule=rule())  # type: ignore[arg-type]
         refusal = console.services.authorizer.change_refusal(session.principal, change)
         if refusal is not None:
             await console.refuse(request, session, refusal, f"console {op} {change.describe()}")
-            return "", f"Refused: {refusal}."
+            return "", text("Refused: {reason}.", reason=refusal)
         updated = await console.services.authorizer.change(
             [change], session.principal.subject, console.services.audit_log
         )
     except PolicyError as exc:
         return "", exc.message
-    verb = {"grant": "granted", "ungrant": "revoked", "assign": "assigned", "unassign": "unassigned"}[op]
-    return f"Version {updated.version}: {session.principal.subject} {verb} {what}.", ""
+    return text(_DONE[op], version=updated.version, who=session.principal.subject, **what), ""
 
 
 def _assignments(console: Console, session: ConsoleSession) -> list[tuple[str, str, str]]:

@@ -8,6 +8,7 @@ content) and records the view before anything is read.
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -18,12 +19,15 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import Template
 from litestar_htmx import HTMXRequest, HTMXTemplate
 
+from audit.bundle import write_csv
 from audit.errors import AuditError, AuditNotFoundError, AuditQueryError
 from audit.query import AuditQuery
 from audit.record import AuditRecord
+from audit.selection_bundle import Selection, export_selection, matching_rows
 from common.audit_event import Decision, EventType
 from gateway.console.console import Console
 from gateway.console.errors import PageForbiddenError, PageNotFoundError
+from gateway.console.language import text
 from gateway.console.session_store import ConsoleSession
 from policies.policy import ALL_DOMAINS
 
@@ -118,7 +122,7 @@ async def within_scope(
         return query
     if query.tenant is not None and query.tenant != scope.domain:
         await console.refuse(request, session, f"audit:read not held in tenant {query.tenant!r}", detail)
-        raise PageForbiddenError("your audit rights cover your own tenant's records only")
+        raise PageForbiddenError(text("your audit rights cover your own tenant's records only"))
     return msgspec.structs.replace(query, tenant=scope.domain)
 
 
@@ -130,12 +134,12 @@ async def _record_in_scope(
     try:
         record = await console.services.audit_log.get(seq)
     except AuditNotFoundError:
-        raise PageNotFoundError(f"no audit record {seq}") from None
+        raise PageNotFoundError(text("no audit record {seq}", seq=seq)) from None
     if not console.scope(session, *permissions).covers(record.event.tenant or ALL_DOMAINS):
         await console.refuse(
             request, session, f"record {seq} is outside the officer's tenant", f"record {seq}"
         )
-        raise PageNotFoundError(f"no audit record {seq}")
+        raise PageNotFoundError(text("no audit record {seq}", seq=seq))
     return record
 
 
@@ -171,7 +175,9 @@ async def content_fragment(request: HTMXRequest, seq: FromPath[int]) -> Template
         content = await console.services.audit_log.read_content(seq)
     except AuditError as exc:
         problem = (
-            str(exc) if isinstance(exc, AuditNotFoundError) else "this record's content cannot be opened"
+            str(exc)
+            if isinstance(exc, AuditNotFoundError)
+            else text("this record's content cannot be opened")
         )
     context = page_context(console, session, seq=seq, content=content, problem=problem)
     name = "content.html" if _is_fragment(request) else "content_page.html"
@@ -218,30 +224,57 @@ async def export_download(
     format: FromQuery[str] = "jsonl",
     since: FromQuery[str | None] = None,
     until: FromQuery[str | None] = None,
+    subject: FromQuery[str | None] = None,
 ) -> Response[Any]:
     """Records from ``since`` up to ``until`` as a sealed JSONL bundle (what ``strongroom audit verify
-    --file`` checks offline) or as CSV with each row's chain hashes."""
+    --file`` checks offline) or as CSV with each row's chain hashes; with ``subject``, only that
+    user's records (a selection bundle: ``audit.selection_bundle``)."""
     console = Console.of(request)
     fmt = format if format in ("jsonl", "csv") else ""
-    detail = f"console export {fmt or format[:16]} {since or 'start'}..{until or 'end'}"
+    user = (subject or "").strip()
+    whose = f" user {user!r}" if user else ""
+    detail = f"console export {fmt or format[:16]}{whose} {since or 'start'}..{until or 'end'}"
     session = await console.page(request, _READ, detail, every_tenant=True)
-    audit_log = console.services.audit_log
     try:
         if not fmt:
-            raise AuditQueryError("format must be jsonl or csv")
-        first, last = await _seq_range(console, since or None, until or None)
+            raise AuditQueryError(text("format must be jsonl or csv"))
+        with tempfile.TemporaryDirectory(prefix="strongroom-console-export-") as tmp:
+            path = Path(tmp) / f"audit.{fmt}"
+            if user:
+                name = await _export_user(
+                    console, path, fmt, Selection(subject=user, since=since or None, until=until or None)
+                )
+            else:
+                first, last = await _seq_range(console, since or None, until or None)
+                await console.services.audit_log.export(path, fmt=fmt, first_seq=first, last_seq=last)
+                name = f"audit-{first}-{last}.{fmt}"
+            body = await console.services.audit_log.run_reader(path.read_bytes)
     except AuditQueryError as exc:
         context = page_context(console, session, problem=str(exc))
         return Template(template_name="export.html", context=context, status_code=400)
-    with tempfile.TemporaryDirectory(prefix="strongroom-console-export-") as tmp:
-        path = Path(tmp) / f"audit.{fmt}"
-        await audit_log.export(path, fmt=fmt, first_seq=first, last_seq=last)
-        body = await audit_log.run_reader(path.read_bytes)
     return Response(
         body,
         media_type="application/x-ndjson" if fmt == "jsonl" else "text/csv",
-        headers={"content-disposition": f'attachment; filename="audit-{first}-{last}.{fmt}"'},
+        headers={"content-disposition": f'attachment; filename="{name}"'},
     )
+
+
+async def _export_user(console: Console, path: Path, fmt: str, selection: Selection) -> str:
+    """One user's records into ``path``; the file name to offer (the user id stays out of it)."""
+    audit_log = console.services.audit_log
+    selection.query()  # a bad time is refused before anything is written
+    if fmt == "csv":
+        count = await audit_log.run_reader(lambda: write_csv(path, matching_rows(audit_log.store, selection)))
+        name = f"audit-user-{count}-records.csv"
+    else:
+        now_us = int(time.time() * 1_000_000)
+        seal = await audit_log.run_reader(
+            lambda: export_selection(audit_log.store, audit_log.signer, path, selection, now_us=now_us)
+        )
+        count, name = seal.num_records, f"audit-user-{seal.first_seq}-{seal.last_seq}.jsonl"
+    if count == 0:
+        raise AuditQueryError(text("no records of that user in that time range"))
+    return name
 
 
 async def _seq_range(console: Console, since: str | None, until: str | None) -> tuple[int, int]:
@@ -250,7 +283,7 @@ async def _seq_range(console: Console, since: str | None, until: str | None) -> 
     audit_log = console.services.audit_log
     first_page = await audit_log.search(AuditQuery(since=since, until=until, limit=1))
     if not first_page.records:
-        raise AuditQueryError("no records in that time range")
+        raise AuditQueryError(text("no records in that time range"))
     first = first_page.records[0].seq
     last: int | None = None
     if until is not None:

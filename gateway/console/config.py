@@ -43,7 +43,13 @@ class ConsoleConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     session_absolute_s: int = 28800
     """A session ends this many seconds after sign-in, however active."""
     max_sessions: int = 10000
-    """Sessions held at once (in this gateway's memory); the oldest is ended to make room."""
+    """Sessions held at once when they live in this gateway's memory (no ``redis_url``); the oldest
+    is ended to make room. With Redis, the time-outs bound them."""
+    session_key_prefix: str = "strongroom:console:session"
+    """Prefix of the Redis keys holding sessions (with ``redis_url``: every replica shares them)."""
+    session_postgres_schema: str = "console"
+    """Schema of the ``console_session`` table when sessions live in PostgreSQL (no ``redis_url``
+    and ``access.backend = "postgres"``: in the policy's database, shared by every replica)."""
     secure_cookies: bool | None = None
     """Mark cookies ``Secure``. None: exactly when the gateway itself serves TLS; set true behind a
     TLS-terminating proxy."""
@@ -55,6 +61,10 @@ class ConsoleConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError("console.session_idle_s must not exceed session_absolute_s")
         if self.max_sessions < 1:
             raise ConfigError("console.max_sessions must be >= 1")
+        if not self.session_key_prefix:
+            raise ConfigError("console.session_key_prefix must not be empty")
+        if not self.session_postgres_schema.isidentifier():
+            raise ConfigError("console.session_postgres_schema must be a plain identifier")
         if self.oidc_issuer is not None:
             self._check_oidc()
 

@@ -9,7 +9,10 @@ carry the session's CSRF token and, when the browser sends one, a same-origin ``
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from litestar import Request
@@ -17,9 +20,10 @@ from litestar import Request
 from common.audit_event import Decision, EventType
 from gateway.console.config import ConsoleConfig
 from gateway.console.errors import CsrfError, NotSignedInError, PageForbiddenError, PageNotFoundError
+from gateway.console.language import text
 from gateway.console.oidc_client import OidcClient
 from gateway.console.pending_sign_ins import PendingSignIns
-from gateway.console.session_store import ConsoleSession, SessionStore
+from gateway.console.session_store import ConsoleSession, SessionStore, open_session_store
 from gateway.request_context import request_context
 
 if TYPE_CHECKING:
@@ -35,17 +39,27 @@ CONTROL_PLANE = "*"
 
 
 class Console:
-    def __init__(self, cfg: ConsoleConfig, services: Services, *, is_tls: bool) -> None:
+    def __init__(
+        self,
+        cfg: ConsoleConfig,
+        services: Services,
+        *,
+        is_tls: bool,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config = cfg
         self.services = services
-        self.sessions = SessionStore(
-            idle_s=cfg.session_idle_s, absolute_s=cfg.session_absolute_s, max_sessions=cfg.max_sessions
-        )
+        access = services.settings.access
+        shared_db = access.postgres_dsn if access.backend == "postgres" else None
+        self.sessions: SessionStore = open_session_store(cfg, services.redis, clock, postgres_dsn=shared_db)
         self.pending = PendingSignIns()
         settings = services.settings
         self.oidc = OidcClient(cfg, settings.auth, services.verifier) if cfg.has_oidc else None
         self.is_dev_sign_in = cfg.dev_sign_in and settings.auth.dev_issuer
         self.secure_cookies = is_tls if cfg.secure_cookies is None else cfg.secure_cookies
+        self.key_rotation = asyncio.Lock()
+        """One rotation at a time from this replica's console (a second waits, then finds its
+        typed version stale)."""
 
     @classmethod
     def create(cls, services: Services) -> Console | None:
@@ -55,21 +69,24 @@ class Console:
             return None
         return cls(cfg, services, is_tls=services.settings.server.tls.cert_file is not None)
 
+    async def aclose(self) -> None:
+        await self.sessions.aclose()
+
     @staticmethod
     def of(request: Request[Any, Any, Any]) -> Console:
         console: Console | None = getattr(request.app.state, "console", None)
         if console is None:
-            raise PageNotFoundError("the console is disabled")
+            raise PageNotFoundError(text("the console is disabled"))
         return console
 
     async def session(self, request: Request[Any, Any, Any]) -> ConsoleSession:
         session_id = request.cookies.get(SESSION_COOKIE)
-        session = self.sessions.get(session_id)
+        session = await self.sessions.get(session_id)
         if session is None:
             raise NotSignedInError("no live session")
         if await self.services.verifier.is_revoked(session.principal, since=session.created_at):
             # Revoking the officer's token (or subject) ends the console session too, at the next click.
-            self.sessions.end(session_id)
+            await self.sessions.end(session_id)
             await self.record(
                 request,
                 session.principal,
@@ -104,10 +121,10 @@ class Console:
         missing = [p for p in permissions if not authorizer.allowed(session.principal, p, CONTROL_PLANE)]
         if missing:
             await self.refuse(request, session, "missing " + ",".join(missing), detail)
-            raise PageForbiddenError(f"this page needs {', '.join(missing)}")
+            raise PageForbiddenError(text("this page needs {permissions}", permissions=", ".join(missing)))
         if every_tenant and not self.scope(session, *permissions).is_global:
             await self.refuse(request, session, f"{','.join(permissions)} not held in every tenant", detail)
-            raise PageForbiddenError("this page covers every tenant's records")
+            raise PageForbiddenError(text("this page covers every tenant's records"))
         if not is_audited:
             return session
         await self.record(
@@ -160,14 +177,14 @@ async def check_csrf(request: Request[Any, Any, Any], expected: str) -> None:
     ``X-CSRF-Token``) and, when the browser names one, comes from this origin."""
     origin = request.headers.get("origin")
     if origin is not None and origin != _own_origin(request):
-        raise CsrfError("cross-origin form")
+        raise CsrfError(text("cross-origin form"))
     given = request.headers.get("x-csrf-token")
     if given is None:
         form = await request.form()
         value = form.get("_csrf")
         given = value if isinstance(value, str) else None
     if not given or not expected or not hmac.compare_digest(given.encode(), expected.encode()):
-        raise CsrfError("missing or wrong CSRF token")
+        raise CsrfError(text("missing or wrong CSRF token"))
 
 
 def _own_origin(request: Request[Any, Any, Any]) -> str:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["ConsoleError", "CsrfError", "NotSignedInError", "PageForbiddenError", "PageNotFoundError"]
+__all__ = [
+    "ConsoleError",
+    "CsrfError",
+    "NotSignedInError",
+    "PageForbiddenError",
+    "PageNotFoundError",
+    "RotationNotConfirmedError",
+    "SessionsUnavailableError",
+]
 
 
 class ConsoleError(Exception):
@@ -30,3 +38,16 @@ class CsrfError(ConsoleError):
 class PageNotFoundError(ConsoleError):
     status_code = 404
     title = "Not found"
+
+
+class SessionsUnavailableError(ConsoleError):
+    """The shared session store cannot be reached: nobody is let in until it can (fail closed)."""
+
+    status_code = 503
+    title = "Unavailable"
+
+
+class RotationNotConfirmedError(ConsoleError):
+    """The typed key version is not the current one: nothing was rotated."""
+
+    title = "Not confirmed"

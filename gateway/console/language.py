@@ -2,8 +2,10 @@
 
 The choice is made once per request (cookie ``strongroom_console_lang`` if set, else the first of
 ``en``/``zh`` in ``Accept-Language``) and read by the templates' ``_()`` through a context
-variable, so no handler has to pass it along. Audit data is never translated; messages built in
-Python (errors, notices) stay in English.
+variable, so no handler has to pass it along. Messages built in Python (errors, notices) go
+through ``text(template, **values)``: the template is translated, then filled with values that
+are never translated themselves. Audit data is never translated, and neither is what goes into
+the audit log (reasons and details stay English for the officers who search it).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from litestar import Request
 
-__all__ = ["LANGUAGES", "LANG_COOKIE", "Language"]
+__all__ = ["LANGUAGES", "LANG_COOKIE", "Language", "text"]
 
 LANGUAGES = ("en", "zh")
 LANG_COOKIE = "strongroom_console_lang"
@@ -138,6 +140,86 @@ ZH: dict[str, str] = {
     "State": "状态",
     "Signing public key": "签名公钥",
     "No key versions to show.": "无可显示的密钥版本。",
+    "A CSV is for spreadsheets; verify the JSONL bundle of the same selection.": "CSV 供表格软件使用；请校验相同选择的 JSONL 签名包。",
+    "A bundle holds every record of the range in chain order, with its checkpoints and a seal signed by the log's key; for one user, only that user's records, with a seal signed over exactly those. Check it anywhere with": "签名包按链顺序包含该范围内的全部记录、检查点以及由日志密钥签名的封签；按用户导出时只包含该用户的记录，封签恰好覆盖这些记录。可在任何地方用以下命令校验：",
+    "Bad request": "请求有误",
+    "Cancel": "取消",
+    "Configured limits": "配置的限额",
+    "Form expired": "表单已过期",
+    "Kind": "类型",
+    "Name": "名称",
+    "No override is set.": "尚未设置覆盖。",
+    "Not allowed": "不允许",
+    "Not changed: {reason}": "未更改：{reason}",
+    "Not confirmed": "未确认",
+    "Not found": "未找到",
+    "Now {key}: {rewrapped} model(s) rewrapped, retired: {retired}.": "当前为 {key}：已重新包装 {rewrapped} 个模型，已停用：{retired}。",
+    "Overrides": "覆盖",
+    "Per field, a user's own limits come first, then the most generous of its roles, then the default; an override in the caller's tenant comes before one for every tenant (*), which comes before the configuration.": "逐字段生效：先看用户自身的限额，再取其各角色中最宽松的一项，最后是默认值；调用方所属租户的覆盖优先于适用于所有租户 (*) 的覆盖，后者又优先于配置。",
+    "Quotas": "配额",
+    "Refused: {reason}.": "已拒绝：{reason}。",
+    "Rotate now": "立即轮换",
+    "Rotate the master key": "轮换主密钥",
+    "Rotate the master key…": "轮换主密钥…",
+    "Rotation creates a new master key version, rewraps the data key of every sealed model (registered, or under the data directory's models) and re-signs their manifests and the seal registry. Weights are not re-encrypted. Older versions are retired once no registered model needs them. It is what `strongroom keys rotate` does, recorded with your identity.": "轮换会创建新的主密钥版本，重新包装每个密封模型（已登记的，或数据目录 models 下的）的数据密钥，并重新签名其清单和密封登记表。权重不会重新加密。不再被任何已登记模型使用的旧版本将被停用。这与 `strongroom keys rotate` 的操作相同，并以您的身份记录审计。",
+    "Seal registry: {reason}": "密封登记表：{reason}",
+    "Set": "设置",
+    "Sign-in failed. Please try again.": "登录失败，请重试。",
+    "The identity provider cannot be reached.": "无法连接身份提供方。",
+    "The key provider cannot be opened: {reason}": "无法打开密钥提供方：{reason}",
+    "The key provider failed: {reason}": "密钥提供方出错：{reason}",
+    "Type the current version to confirm": "输入当前版本以确认",
+    "Unavailable": "暂不可用",
+    "Error": "错误",
+    "Something went wrong.": "出现错误。",
+    "Version {version}: {who} assigned {role} to {user}.": "版本 {version}：{who} 将角色 {role} 分配给 {user}。",
+    "Version {version}: {who} granted {action} on {model} to {role}.": "版本 {version}：{who} 授予 {role} 对 {model} 的 {action} 权限。",
+    "Version {version}: {who} revoked {action} on {model} from {role}.": "版本 {version}：{who} 撤销了 {role} 对 {model} 的 {action} 权限。",
+    "Version {version}: {who} unassigned {role} from {user}.": "版本 {version}：{who} 取消了 {user} 的角色 {role}。",
+    "cross-origin form": "跨源提交的表单",
+    "default": "默认",
+    "dev sign-in is off": "开发令牌登录已关闭",
+    "everyone": "所有用户",
+    "failed": "失败",
+    "format must be jsonl or csv": "格式必须是 jsonl 或 csv",
+    "missing or wrong CSRF token": "CSRF 令牌缺失或错误",
+    "no audit record {seq}": "没有审计记录 {seq}",
+    "no records in that time range": "该时间范围内没有记录",
+    "no records of that user in that time range": "该用户在该时间范围内没有记录",
+    "op must be {one} or {other}": "操作必须是 {one} 或 {other}",
+    "role": "角色",
+    "user": "用户",
+    "single sign-on is not configured": "未配置单点登录",
+    "the console is disabled": "控制台已停用",
+    "the key provider has no current version": "密钥提供方没有当前版本",
+    "the session store is unreachable": "无法连接会话存储",
+    "this page covers every tenant's records": "此页面涵盖所有租户的记录",
+    "this page needs {permissions}": "此页面需要 {permissions} 权限",
+    "this record's content cannot be opened": "无法打开此记录的内容",
+    "type {version} to confirm; nothing was rotated": "请输入 {version} 以确认；未进行轮换",
+    "your audit rights cover your own tenant's records only": "您的审计权限仅涵盖本租户的记录",
+    "{field} must be a whole number >= 1 (or left blank), not {value!r}": "{field} 必须是不小于 1 的整数（或留空），而不是 {value!r}",
+    "{who} removed the quota override of {what}.": "{who} 删除了 {what} 的配额覆盖。",
+    "{who} set quota: {what}.": "{who} 设置了配额：{what}。",
+    "requests_per_minute": "每分钟请求数",
+    "tokens_per_minute": "每分钟令牌数",
+    "concurrent_requests": "并发请求数",
+    "max_tokens_ceiling": "max_tokens 上限",
+    "Record {seq}": "记录 {seq}",
+    "Audit record {seq}": "审计记录 {seq}",
+    "Record {seq}: content": "记录 {seq}：内容",
+    "Audit record {seq}: content": "审计记录 {seq}：内容",
+    "prev hash": "前一哈希",
+    "hash": "哈希",
+    "1 – {last} (of {written} written)": "1 – {last}（共写入 {written}）",
+    "Log": "日志",
+    "signing key": "签名密钥",
+    "{count} (last {seq})": "{count}（最后 {seq}）",
+    "a grant of this model (click to revoke)": "对该模型的授权（点击撤销）",
+    "allowed through a pattern or an inherited role": "通过通配规则或继承角色获得许可",
+    "click an empty cell to grant": "点击空白格授予",
+    "Every change is an audit record.": "每次变更都会记入审计日志。",
+    "role / model": "角色 / 模型",
 }
 
 
@@ -166,3 +248,9 @@ class Language:
     @staticmethod
     def translate(text: str) -> str:
         return ZH.get(text, text) if _current.get() == "zh" else text
+
+
+def text(template: str, **params: object) -> str:
+    """A message built in Python, in the request's language: the template is translated, then
+    filled (``params`` are values, never parsed as templates)."""
+    return Language.translate(template).format(**params)

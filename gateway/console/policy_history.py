@@ -19,6 +19,9 @@ from audit.record import AuditRecord
 from common.audit_event import Decision, EventType
 from policies.control_scope import ControlScope
 
+QUOTA_CHANGE_PREFIX = "quota "
+"""Starts the detail of every quota change record (``quota_pages``)."""
+
 __all__ = ["PolicyHistory", "PolicyHistoryEntry"]
 
 SHOWN = 20
@@ -51,6 +54,8 @@ class PolicyHistory:
                 AuditQuery(event_type=str(EventType.ADMIN_CHANGE), cursor=cursor, limit=MAX_LIMIT)
             )
             for record in page.records:
+                if record.event.detail.startswith(QUOTA_CHANGE_PREFIX):
+                    continue  # a quota override, not a policy edit
                 entry = _entry(record)
                 if scope.is_global or _domains(entry) == {scope.domain}:
                     kept.append(entry)

@@ -31,6 +31,7 @@ from gateway.console.chart_pages import CHART_PAGES
 from gateway.console.errors import ConsoleError, NotSignedInError
 from gateway.console.key_pages import KEY_PAGES
 from gateway.console.language import LANG_COOKIE, LANGUAGES, Language
+from gateway.console.quota_pages import QUOTA_PAGES
 from gateway.console.sign_in_routes import SIGN_IN_ROUTES
 from gateway.errors import GatewayError
 
@@ -106,6 +107,7 @@ def _error_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
     else:
         log.error("console error: %s", type(exc).__name__, exc_info=exc)
         status, title, message = 500, "Error", "Something went wrong."
+    title, message = Language.translate(title), Language.translate(message)
     html = _environment().get_template("error.html").render(title=title, message=message, status=status)
     return Response(html, status_code=status, media_type="text/html", headers=_HEADERS)
 
@@ -120,6 +122,7 @@ def build_console_router() -> Router:
             *CHART_PAGES,
             *ADMIN_PAGES,
             *KEY_PAGES,
+            *QUOTA_PAGES,
             switch_language,
             static,
         ],

@@ -23,6 +23,7 @@ from gateway.auth.dev_issuer import DEV_ISSUER
 from gateway.auth.errors import AuthenticationError
 from gateway.console.console import SESSION_COOKIE, STATE_COOKIE, Console, check_csrf
 from gateway.console.errors import NotSignedInError, PageNotFoundError
+from gateway.console.language import text
 from gateway.console.oidc_client import SignInError
 
 __all__ = ["SIGN_IN_ROUTES"]
@@ -50,7 +51,7 @@ def _cleared(console: Console, key: str, path: str) -> Cookie:
 @get("/")
 async def console_home(request: Request[Any, Any, Any]) -> Redirect:
     console = Console.of(request)
-    signed_in = console.sessions.get(request.cookies.get(SESSION_COOKIE)) is not None
+    signed_in = await console.sessions.get(request.cookies.get(SESSION_COOKIE)) is not None
     return Redirect("/console/audit" if signed_in else "/console/sign-in", status_code=303)
 
 
@@ -74,13 +75,13 @@ def _sign_in_page(console: Console, *, problem: str, status: int) -> Template:
 async def start_oidc(request: Request[Any, Any, Any]) -> Response[Any]:
     console = Console.of(request)
     if console.oidc is None:
-        raise PageNotFoundError("single sign-on is not configured")
+        raise PageNotFoundError(text("single sign-on is not configured"))
     pending = console.pending.start()
     try:
         url = await console.oidc.authorization_url(pending)
     except SignInError as exc:
         await _record_failure(request, console, exc.reason)
-        return _sign_in_page(console, problem="The identity provider cannot be reached.", status=502)
+        return _sign_in_page(console, problem=text("The identity provider cannot be reached."), status=502)
     return Redirect(
         url,
         status_code=303,
@@ -99,7 +100,7 @@ async def oidc_callback(
 ) -> Response[Any]:
     console = Console.of(request)
     if console.oidc is None:
-        raise PageNotFoundError("single sign-on is not configured")
+        raise PageNotFoundError(text("single sign-on is not configured"))
     pending = console.pending.finish(sign_in_state, request.cookies.get(STATE_COOKIE))
     try:
         if pending is None:
@@ -109,7 +110,7 @@ async def oidc_callback(
         principal = await console.oidc.finish(code, pending)
     except SignInError as exc:
         await _record_failure(request, console, exc.reason)
-        page = _sign_in_page(console, problem="Sign-in failed. Please try again.", status=401)
+        page = _sign_in_page(console, problem=text("Sign-in failed. Please try again."), status=401)
         page.cookies.append(_cleared(console, STATE_COOKIE, "/console/callback"))
         return page
     response = await _signed_in(request, console, principal, "oidc")
@@ -121,7 +122,7 @@ async def oidc_callback(
 async def dev_sign_in(request: Request[Any, Any, Any]) -> Response[Any]:
     console = Console.of(request)
     if not console.is_dev_sign_in:
-        raise PageNotFoundError("dev sign-in is off")
+        raise PageNotFoundError(text("dev sign-in is off"))
     await check_csrf(request, request.cookies.get(LOGIN_CSRF_COOKIE, ""))
     form = await request.form()
     token = form.get("token")
@@ -133,7 +134,7 @@ async def dev_sign_in(request: Request[Any, Any, Any]) -> Response[Any]:
             raise AuthenticationError("not a dev-issuer token")
     except AuthenticationError as exc:
         await _record_failure(request, console, f"dev sign-in: {exc.reason}")
-        return _sign_in_page(console, problem="Sign-in failed. Please try again.", status=401)
+        return _sign_in_page(console, problem=text("Sign-in failed. Please try again."), status=401)
     return await _signed_in(request, console, principal, "dev issuer")
 
 
@@ -144,7 +145,7 @@ async def sign_out(request: Request[Any, Any, Any]) -> Response[Any]:
         session = await console.session(request)
     except NotSignedInError:
         return Redirect("/console/sign-in", status_code=303)
-    console.sessions.end(request.cookies.get(SESSION_COOKIE))
+    await console.sessions.end(request.cookies.get(SESSION_COOKIE))
     await console.record(
         request,
         session.principal,
@@ -162,8 +163,8 @@ async def _signed_in(
     request: Request[Any, Any, Any], console: Console, principal: Principal, how: str
 ) -> Response[Any]:
     # A fresh id at every sign-in (no fixation); any session this browser had is ended.
-    console.sessions.end(request.cookies.get(SESSION_COOKIE))
-    session_id, _ = console.sessions.create(principal)
+    await console.sessions.end(request.cookies.get(SESSION_COOKIE))
+    session_id, _ = await console.sessions.create(principal)
     await console.record(
         request,
         principal,

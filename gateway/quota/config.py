@@ -52,12 +52,17 @@ class QuotaConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Admit requests when Redis is unreachable. Off: such requests get 503 (fail closed)."""
     key_prefix: str = "strongroom:quota"
     """Prefix of every Redis key the limiter writes."""
+    overrides_refresh_s: float = 1.0
+    """How often (at most) a replica looks for quota overrides another replica or the console
+    changed (one Redis ``GET`` of a version counter; the overrides are re-read only when it moved)."""
 
     def __post_init__(self) -> None:
         if self.window_s <= 0:
             raise ConfigError(f"quota.window_s must be > 0, not {self.window_s}")
         if self.lease_ttl_s <= 0:
             raise ConfigError(f"quota.lease_ttl_s must be > 0, not {self.lease_ttl_s}")
+        if self.overrides_refresh_s <= 0:
+            raise ConfigError(f"quota.overrides_refresh_s must be > 0, not {self.overrides_refresh_s}")
         if not self.key_prefix:
             raise ConfigError("quota.key_prefix must not be empty")
         for field in QuotaLimits.__struct_fields__:

@@ -25,6 +25,7 @@ from gateway.quota.errors import QuotaExceededError, QuotaUnavailableError
 from gateway.quota.lease_keeper import LeaseKeeper
 from gateway.quota.memory_backend import MemoryQuotaBackend
 from gateway.quota.quota_lease import QuotaLease, rate_limit_headers
+from gateway.quota.quota_overrides import Kind, QuotaOverrides
 from gateway.quota.redis_backend import RedisQuotaBackend
 from gateway.quota.window_usage import Verdict, WindowUsage
 
@@ -52,18 +53,56 @@ class Quotas:
         self._lease_numbers = itertools.count(1)
         self._backend: QuotaBackend = MemoryQuotaBackend(clock) if redis is None else RedisQuotaBackend(redis)
         self._keeper = LeaseKeeper(self._backend, lease_ttl_s=self.config.lease_ttl_s, clock=clock)
+        self.overrides = QuotaOverrides(
+            redis, key_prefix=self.config.key_prefix, refresh_s=self.config.overrides_refresh_s
+        )
 
     def limits_for(self, principal: Principal) -> ResolvedLimits:
-        own = self.config.subjects.get(principal.subject)
-        by_role = [self.config.roles[r] for r in principal.roles if r in self.config.roles]
+        """Per field: the subject's level, else the most generous role level setting it, else the
+        default; each level an override (``quota_overrides``) over the configuration."""
+        domain = principal.tenant or "*"
+        own = self._level("user", principal.subject, domain, self.config.subjects)
+        by_role = [self._level("role", r, domain, self.config.roles) for r in principal.roles]
 
         def pick(field: str) -> int:
             if own is not None and getattr(own, field) is not None:
                 return int(getattr(own, field))
-            values = [getattr(limits, field) for limits in by_role if getattr(limits, field) is not None]
+            values = [
+                getattr(lv, field) for lv in by_role if lv is not None and getattr(lv, field) is not None
+            ]
             return int(max(values)) if values else int(getattr(self.config.default, field))
 
         return ResolvedLimits(**{f: pick(f) for f in QuotaLimits.__struct_fields__})
+
+    def every_tenant_limits(self, kind: Kind, name: str) -> ResolvedLimits:
+        """What ``kind`` ``name`` gets before any tenant's override: its ``*`` override, else its
+        configured entry, else the default, per field (the ceiling for a tenant's administrator)."""
+        configured = self.config.subjects if kind == "user" else self.config.roles
+        level = self._level(kind, name, "*", configured)
+
+        def pick(field: str) -> int:
+            value = getattr(level, field) if level is not None else None
+            return int(value if value is not None else getattr(self.config.default, field))
+
+        return ResolvedLimits(**{f: pick(f) for f in QuotaLimits.__struct_fields__})
+
+    def _level(
+        self, kind: Kind, name: str, domain: str, configured: dict[str, QuotaLimits]
+    ) -> QuotaLimits | None:
+        """One subject's or role's limits, field by field: tenant override, ``*`` override, config."""
+        levels = [
+            self.overrides.find(kind, name, domain) if domain != "*" else None,
+            self.overrides.find(kind, name, "*"),
+            configured.get(name),
+        ]
+        present = [lv for lv in levels if lv is not None]
+        if not present:
+            return None
+        fields = {
+            f: next((getattr(lv, f) for lv in present if getattr(lv, f) is not None), None)
+            for f in QuotaLimits.__struct_fields__
+        }
+        return QuotaLimits(**fields)
 
     def _keys(self, principal: Principal, window: int) -> QuotaKeys:
         # Hash issuer + subject: any characters are safe, and the {tag} keeps one subject's keys in
@@ -82,6 +121,7 @@ class Quotas:
         Raises QuotaExceededError (429; ``retryable`` False when the request alone is over a limit)
         or QuotaUnavailableError (503) when Redis is unreachable and ``fail_open`` is off.
         """
+        await self.overrides.refresh()
         limits = self.limits_for(principal)
         now = self._clock()
         window_s = self.config.window_s

@@ -26,9 +26,10 @@ from keys.key_file_provider import KeyFileProvider
 from keys.manifest import read_verified_manifest
 from keys.pkcs11_provider import Pkcs11Provider
 from keys.provider import KeyProvider, KeyRef
+from keys.rotation import default_model_dirs
 from keys.rotation import rotate as rotate_models
 from keys.seal_registry import SealRegistry
-from keys.sealed_model import admission, is_sealed, unseal_model, verify_model
+from keys.sealed_model import admission, unseal_model, verify_model
 from keys.sealer import seal_model
 from keys.secret import Secret
 from strongroom.config import load_settings
@@ -157,10 +158,7 @@ def show(config_path: str | None, as_json: bool) -> None:
 def rotate(config_path: str | None, model_dirs: tuple[str, ...]) -> None:
     """New key version; rewrap MODEL_DIRS (default: every sealed model under <data_dir>/models); retire the old."""
     data_dir, _ = load_keys_settings(config_path)
-    dirs = list(model_dirs)
-    if not dirs:
-        root = data_dir / "models"
-        dirs = sorted(str(p) for p in root.iterdir() if is_sealed(p)) if root.is_dir() else []
+    dirs = list(model_dirs) or default_model_dirs(data_dir)
     try:
         provider = _provider(config_path)
         with ProgressBar("rewrapping models") as bar:

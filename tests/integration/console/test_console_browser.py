@@ -1,11 +1,13 @@
 """The console in Debian's Chromium: IdP sign-in (code flow + PKCE), search, a record and its
-content, chain verification, export re-verified offline by the CLI, sign-out; every view audited.
+content, chain verification, export (by time and by user) re-verified offline by the CLI, sign-out;
+an administrator's grant, quota and key rotation with their effect; every view audited.
 
 Set STRONGROOM_CONSOLE_SCREENSHOTS=<dir> to keep a PNG of each page (docs/console/ holds them).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,6 +76,27 @@ def _chat(gateway: ServedGateway, token: str, text: str) -> int:
         timeout=60,
     )
     return response.status_code
+
+
+def _verify_file(gateway: ServedGateway, bundle: Path, key: Path) -> subprocess.CompletedProcess[str]:
+    """``strongroom audit verify --file`` in a process of its own: offline, the given key only."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "strongroom",
+            "audit",
+            "verify",
+            "--file",
+            str(bundle),
+            "--public-key",
+            str(key),
+        ],
+        env=gateway.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _shot(page: Page, name: str) -> None:
@@ -162,24 +185,19 @@ def test_officer_signs_in_searches_reads_verifies_exports_and_signs_out(
         page.get_by_role("link", name="public key", exact=True).click()
     key = tmp_path / "audit-public-key.pem"
     key_download.value.save_as(key)
-    verified = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "strongroom",
-            "audit",
-            "verify",
-            "--file",
-            str(bundle),
-            "--public-key",
-            str(key),
-        ],
-        env=gateway.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    verified = _verify_file(gateway, bundle, key)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    # By user: only alice's records travel, and the CLI accepts the bundle offline too.
+    page.get_by_test_id("export-user").fill("alice")
+    with page.expect_download() as user_download:
+        page.get_by_test_id("export").click()
+    user_bundle = tmp_path / "alice.jsonl"
+    user_download.value.save_as(user_bundle)
+    lines = [json.loads(line) for line in user_bundle.read_text().splitlines()]
+    assert {line["subject"] for line in lines if line["type"] == "record"} == {"alice"}
+    verified = _verify_file(gateway, user_bundle, key)
+    assert verified.returncode == 0 and verified.stdout.startswith("OK: "), verified.stdout + verified.stderr
 
     page.get_by_role("button", name="Sign out").click()
     expect(page).to_have_url(f"{gateway.base_url}/console/sign-in")
@@ -193,6 +211,14 @@ def test_officer_signs_in_searches_reads_verifies_exports_and_signs_out(
     page.get_by_role("button", name="admin.zhao").click()
     page.get_by_role("link", name="Administration").click()
     expect(page.get_by_test_id("engines")).to_contain_text("demo-chat")
+    # The engine pool refreshes itself (htmx, every 5 s), and keeps doing so after each swap.
+    for _ in range(2):
+        with page.expect_response(
+            lambda r: r.url.endswith("/console/admin/engines"), timeout=15000
+        ) as polled:
+            pass
+        assert polled.value.status == 200
+    expect(page.get_by_test_id("engines")).to_contain_text("demo-chat")
     page.get_by_test_id("new-role").fill("teller")
     page.get_by_test_id("new-model").select_option("demo-chat")
     page.get_by_test_id("grant").click()
@@ -200,6 +226,37 @@ def test_officer_signs_in_searches_reads_verifies_exports_and_signs_out(
     expect(page.get_by_test_id("cell-teller-demo-chat")).to_have_text("✓")
     _shot(page, "admin")
     assert _chat(gateway, teller, "hello") == 200
+
+    # A quota for one user, set in the console, limits it on /v1 at once; removing it lifts it.
+    page.get_by_test_id("quotas-link").click()
+    page.get_by_test_id("quota-kind").select_option("user")
+    page.get_by_test_id("quota-name").fill("teller.li")
+    page.get_by_test_id("quota-requests_per_minute").fill("1")
+    page.get_by_test_id("quota-set").click()
+    expect(page.get_by_test_id("notice")).to_contain_text(
+        "admin.zhao set quota: user teller.li in *: requests_per_minute=1"
+    )
+    _shot(page, "quotas")
+    # Three requests within a minute span at most two fixed windows: one of them is over the limit.
+    assert 429 in [_chat(gateway, teller, "hello") for _ in range(3)]
+    page.get_by_test_id("quota-overrides").get_by_role("button", name="Remove").click()
+    expect(page.get_by_test_id("notice")).to_contain_text("removed the quota override of user teller.li in *")
+    assert _chat(gateway, teller, "hello") == 200
+
+    # The master key rotated after typing its version; the keys page shows the new one.
+    page.goto(f"{gateway.base_url}/console/admin/keys")
+    expect(page.get_by_test_id("key-versions")).to_contain_text("current")
+    page.get_by_test_id("rotate-link").click()
+    current = page.get_by_test_id("current-version").inner_text()
+    key_id, _, version = current.rpartition("/v")
+    page.get_by_test_id("confirm").fill(current)
+    _shot(page, "keys-rotate")
+    page.get_by_test_id("rotate").click()
+    rotated = f"{key_id}/v{int(version) + 1}"
+    expect(page.get_by_test_id("notice")).to_contain_text(f"Now {rotated}")
+    expect(page.get_by_test_id("key-versions").locator("tbody tr").last).to_contain_text("current")
+    _shot(page, "keys")
+    page.goto(f"{gateway.base_url}/console/admin")
     page.get_by_test_id("cell-teller-demo-chat").click()
     expect(page.get_by_test_id("notice")).to_contain_text("revoked chat on demo-chat")
     assert _chat(gateway, teller, "hello") == HIDDEN
@@ -223,5 +280,14 @@ def test_officer_signs_in_searches_reads_verifies_exports_and_signs_out(
     changes = [
         r["event"] for r in gateway.audit_records(2000) if r["event"].get("event_type") == "admin_change"
     ]  # type: ignore[union-attr]
-    assert [c.get("subject") for c in changes][-2:] == ["admin.zhao", "admin.zhao"]  # type: ignore[union-attr]
+    assert [c.get("subject") for c in changes][-4:] == ["admin.zhao"] * 4  # type: ignore[union-attr]
+    assert [str(c.get("detail")).split(":")[0] for c in changes][-3:-1] == [  # type: ignore[union-attr]
+        "quota user teller.li in *",
+        "quota user teller.li in *",
+    ]
+    key_ops = [
+        r["event"] for r in gateway.audit_records(2000) if r["event"].get("event_type") == "key_operation"
+    ]  # type: ignore[union-attr]
+    rotation = [e for e in key_ops if '"operation":"rotate"' in str(e.get("detail"))]  # type: ignore[union-attr]
+    assert [(e.get("subject"), e.get("client_app")) for e in rotation] == [("admin.zhao", "console")]  # type: ignore[union-attr]
     assert all(e["roles"] == ["compliance"] for e in console_views)  # type: ignore[index]

@@ -1,125 +1,29 @@
-"""Console pages in-process on real parts: AuditLog (temp SQLite), Authorizer (default policy),
-TokenVerifier with the dev issuer, the gateway's Auditor. Sign-in, CSRF, RBAC, escaping, audit."""
+"""Console pages in-process on real parts (``console_app``): sign-in, CSRF, RBAC, escaping, audit."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import httpx
-from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.query import AuditQuery
-from audit.record import AuditContent
 from common.audit_event import AuditEvent, Decision, EventType
-from common.finding import Finding
 from common.principal import Principal
-from gateway.auditor import Auditor
-from gateway.auth.config import AuthConfig, IssuerConfig
 from gateway.auth.dev_issuer import DevIssuer
-from gateway.auth.token_verifier import TokenVerifier
-from gateway.console.config import ConsoleConfig
 from gateway.console.console import Console
-from gateway.console.router import CSP, build_console_router, console_template_config
-from gateway.engine_pool import EnginePool
+from gateway.console.router import CSP
 from policies.authorizer import Authorizer
-from policies.config import AccessConfig
-from strongroom.config import Settings
-
-IDP = "https://idp.bank.example/realms/staff"
-XSS = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
-
-
-def _app(
-    tmp_path: Path,
-    state: dict[str, Any],
-    *,
-    secure_cookies: bool | None = None,
-    seed: Callable[[AuditLog, Authorizer], Awaitable[None]] | None = None,
-) -> Litestar:
-    settings = Settings(
-        data_dir=str(tmp_path),
-        auth=AuthConfig(
-            issuers=(IssuerConfig(issuer=IDP, audiences=("console",), jwks_url=f"{IDP}/jwks"),),
-        ),
-        console=ConsoleConfig(
-            oidc_issuer=IDP,
-            oidc_client_id="console",
-            oidc_redirect_url="https://llm.example/console/callback",
-            secure_cookies=secure_cookies,
-        ),
-    )
-
-    async def startup(app: Litestar) -> None:
-        log = await AuditLog.open(AuditConfig(content_default="encrypt"), tmp_path)
-        await log.append(
-            AuditEvent(
-                event_type=EventType.INFERENCE,
-                decision=Decision.ALLOW,
-                subject=XSS,
-                model=XSS,
-                roles=("analyst",),
-                reason=XSS,
-                findings=(Finding(type="pii.card", count=1, action="mask"),),
-            ),
-            AuditContent(prompt=f"card 4111 1111 1111 1111 {XSS}", completion="ok"),
-        )
-        services = SimpleNamespace(
-            settings=settings,
-            verifier=TokenVerifier.create(settings.auth, tmp_path, redis=None),
-            authorizer=Authorizer.open(AccessConfig(), tmp_path),
-            audit_log=log,
-            engines=EnginePool([]),  # no engine: the grant matrix lists no model
-            inference=SimpleNamespace(auditor=Auditor(log)),
-        )
-        app.state.services = services
-        app.state.console = Console.create(services)  # type: ignore[arg-type]
-        state["log"] = log
-        state["verifier"] = services.verifier
-        state["authorizer"] = services.authorizer
-        if seed is not None:  # on the app's loop, where the log's writer runs
-            await seed(log, services.authorizer)
-
-    async def shutdown() -> None:
-        await state["verifier"].aclose()
-        await state["log"].close()
-
-    return Litestar(
-        route_handlers=[build_console_router()],
-        template_config=console_template_config(),
-        on_startup=[startup],
-        on_shutdown=[shutdown],
-    )
-
-
-async def _sign_in(
-    client: httpx.AsyncClient, tmp_path: Path, sub: str, *roles: str, tenant: str | None = None
-) -> str:
-    """Dev-token sign-in; returns the session's CSRF token ("" when the role may not see the search page)."""
-    page = await client.get("/console/sign-in")
-    login_csrf = re.search(r'name="_csrf" value="([^"]+)"', page.text)
-    assert login_csrf is not None
-    token = DevIssuer.load_or_create(tmp_path).mint(sub, roles, tenant=tenant)
-    signed_in = await client.post(
-        "/console/sign-in/dev", data={"_csrf": login_csrf.group(1), "token": token}, follow_redirects=False
-    )
-    assert signed_in.status_code == 303 and signed_in.headers["location"] == "/console/audit", signed_in.text
-    home = await client.get("/console/audit")
-    csrf = re.search(r'name="_csrf" value="([^"]+)"', home.text)
-    return csrf.group(1) if csrf else ""
-
-
-async def _details(log: AuditLog, subject: str) -> list[tuple[str, str, str]]:
-    page = await log.search(AuditQuery(subject=subject, limit=1000))
-    return [(str(r.event.event_type), r.event.detail, r.event.reason) for r in page.records]
+from tests.unit.gateway.console.console_app import XSS
+from tests.unit.gateway.console.console_app import console_app as _app
+from tests.unit.gateway.console.console_app import details as _details
+from tests.unit.gateway.console.console_app import rows as _rows
+from tests.unit.gateway.console.console_app import sign_in as _sign_in
 
 
 def test_content_needs_audit_content_and_every_view_is_recorded_first(tmp_path: Path) -> None:
@@ -362,12 +266,6 @@ def test_an_admin_assigns_a_user_a_role_and_takes_it_back(tmp_path: Path) -> Non
         ]
 
     asyncio.run(go())
-
-
-def _rows(html: str, testid: str) -> list[str]:
-    """The text of each body row of the table marked ``testid``, tags dropped, spaces collapsed."""
-    body = html.split(f'data-testid="{testid}"', 1)[1].split("</table>", 1)[0]
-    return [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip() for row in body.split("<tr>")[2:]]
 
 
 async def _reopened_changes(tmp_path: Path) -> list[AuditEvent]:
