@@ -37,7 +37,7 @@ def _sweep(num_seqs: int, context: int, configs: list[dict[str, int]]) -> dict[s
     import torch
     import triton
 
-    from engine.attention.triton_paged import num_splits_for
+    from engine.attention_backends.triton_backend import num_splits_for
     from engine.kernels import paged_attention
 
     heads, kv_heads, dim, block = 16, 8, 128, 16

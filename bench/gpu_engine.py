@@ -32,8 +32,9 @@ from typing import Any
 import click
 
 from bench.bandwidth import COPY_BANDWIDTH
-from bench.graph_profile import VARIANTS, restore_flags, set_flags
+from bench.graph_profile import VARIANTS
 from bench.provenance import provenance
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 PROMPT_LEN, NEW_TOKENS = 128, 256
 
@@ -213,7 +214,9 @@ def _profile_big_batch(engine: Any, model: str, num_seqs: int = 256, context: in
     return result
 
 
-def run_decode(shape: str, workdir: Path, variants: bool = True, peer: bool = True) -> dict[str, Any]:
+def run_decode(
+    shape: str, workdir: Path, variants: bool = True, peer: bool = True, tuning: CudaTuning = DEFAULT_TUNING
+) -> dict[str, Any]:
     import torch
 
     random.seed(0)
@@ -232,7 +235,7 @@ def run_decode(shape: str, workdir: Path, variants: bool = True, peer: bool = Tr
     _free_gpu()
     result["build_s"] = time.perf_counter() - t0
     # The default: CUDA graphs, async scheduling, skinny GEMM, programmatic dependent launch.
-    result.update(_decode_variant(path, prompt, warm, profile=True, sync=True, eager=variants))
+    result.update(_decode_variant(path, prompt, warm, tuning, profile=True, sync=True, eager=variants))
     _free_gpu()
     if variants:
         # Each variant builds its own engine, so its graphs are captured with its kernels.
@@ -252,11 +255,20 @@ def run_decode(shape: str, workdir: Path, variants: bool = True, peer: bool = Tr
 
 
 def _decode_variant(
-    path: Path, prompt: list[int], warm: list[int], *, profile: bool, sync: bool = False, eager: bool = False
+    path: Path,
+    prompt: list[int],
+    warm: list[int],
+    tuning: CudaTuning,
+    *,
+    profile: bool,
+    sync: bool = False,
+    eager: bool = False,
 ) -> dict[str, Any]:
     from engine import LLM
 
-    llm = LLM(str(path), dtype="bfloat16", device="cuda", kv_cache_bytes=4 << 30, max_num_seqs=8)
+    llm = LLM(
+        str(path), dtype="bfloat16", device="cuda", kv_cache_bytes=4 << 30, max_num_seqs=8, tuning=tuning
+    )
     engine, name = llm.engine, llm.model_names[0]
     out: dict[str, Any] = {}
     _generate_timed(engine, name, warm, "warmup", 8)
@@ -276,19 +288,17 @@ def _decode_variant(
 
 
 def _with_flag(variant: str, path: Path, prompt: list[int], warm: list[int]) -> dict[str, Any]:
-    """The default decode under one ``bench.graph_profile`` variant's flags: ``pdl_off`` (plain
+    """The default decode under one ``bench.graph_profile`` variant's tuning: ``pdl_off`` (plain
     launches) or ``cublas_gemms`` (F.linear)."""
-    saved = set_flags(variant)
-    try:
-        out = _decode_variant(path, prompt, warm[1:] + warm[:1], profile=True)
-        timed: dict[str, Any] = out["ours_graphs"]
-        timed["profile"] = out.get("ours_graphs_profile")
-        return timed
-    finally:
-        restore_flags(saved)
+    out = _decode_variant(path, prompt, warm[1:] + warm[:1], VARIANTS[variant], profile=True)
+    timed: dict[str, Any] = out["ours_graphs"]
+    timed["profile"] = out.get("ours_graphs_profile")
+    return timed
 
 
-def run_throughput(workdir: Path, scale: float, variants: bool = True) -> dict[str, Any]:
+def run_throughput(
+    workdir: Path, scale: float, variants: bool = True, tuning: CudaTuning = DEFAULT_TUNING
+) -> dict[str, Any]:
     import torch
 
     from bench.throughput import _result
@@ -304,6 +314,7 @@ def run_throughput(workdir: Path, scale: float, variants: bool = True) -> dict[s
         kv_cache_bytes=48 << 30,
         max_num_seqs=256,
         max_num_batched_tokens=16384,
+        tuning=tuning,
     )
     engine, name = llm.engine, llm.model_names[0]
 
@@ -448,7 +459,7 @@ def _run_tests(out: Path, paths: tuple[str, ...]) -> dict[str, Any]:
     type=click.Choice(list(VARIANTS)),
     default="default",
     show_default=True,
-    help="a bench.graph_profile variant whose engine flags hold for the whole run (a candidate default)",
+    help="a bench.graph_profile variant whose tuning the decode and throughput runs take (a candidate default)",
 )
 def main(
     out_dir: Path,
@@ -460,7 +471,7 @@ def main(
     workdir: Path | None,
     flag_variant: str,
 ) -> None:
-    set_flags(flag_variant)
+    tuning = VARIANTS[flag_variant]
     if workdir is None:
         in_ram = shutil.disk_usage("/dev/shm").free > 40 << 30 if Path("/dev/shm").is_dir() else False
         workdir = Path("/dev/shm" if in_ram else tempfile.gettempdir()) / "strongroom-bench"
@@ -481,12 +492,20 @@ def main(
 
     stage("tests", lambda: _run_tests(out_dir, test_paths))
     stage("attention", _attention_sweep)
-    stage("qwen3-0.6b", lambda: run_decode("qwen3-0.6b", workdir, variants=not no_variants, peer=not no_peer))
+    stage(
+        "qwen3-0.6b",
+        lambda: run_decode("qwen3-0.6b", workdir, variants=not no_variants, peer=not no_peer, tuning=tuning),
+    )
     if "throughput" not in skip and not (workdir / "qwen3-0.6b").exists():
         _save(_hf_model("qwen3-0.6b"), workdir / "qwen3-0.6b")
-    stage("throughput", lambda: run_throughput(workdir, throughput_scale, variants=not no_variants))
+    stage(
+        "throughput",
+        lambda: run_throughput(workdir, throughput_scale, variants=not no_variants, tuning=tuning),
+    )
     stage("multimodel", lambda: _multimodel(workdir))
-    stage("llama3-8b", lambda: run_decode("llama3-8b", workdir, variants=False, peer=not no_peer))
+    stage(
+        "llama3-8b", lambda: run_decode("llama3-8b", workdir, variants=False, peer=not no_peer, tuning=tuning)
+    )
     _print_table(report)
 
 

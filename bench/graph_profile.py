@@ -1,9 +1,9 @@
 """One decode bucket's CUDA graph, replayed alone: the GPU's time per step without the host.
 
 ``bench.gpu_engine`` times whole engine steps; this isolates what the GPU does in one. It builds
-a random model of a real shape, runs a request to a given context, then replays the captured
-graph of one batch bucket back to back and reports, for each variant (``VARIANTS``: PDL off, the
-older GEMM tiles, no K/V prefetch, ...):
+a random model of a real shape, runs a request to a given context, then, for each variant
+(``VARIANTS``: a ``CudaTuning`` with PDL off, the older GEMM tiles, no K/V prefetch, ...),
+captures one batch bucket's graph with that tuning, replays it back to back and reports:
 
 - ``replay_us``: GPU time per replay (CUDA events over many replays): the step's device floor;
 - the kernels of one replay (torch.profiler): name, launches, mean µs. With PDL on a kernel's
@@ -15,85 +15,64 @@ older GEMM tiles, no K/V prefetch, ...):
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
-_PDL, _GEMM, _ATTN = "engine.kernels.pdl", "engine.kernels.skinny_gemm", "engine.kernels.paged_attention"
-_SPLITS, _MERGE = "engine.attention.triton_paged", "engine.kernels.split_merge"
-_STEP = "engine.kernels.step_advance"
-VARIANTS: dict[str, dict[tuple[str, str], object]] = {
-    "default": {},
-    "pdl_off": {(_PDL, "ENABLED"): False},
-    "cublas_gemms": {("engine.layers.linear", "USE_SKINNY_GEMM"): False},
-    "greedy_tail_off": {("engine.worker.cuda_graph_runner", "LOOP_MAX_BUCKET"): 0},
-    "lm_head_b64": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 64},
-    "lm_head_b32": {("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32},
-    "lm_head_w8": {("engine.layers.embedding", "LM_HEAD_WARPS"): 8},
-    "lm_head_w2": {("engine.layers.embedding", "LM_HEAD_WARPS"): 2},
-    "step_block_512": {(_STEP, "BLOCK"): 512},
-    "step_block_2048": {(_STEP, "BLOCK"): 2048},
-    "step_block_4096": {(_STEP, "BLOCK"): 4096},
-    "step_warps8": {(_STEP, "NUM_WARPS"): 8},
-    "gemv_block16_head32": {
-        ("engine.kernels.normed_gemv", "BLOCK_N"): 16,
-        ("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32,
-    },
-    "gemv_block64_head32": {
-        ("engine.kernels.normed_gemv", "BLOCK_N"): 64,
-        ("engine.layers.embedding", "LM_HEAD_BLOCK_N"): 32,
-    },
-    "first_layer_kernels": {("engine.layers.embedding", "GATHER_IN_FIRST_GEMV"): False},
-    "gemm_tiles": {(_GEMM, "PREFETCH_WHOLE_SLICE"): False},
-    "no_kv_prefetch": {(_ATTN, "PREFETCH_SMALL_BATCH"): False},
-    "norm_kernel": {("engine.layers.norm", "DEFER_TO_GEMV"): False},
-    "merge_kernel": {(_MERGE, "FUSE_INTO_GEMM"): False},
-    "merge_in_gemm_b16": {(_MERGE, "MERGE_BLOCK_N"): 16},
-    "merge_in_gemm_b64": {(_MERGE, "MERGE_BLOCK_N"): 64},
-    "merge_in_gemm_b64_split8": {(_MERGE, "MERGE_BLOCK_N"): 64, (_MERGE, "MERGE_SPLIT_K"): 8},
-    "merge_in_gemm_b128_split8": {(_MERGE, "MERGE_BLOCK_N"): 128, (_MERGE, "MERGE_SPLIT_K"): 8},
-    "skinny_split2": {(_GEMM, "ONE_ROW_SPLIT_K"): 2},
-    "skinny_split8": {(_GEMM, "ONE_ROW_SPLIT_K"): 8},
-    "final_norm_kernel": {("engine.layers.embedding", "FUSE_FINAL_NORM"): False},
-    "rope_kernel": {("engine.layers.attention", "FUSED_DECODE_MAX_SEQS"): 0},
-    "gemv_block16": {("engine.kernels.normed_gemv", "BLOCK_N"): 16},
-    "gemv_block64": {("engine.kernels.normed_gemv", "BLOCK_N"): 64},
-    "skinny_block32": {(_GEMM, "ONE_ROW_BLOCK_N"): 32},
-    "gemv_warps4": {("engine.kernels.normed_gemv", "NUM_WARPS"): 4},
-    "skinny_warps4": {(_GEMM, "ONE_ROW_WARPS"): 4},
-    "merge_warps1": {(_MERGE, "MERGE_WARPS"): 1},
-    "attn_warps2": {(_ATTN, "SMALL_BATCH_WARPS"): 2},
-    "attn_warps1": {(_ATTN, "SMALL_BATCH_WARPS"): 1},
-    "splits4": {(_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 4},
-    "splits4_merge_kernel": {(_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 4, (_MERGE, "FUSE_INTO_GEMM"): False},
-    "splits2_t64": {(_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 2, (_ATTN, "SMALL_BATCH_TILE_N"): 64},
-    "splits1_t64": {(_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 1, (_ATTN, "SMALL_BATCH_TILE_N"): 64},
-    "splits1_t128_w8": {
-        (_SPLITS, "SMALL_BATCH_MAX_SPLITS"): 1,
-        (_ATTN, "SMALL_BATCH_TILE_N"): 128,
-        (_ATTN, "SMALL_BATCH_WARPS"): 8,
-    },
+from engine.tuning import CudaTuning
+
+_DEFAULT = CudaTuning()
+VARIANTS: dict[str, CudaTuning] = {
+    "default": _DEFAULT,
+    "pdl_off": replace(_DEFAULT, pdl=False),
+    "cublas_gemms": replace(_DEFAULT, skinny_gemm=False),
+    "greedy_tail_off": replace(_DEFAULT, greedy_tail_max_bucket=0),
+    "lm_head_b64": replace(_DEFAULT, lm_head_block_n=64),
+    "lm_head_b32": replace(_DEFAULT, lm_head_block_n=32),
+    "lm_head_w8": replace(_DEFAULT, lm_head_warps=8),
+    "lm_head_w2": replace(_DEFAULT, lm_head_warps=2),
+    "step_block_512": replace(_DEFAULT, step_block=512),
+    "step_block_2048": replace(_DEFAULT, step_block=2048),
+    "step_block_4096": replace(_DEFAULT, step_block=4096),
+    "step_warps8": replace(_DEFAULT, step_warps=8),
+    "gemv_block16_head32": replace(_DEFAULT, gemv_block_n=16, lm_head_block_n=32),
+    "gemv_block64_head32": replace(_DEFAULT, gemv_block_n=64, lm_head_block_n=32),
+    "first_layer_kernels": replace(_DEFAULT, gather_in_first_gemv=False),
+    "gemm_tiles": replace(_DEFAULT, prefetch_whole_slice=False),
+    "no_kv_prefetch": replace(_DEFAULT, prefetch_small_batch=False),
+    "norm_kernel": replace(_DEFAULT, norm_in_gemv=False),
+    "merge_kernel": replace(_DEFAULT, merge_in_gemm=False),
+    "merge_in_gemm_b16": replace(_DEFAULT, merge_block_n=16),
+    "merge_in_gemm_b64": replace(_DEFAULT, merge_block_n=64),
+    "merge_in_gemm_b64_split8": replace(_DEFAULT, merge_block_n=64, merge_split_k=8),
+    "merge_in_gemm_b128_split8": replace(_DEFAULT, merge_block_n=128, merge_split_k=8),
+    "skinny_split2": replace(_DEFAULT, one_row_split_k=2),
+    "skinny_split8": replace(_DEFAULT, one_row_split_k=8),
+    "final_norm_kernel": replace(_DEFAULT, final_norm_in_lm_head=False),
+    "rope_kernel": replace(_DEFAULT, rope_in_attention_max_seqs=0),
+    "gemv_block16": replace(_DEFAULT, gemv_block_n=16),
+    "gemv_block64": replace(_DEFAULT, gemv_block_n=64),
+    "skinny_block32": replace(_DEFAULT, one_row_block_n=32),
+    "gemv_warps4": replace(_DEFAULT, gemv_warps=4),
+    "skinny_warps4": replace(_DEFAULT, one_row_warps=4),
+    "merge_warps1": replace(_DEFAULT, merge_warps=1),
+    "attn_warps2": replace(_DEFAULT, small_batch_warps=2),
+    "attn_warps1": replace(_DEFAULT, small_batch_warps=1),
+    "splits4": replace(_DEFAULT, small_batch_max_splits=4),
+    "splits4_merge_kernel": replace(_DEFAULT, small_batch_max_splits=4, merge_in_gemm=False),
+    "splits2_t64": replace(_DEFAULT, small_batch_max_splits=2, small_batch_tile_n=64),
+    "splits1_t64": replace(_DEFAULT, small_batch_max_splits=1, small_batch_tile_n=64),
+    "splits1_t128_w8": replace(
+        _DEFAULT, small_batch_max_splits=1, small_batch_tile_n=128, small_batch_warps=8
+    ),
 }
-"""Module flags flipped for one capture each (the kernels they select are compiled then)."""
-
-
-def set_flags(variant: str) -> dict[tuple[str, str], object]:
-    """Set ``VARIANTS[variant]``'s module flags; returns the values they replaced."""
-    flags = VARIANTS[variant]
-    saved = {(m, a): getattr(importlib.import_module(m), a) for m, a in flags}
-    for (m, a), value in flags.items():
-        setattr(importlib.import_module(m), a, value)
-    return saved
-
-
-def restore_flags(saved: dict[tuple[str, str], object]) -> None:
-    for (m, a), value in saved.items():
-        setattr(importlib.import_module(m), a, value)
+"""Each variant is the production ``CudaTuning`` with a few fields replaced; each gets graphs of its
+own, captured (and its kernels compiled) with it."""
 
 
 @click.command()
@@ -140,35 +119,45 @@ def main(
         for _ in range(4):  # prefill, then decode steps: the static inputs hold real sequences
             engine.step()
         del graphs.stage
-        replaced = []  # a graph freed while its pool is captured into trips the caching allocator
+        kept = []  # each variant's graphs, alive until the end (their pools stay captured)
         for variant in variants:
-            saved = set_flags(variant)
-            try:
-                replaced.append(graphs.graphs.pop(bucket))
-                graphs._capture(bucket)
-                timed = _time(_replayer(graphs, bucket, staged[-1]), replays)
-            finally:
-                restore_flags(saved)
+            tuned = _capture(engine.runners[name], bucket, VARIANTS[variant])
+            kept.append(tuned)
+            timed = _time(_replayer(tuned, bucket, staged[-1]), replays)
             run = {"bucket": bucket, "context": context, "variant": variant, **timed}
             report["runs"].append(run)
             print(json.dumps({k: v for k, v in run.items() if k != "kernels"}), flush=True)
             for k in run["kernels"][:14]:
                 print(f"  {k['us']:8.2f} us x{k['per_replay']:>4}  {k['name']}")
         if step_loop:  # the graph without the greedy tail, as the engine ran it before
-            saved = set_flags("greedy_tail_off")
-            try:
-                replaced.append(graphs.graphs.pop(bucket))
-                graphs._capture(bucket)
-            finally:
-                restore_flags(saved)
-            graphs.stage(*staged[-1])
-            loops = _step_loop(graphs, bucket, staged[-1], replays)
+            tuned = _capture(engine.runners[name], bucket, VARIANTS["greedy_tail_off"])
+            kept.append(tuned)
+            tuned.stage(*staged[-1])
+            loops = _step_loop(tuned, bucket, staged[-1], replays)
             report["runs"].append({"bucket": bucket, "context": context, "step_loop": loops})
             print(json.dumps({"bucket": bucket, "step_loop": loops}), flush=True)
         for i in range(bucket):
             engine.abort(f"b{bucket}-{i}")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "graph_profile.json").write_text(json.dumps(report, indent=2, default=str))
+
+
+def _capture(runner: Any, bucket: int, tuning: CudaTuning) -> Any:
+    """A graph runner of its own for ``tuning`` over the runner's model, its bucket captured."""
+    from engine.fused_step import FusedStep
+    from engine.worker.cuda_graph_runner import CudaGraphRunner
+
+    engine_graphs = runner.graphs
+    graphs = CudaGraphRunner(
+        FusedStep(runner.hosted.model, tuning),
+        max_num_seqs=engine_graphs.buckets[-1],
+        max_blocks=engine_graphs.max_blocks,
+        block_size=engine_graphs.block_size,
+        device=engine_graphs.device,
+        tuning=tuning,
+    )
+    graphs._capture(bucket)  # on padding inputs: no sequence's cache is written
+    return graphs
 
 
 def _step_loop(graphs: Any, bucket: int, args: tuple[Any, ...], steps: int) -> dict[str, float]:
@@ -225,10 +214,12 @@ def _step_loop(graphs: Any, bucket: int, args: tuple[Any, ...], steps: int) -> d
 
 
 def _replayer(graphs: Any, bucket: int, args: tuple[Any, ...]) -> Callable[[], None]:
-    """One replay of the bucket. A greedy bucket's graphs move their inputs a token on each
-    replay, so its pair alternates as in the engine and the inputs are staged again every 16
-    replays (one input copy per 16 replays is in the time), keeping the context near its start."""
+    """One replay of the bucket, on the inputs of ``args`` (staged here). A greedy bucket's graphs
+    move their inputs a token on each replay, so its pair alternates as in the engine and the
+    inputs are staged again every 16 replays (one input copy per 16 replays is in the time),
+    keeping the context near its start."""
     captured = graphs.graphs[bucket]
+    graphs.stage(*args)
     if len(captured) == 1:
         replay: Callable[[], None] = captured[0].graph.replay
         return replay

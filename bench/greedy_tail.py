@@ -2,7 +2,7 @@
 
 At one sequence the LM head (151,936 x 1,024 bf16, 311 MB) is the largest kernel of a decode step
 and the only one with thousands of programs; its width and warps are tuned on their own
-(``engine.layers.embedding.LM_HEAD_BLOCK_N`` / ``LM_HEAD_WARPS``). Times on CUDA events over
+(``CudaTuning.lm_head_block_n`` / ``lm_head_warps``, ``engine.tuning``). Times on CUDA events over
 back-to-back launches (GPU-bound at ~70 us a launch), with the bandwidth floor beside them::
 
     python -m bench.greedy_tail --out $OUT

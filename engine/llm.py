@@ -20,6 +20,7 @@ from engine.core.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from engine.core.sampling_params import SamplingParams
 from engine.errors import InvalidRequestError
 from engine.llm_engine import LLMEngine
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["LLM"]
 
@@ -35,10 +36,12 @@ class LLM:
         dtype: str = "float32",
         device: str = "cpu",
         max_model_len: int | None = None,
+        tuning: CudaTuning = DEFAULT_TUNING,
         **engine_options: Any,
     ) -> None:
         """``model`` is one checkpoint directory (hosted under its directory name); ``models`` maps
-        names to directories. ``engine_options`` are further ``EngineConfig`` fields."""
+        names to directories. ``engine_options`` are further ``EngineConfig`` fields; ``tuning``
+        the CUDA path's (``engine.tuning``)."""
         paths = dict(models or {})
         if model is not None:
             paths[Path(model).name or "model"] = model
@@ -48,7 +51,7 @@ class LLM:
             ModelSpec(name=name, path=str(Path(p).absolute()), dtype=dtype, max_model_len=max_model_len)
             for name, p in paths.items()
         )
-        self.engine = LLMEngine(EngineConfig(models=specs, device=device, **engine_options))
+        self.engine = LLMEngine(EngineConfig(models=specs, device=device, **engine_options), tuning=tuning)
         self._ids = itertools.count()
 
     @property

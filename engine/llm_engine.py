@@ -34,6 +34,7 @@ from engine.loading.hosted_model import HostedModel
 from engine.loading.model_source import DirectorySource, ModelSource
 from engine.sampling import Sampler
 from engine.sequence_output import SequenceOutput
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 from engine.worker.inflight_step import PENDING, InflightStep, SampledRow
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
@@ -51,7 +52,10 @@ class LLMEngine:
         sources: Mapping[str, ModelSource] | None = None,
         *,
         skip_failed_models: bool = False,
+        tuning: CudaTuning = DEFAULT_TUNING,
     ) -> None:
+        """``tuning``: the CUDA path's fusions and launch shapes (``engine.tuning``); not a
+        deployment setting, the defaults are the production values."""
         self.config = config
         self.device = torch.device(config.device)
         if config.num_threads is not None and self.device.type == "cpu":
@@ -96,6 +100,7 @@ class LLMEngine:
                 self.device,
                 cuda_graphs=config.cuda_graphs,
                 max_num_seqs=config.max_num_seqs,
+                tuning=tuning,
             )
             for name, m in self.models.items()
         }

@@ -1,7 +1,9 @@
-"""Triton kernels for the CUDA path; the torch layers are their CPU path and their oracle.
+"""Triton kernels for the CUDA path; the torch layers are their oracle.
 
-Nothing here is imported on CPU: the layers import a kernel only once they see a CUDA tensor.
-The tests run every kernel on CPU tensors under ``TRITON_INTERPRET=1``.
+Nothing here is imported on CPU: the fused step (``engine.fused_step``) is imported only on CUDA,
+and the Triton attention backend imports a kernel only when it runs. Every kernel takes the
+engine's ``CudaTuning`` (``engine.tuning``). The tests run every kernel on CPU tensors under
+``TRITON_INTERPRET=1``.
 """
 
 from engine.kernels.gumbel_argmax import gumbel_argmax

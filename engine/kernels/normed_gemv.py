@@ -14,8 +14,8 @@ themselves (``TokenEmbedding``), so at one token no embedding or norm kernel run
 GEMM. Every program recomputes the row's norm (a row of at most 1,024 values, from L2) and multiplies
 its ``BLOCK_N`` rows of W, which it loaded before ``pdl_wait`` (the whole K in one tile). The
 rounding is rms_norm's then skinny_gemm's (one row), so results are those of the two kernels.
-``PendingNorm`` is the norm not yet computed; a consumer that cannot fuse it calls
-``materialize()`` and gets the norm kernel's output.
+``PendingNorm`` is the norm not yet computed; a consumer that cannot fuse it gets the norm
+kernel's output instead (``engine.fused_step.lazy.materialize``).
 """
 
 from __future__ import annotations
@@ -23,24 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
-from engine.kernels.rms_norm import rms_norm, rms_norm_split_k
 from engine.kernels.skinny_gemm import SplitKPartials
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
-__all__ = ["BLOCK_N", "MAX_K", "PendingNorm", "TokenEmbedding", "normed_gemv"]
+__all__ = ["MAX_K", "PendingNorm", "TokenEmbedding", "normed_gemv"]
 
 MAX_K = 1024
 """Longest row fused: the row and a program's W tile stay in registers (8 warps)."""
-BLOCK_N = 32
-"""W rows (output columns) per program: every program recomputes the norm, so fewer, wider
-programs repeat less of it but stream W over fewer multiprocessors. On an H200 the bucket-1
-graph of Qwen3-0.6B took 730 µs with 32 against 747 with 16 (benchmarks sweep it)."""
-NUM_WARPS = 8
-"""Warps per program (benchmarks sweep it)."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +45,6 @@ class TokenEmbedding:
     """[vocab, n]."""
     token_ids: torch.Tensor
     """[1] int64."""
-
-    def materialize(self) -> torch.Tensor:
-        return F.embedding(self.token_ids, self.weight)
 
 
 @dataclass(frozen=True)
@@ -70,21 +60,6 @@ class PendingNorm:
     eps: float
     residual_out: torch.Tensor
     """[1, n]: receives x + residual (the next residual stream) from whichever kernel computes it."""
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.residual_out.is_cuda
-
-    def materialize(self) -> torch.Tensor:
-        """The norm by its own kernel, for a consumer that cannot fuse it."""
-        x = self.x.materialize() if isinstance(self.x, TokenEmbedding) else self.x
-        if isinstance(x, SplitKPartials):
-            assert self.residual is not None  # partials are a layer's output, never the first input
-            return rms_norm_split_k(x, self.weight, self.eps, self.residual, self.residual_out)[0]
-        if self.residual is None:
-            self.residual_out.copy_(x)
-            return rms_norm(x, self.weight, self.eps)[0]
-        return rms_norm(x, self.weight, self.eps, self.residual, self.residual_out)[0]
 
     def fuses_into(self, weight: torch.Tensor) -> bool:
         """Whether ``normed_gemv`` takes this norm into a GEMM with ``weight`` [n_out, n]."""
@@ -158,11 +133,13 @@ def normed_gemv(
     out_dtype: torch.dtype | None = None,
     block_n: int | None = None,
     num_warps: int | None = None,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
     """``F.linear(pending.materialize(), weight, bias)`` in one kernel; also fills
     ``pending.residual_out``. Needs ``pending.fuses_into(weight)``. Returns [1, n_out], in
     ``out_dtype`` if given (the result rounded to the activations' dtype, then widened).
-    ``block_n`` and ``num_warps`` override ``BLOCK_N`` and ``NUM_WARPS`` (the LM head's own)."""
+    ``block_n`` and ``num_warps`` override ``tuning.gemv_block_n`` and ``gemv_warps`` (the LM
+    head's own)."""
     if not pending.fuses_into(weight):
         raise ValueError(
             f"cannot fuse a norm of {tuple(pending.residual_out.shape)} into weight {tuple(weight.shape)}"
@@ -178,7 +155,7 @@ def normed_gemv(
     else:
         x_ptr, stride_part, num_parts, x_bias = x.contiguous(), 0, 0, None
     residual = pending.residual
-    block_n = block_n or BLOCK_N
+    block_n = block_n or tuning.gemv_block_n
     _normed_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         x_ptr, tokens if tokens is not None else y, residual if residual is not None else out,
         pending.weight, out,
@@ -186,7 +163,7 @@ def normed_gemv(
         n_out, k, stride_part, num_parts, weight.stride(0), pending.eps,
         PARTS=triton.next_power_of_2(num_parts) if num_parts else 0, GATHER=tokens is not None,
         HAS_RES=residual is not None, X_HAS_BIAS=x_bias is not None, HAS_BIAS=bias is not None,
-        BLOCK_N=block_n, BLOCK_K=triton.next_power_of_2(k), num_warps=num_warps or NUM_WARPS,
-        **pdl_launch(out),
+        BLOCK_N=block_n, BLOCK_K=triton.next_power_of_2(k), num_warps=num_warps or tuning.gemv_warps,
+        **pdl_launch(out, tuning.pdl),
     )  # fmt: skip
     return y

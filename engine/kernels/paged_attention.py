@@ -11,9 +11,9 @@ head's group) pairs, so a GQA group shares every K/V tile it loads::
 
 With one split the program writes the normalised output; with several (decode over long
 contexts, flash-decoding) each writes its partial output and log-sum-exp, merged by
-``split_merge``. (Merging in the attention kernel, by the last split to finish, measured no faster
-at one sequence and 2 % slower at eight on an H200.) At decode batches under 16 the first K/V
-tile is loaded before ``pdl_wait``, while the kernel ahead still runs.
+``split_merge``. (Merging in the attention kernel, by the last split to finish, measured no faster:
+bench/BENCHMARKS.md.) At decode batches under 16 the first K/V tile may be loaded before
+``pdl_wait``, while the kernel ahead still runs (``CudaTuning.prefetch_small_batch``).
 
 ``decode_attention`` (small decode batches) also does the RoPE kernel's work: each program
 [norms and] rotates its query heads and the new key in registers, the split whose keys include
@@ -38,14 +38,9 @@ import triton.language as tl
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.rotary_kv import cos_sin, norm_weights, rotate_halves
 from engine.kernels.split_merge import PendingMerge
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["NewTokenRope", "decode_attention", "paged_attention"]
-
-PREFETCH_SMALL_BATCH = True
-"""Decode of under 16 sequences: the first K/V tile is loaded before ``pdl_wait``."""
-SMALL_BATCH_TILE_N = 32
-"""Keys per loop step for decode of under 16 sequences (benchmarks sweep it)."""
-SMALL_BATCH_WARPS = 4
 
 
 @triton.jit
@@ -268,6 +263,7 @@ def paged_attention(
     tile_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new tokens over its paged context.
 
@@ -281,8 +277,8 @@ def paged_attention(
     """
     out = _attend(q, (k_cache, v_cache), (block_tables, context_lens, query_starts), None,
                   max_query_len=max_query_len, scale=scale, sliding_window=sliding_window, num_splits=num_splits,
-                  tile_n=tile_n, num_warps=num_warps, num_stages=num_stages)  # fmt: skip
-    return out if isinstance(out, torch.Tensor) else out.merge_into(torch.empty_like(q))
+                  tuning=tuning, tile_n=tile_n, num_warps=num_warps, num_stages=num_stages)  # fmt: skip
+    return out if isinstance(out, torch.Tensor) else out.merge_into(torch.empty_like(q), tuning)
 
 
 def decode_attention(
@@ -298,6 +294,7 @@ def decode_attention(
     sliding_window: int | None = None,
     num_splits: int = 1,
     defer_merge: bool = False,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor | PendingMerge:
     """A decode step (one new token per sequence) with its RoPE and cache write inside: each
     program [norms and] rotates its query heads and the new key itself, the split that holds the
@@ -315,10 +312,10 @@ def decode_attention(
     if new.slot_mapping.dtype != torch.int64:
         raise ValueError("decode_attention needs int64 slots (a large pool overflows int32)")
     out = _attend(q, (k_cache, v_cache), (block_tables, context_lens, query_starts), new, max_query_len=1,
-                  scale=scale, sliding_window=sliding_window, num_splits=num_splits)  # fmt: skip
+                  scale=scale, sliding_window=sliding_window, num_splits=num_splits, tuning=tuning)  # fmt: skip
     if isinstance(out, torch.Tensor) or defer_merge:
         return out
-    return out.merge_into(torch.empty_like(q))
+    return out.merge_into(torch.empty_like(q), tuning)
 
 
 def _attend(
@@ -331,6 +328,7 @@ def _attend(
     scale: float,
     sliding_window: int | None,
     num_splits: int,
+    tuning: CudaTuning,
     tile_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
@@ -367,12 +365,12 @@ def _attend(
         launch["num_stages"] = num_stages
     small_decode = max_query_len == 1 and num_seqs < 16
     if max_query_len == 1 and not small_decode:
-        # Decode over a batch: 64-key tiles, two stages reach ~0.95 of the copy ceiling on an H200
-        # where 32-key tiles reach ~0.82 (bench.attention_sweep, run 4); tiny batches keep 32.
+        # Decode over a batch: 64-key tiles in two stages come nearest the copy ceiling
+        # (bench.attention_sweep); tiny batches keep their own tiles.
         launch.setdefault("num_stages", 2)
     elif small_decode:
-        tile_n = tile_n or SMALL_BATCH_TILE_N
-        launch.setdefault("num_warps", SMALL_BATCH_WARPS)
+        tile_n = tile_n or tuning.small_batch_tile_n
+        launch.setdefault("num_warps", tuning.small_batch_warps)
     tile_n = tile_n or 64
     if new is None:  # the RoPE arguments stand in for tensors the kernel never reads
         rope: tuple[object, ...] = (q, q, context_lens, context_lens, lse, lse, lse, 0.0, 0, 0, 0, 0)
@@ -393,8 +391,8 @@ def _attend(
         HAS_WINDOW=sliding_window is not None,
         PRECISION="ieee" if q.dtype == torch.float32 or interpreted else "tf32",
         UPCAST=interpreted,
-        PREFETCH=PREFETCH_SMALL_BATCH and small_decode,
+        PREFETCH=tuning.prefetch_small_batch and small_decode,
         ROPE=new is not None, NORM=new is not None and new.qk_norm is not None,
-        **launch, **pdl_launch(q),
+        **launch, **pdl_launch(q, tuning.pdl),
     )  # fmt: skip
     return PendingMerge(part, lse, q.dtype) if num_splits > 1 else out

@@ -20,22 +20,19 @@ step's first kernel or written by the previous step's last (``engine.kernels.ste
 which itself writes only after its ``pdl_wait``). That is safe because a kernel starts early only
 once the kernel ahead has passed its own ``pdl_wait``, that is once every kernel before that one
 has finished. Off on CPU (the
-interpreter), before Hopper, and with ``STRONGROOM_PDL=0`` (read at import).
+interpreter), before Hopper, and where the caller's ``CudaTuning.pdl`` is off.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["ENABLED", "pdl_launch", "pdl_wait"]
-
-ENABLED = os.environ.get("STRONGROOM_PDL", "1") != "0"
+__all__ = ["pdl_launch", "pdl_wait"]
 
 try:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -61,7 +58,8 @@ def _supported(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
-def pdl_launch(t: torch.Tensor) -> dict[str, Any]:
-    """The kernel arguments for a launch on t's device: ``PDL`` and, when on, ``launch_pdl``."""
-    on = ENABLED and _AVAILABLE and t.is_cuda and _supported(t.device.index or 0)
+def pdl_launch(t: torch.Tensor, enabled: bool) -> dict[str, Any]:
+    """The kernel arguments for a launch on t's device: ``PDL`` and, when on, ``launch_pdl``.
+    ``enabled``: the caller's ``CudaTuning.pdl``."""
+    on = enabled and _AVAILABLE and t.is_cuda and _supported(t.device.index or 0)
     return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.skinny_gemm import SplitKPartials
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["rms_norm", "rms_norm_split_k"]
 
@@ -71,6 +72,8 @@ def rms_norm(
     eps: float,
     residual: torch.Tensor | None = None,
     residual_out: torch.Tensor | None = None,
+    *,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """x, residual: [..., n] (2-D or 3-D with a contiguous last dim); weight: [n].
 
@@ -95,7 +98,7 @@ def rms_norm(
         x, res, weight, out, res_out if res_out is not None else out, weight,
         inner, s0, s1, r0, r1, n, eps, 0, 0,
         HAS_RESIDUAL=residual is not None, BLOCK_N=triton.next_power_of_2(n), PARTS=0, HAS_BIAS=False,
-        **pdl_launch(x),
+        **pdl_launch(x, tuning.pdl),
     )  # fmt: skip
     return out, res_out
 
@@ -106,6 +109,8 @@ def rms_norm_split_k(
     eps: float,
     residual: torch.Tensor,
     residual_out: torch.Tensor | None = None,
+    *,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``rms_norm(y, weight, eps, residual)`` for y still in split-K partials (one launch for the
     GEMM's split sum, the residual add and the norm). residual: [m, n], y's dtype. The sum goes to
@@ -126,6 +131,6 @@ def rms_norm_split_k(
         parts, residual, weight, out, res_out, x.bias if x.bias is not None else weight,
         1, parts.stride(1), 0, residual.stride(0), 0, n, eps, parts.stride(0), num_parts,
         HAS_RESIDUAL=True, BLOCK_N=triton.next_power_of_2(n), PARTS=triton.next_power_of_2(num_parts),
-        HAS_BIAS=x.bias is not None, **pdl_launch(parts),
+        HAS_BIAS=x.bias is not None, **pdl_launch(parts, tuning.pdl),
     )  # fmt: skip
     return out, res_out

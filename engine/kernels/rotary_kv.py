@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["kv_write", "rotary", "rotary_kv_write"]
 
@@ -137,7 +138,12 @@ def _rotary_kv_kernel(
 
 
 def rotary(
-    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, inv_freq: torch.Tensor
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    inv_freq: torch.Tensor,
+    *,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rope(q), rope(k)) as new tensors.
 
@@ -146,7 +152,7 @@ def rotary(
     """
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    _launch(positions, q, k, k, inv_freq, q_out, k_out, None, None, positions, rotate=True)
+    _launch(positions, q, k, k, inv_freq, q_out, k_out, None, None, positions, rotate=True, tuning=tuning)
     return q_out, k_out
 
 
@@ -160,6 +166,8 @@ def rotary_kv_write(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
     qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+    *,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
     """The fused op: store rope(k) and v at their slots and return rope(q).
 
@@ -182,15 +190,24 @@ def rotary_kv_write(
         slot_mapping,
         rotate=True,
         qk_norm=qk_norm,
+        tuning=tuning,
     )
     return q_out
 
 
 def kv_write(
-    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    *,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> None:
     """Store already-rotated k and v at their slots (the layer's half when RoPE ran before it)."""
-    _launch(slot_mapping, k, k, v, slot_mapping, k, k, k_cache, v_cache, slot_mapping, rotate=False)
+    _launch(
+        slot_mapping, k, k, v, slot_mapping, k, k, k_cache, v_cache, slot_mapping, rotate=False, tuning=tuning
+    )
 
 
 def _launch(
@@ -207,6 +224,7 @@ def _launch(
     *,
     rotate: bool,
     qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+    tuning: CudaTuning,
 ) -> None:
     num_tokens, num_heads, head_dim = q.shape
     if num_tokens == 0:
@@ -226,5 +244,5 @@ def _launch(
         num_heads, k.shape[1], kc.shape[1] if write_cache else 1,
         HALF=head_dim // 2, H_PAD=triton.next_power_of_2(num_heads),
         KV_PAD=triton.next_power_of_2(k.shape[1]), D_HALF=triton.next_power_of_2(head_dim // 2),
-        WRITE_CACHE=write_cache, ROTATE=rotate, NORM=qk_norm is not None, **pdl_launch(q),
+        WRITE_CACHE=write_cache, ROTATE=rotate, NORM=qk_norm is not None, **pdl_launch(q, tuning.pdl),
     )  # fmt: skip

@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["silu_and_mul"]
 
@@ -29,7 +30,7 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, size, BLOCK: tl.constexpr, PD
     tl.store(out_ptr + row * size + cols, out.to(gate.dtype), mask=mask)
 
 
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+def silu_and_mul(x: torch.Tensor, *, tuning: CudaTuning = DEFAULT_TUNING) -> torch.Tensor:
     """x: [num_tokens, 2 * intermediate] -> [num_tokens, intermediate]."""
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -39,6 +40,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         return out
     block = min(1024, triton.next_power_of_2(size))
     _silu_and_mul_kernel[(num_tokens, triton.cdiv(size, block))](
-        x, out, x.stride(0), size, BLOCK=block, **pdl_launch(x)
+        x, out, x.stride(0), size, BLOCK=block, **pdl_launch(x, tuning.pdl)
     )
     return out

@@ -27,9 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels import split_merge
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.split_merge import PendingMerge, merge_splits
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["SkinnyGemmConfig", "SplitKPartials", "skinny_gemm", "skinny_gemm_config", "skinny_gemm_deferred"]
 
@@ -196,20 +196,14 @@ def _split_sum_kernel(
     tl.store(y_ptr + row * stride_ym + cols, acc.to(y_ptr.dtype.element_ty), mask=cols < n)
 
 
-ONE_ROW_BLOCK_N = 16
-"""W rows per program for one row (benchmarks sweep it)."""
-ONE_ROW_SPLIT_K = 4
-"""K slices of a narrow, long W (N ≤ 4096, K ≥ 2048) for one row (benchmarks sweep it)."""
-ONE_ROW_WARPS = 8
-"""Warps per program for one row with the whole K slice in one tile (benchmarks sweep it)."""
-PREFETCH_WHOLE_SLICE = True
-"""One row, W under 64 Ki columns: each program loads its whole K slice as one tile, which under
-PDL streams in before the kernel ahead has finished (``skinny_gemm_config``). Off: the swept
-tiles of 256/512 columns (benchmarks flip it)."""
-
-
 def skinny_gemm_config(
-    m: int, n: int, k: int, *, block_n: int | None = None, split_k: int | None = None
+    m: int,
+    n: int,
+    k: int,
+    *,
+    block_n: int | None = None,
+    split_k: int | None = None,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> SkinnyGemmConfig:
     """The launch shape for x [m, k] @ W[n, k]^T, read off an H200 sweep of decode shapes (bf16).
 
@@ -219,26 +213,27 @@ def skinny_gemm_config(
 
         rows   N ≤ 4096, K ≥ 2048         other N < 16384    16384 ≤ N < 65536   N ≥ 65536
         1      16 x 256, split 4          16 x 512           16 x 512            16 x 512
+               (one-row width and split: tuning.one_row_block_n, one_row_split_k)
         2..16  64 x 256, split 4          64 x 256           32 x 128            64 x 128
                (64 x 128 when K ≥ 4096)
 
-    With ``PREFETCH_WHOLE_SLICE`` one row below 64 Ki columns takes its K slice as one tile of up
+    With ``tuning.prefetch_whole_slice`` one row below 64 Ki columns takes its K slice as one tile of up
     to 1,024 columns (eight warps): a step of a small model is a chain of such GEMMs, and a tile
     loaded before ``pdl_wait`` is memory latency the chain does not wait for. ``block_n`` and
     ``split_k`` override that one-row shape's (a GEMM that merges attention partials as it loads
     them wants fewer, wider programs: ``split_merge``).
     """
     if split_k is None:
-        split_k = (ONE_ROW_SPLIT_K if m == 1 else 4) if n <= 4096 and k >= 2048 else 1
+        split_k = (tuning.one_row_split_k if m == 1 else 4) if n <= 4096 and k >= 2048 else 1
     if m == 1:
-        if PREFETCH_WHOLE_SLICE and n < 65536 and k // split_k <= 1024:
+        if tuning.prefetch_whole_slice and n < 65536 and k // split_k <= 1024:
             block_k = min(1024, triton.next_power_of_2(triton.cdiv(k, split_k)))
             return SkinnyGemmConfig(
-                block_n=block_n or ONE_ROW_BLOCK_N,
+                block_n=block_n or tuning.one_row_block_n,
                 block_k=block_k,
                 split_k=split_k,
                 use_dot=False,
-                num_warps=ONE_ROW_WARPS,
+                num_warps=tuning.one_row_warps,
             )
         return SkinnyGemmConfig(
             block_n=block_n or 16, block_k=256 if split_k > 1 else 512, split_k=split_k, use_dot=False
@@ -255,14 +250,16 @@ def skinny_gemm(
     config: SkinnyGemmConfig | None = None,
     *,
     silu_mul: bool = False,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
     """F.linear for few rows: x [..., k] @ weight[n, k]^T + bias[n] -> [..., n] in x's dtype.
 
     ``silu_mul``: x is a merged [gate | up] row [..., 2k] and the input is silu(gate) * up, made
     on the fly (SwiGLU's activation fused into the down projection; no [..., k] tensor written).
     x may also be one token's split attention partials (``PendingMerge``), merged as they load.
+    ``config`` overrides the launch shape ``skinny_gemm_config`` picks under ``tuning``.
     """
-    y = _skinny_gemm(x, weight, bias, config, silu_mul=silu_mul, defer_sum=False)
+    y = _skinny_gemm(x, weight, bias, config, silu_mul=silu_mul, defer_sum=False, tuning=tuning)
     assert isinstance(y, torch.Tensor)  # never deferred
     return y
 
@@ -274,12 +271,13 @@ def skinny_gemm_deferred(
     config: SkinnyGemmConfig | None = None,
     *,
     silu_mul: bool = False,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor | SplitKPartials:
     """``skinny_gemm`` for 2-D x that, when its launch splits K, returns the partials
     (``SplitKPartials``) for the next kernel to sum instead of summing them in a launch here."""
     if isinstance(x, torch.Tensor) and x.dim() != 2:
         raise ValueError("skinny_gemm_deferred takes 2-D x")
-    return _skinny_gemm(x, weight, bias, config, silu_mul=silu_mul, defer_sum=True)
+    return _skinny_gemm(x, weight, bias, config, silu_mul=silu_mul, defer_sum=True, tuning=tuning)
 
 
 def _skinny_gemm(
@@ -290,6 +288,7 @@ def _skinny_gemm(
     *,
     silu_mul: bool,
     defer_sum: bool,
+    tuning: CudaTuning,
 ) -> torch.Tensor | SplitKPartials:
     if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
         raise ValueError(f"skinny_gemm needs one dtype, got {x.dtype}, {weight.dtype}")
@@ -319,9 +318,9 @@ def _skinny_gemm(
     interpreted = x2.device.type == "cpu"  # only under TRITON_INTERPRET, whose numpy dot lacks bf16
     if config is None and merge is not None:
         config = skinny_gemm_config(
-            m, n, k, block_n=split_merge.MERGE_BLOCK_N, split_k=split_merge.MERGE_SPLIT_K
+            m, n, k, block_n=tuning.merge_block_n, split_k=tuning.merge_split_k, tuning=tuning
         )
-    config = config or skinny_gemm_config(m, n, k)
+    config = config or skinny_gemm_config(m, n, k, tuning=tuning)
     block_k, block_n = config.block_k, config.block_n
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     num_splits = triton.cdiv(k, k_per_split)
@@ -340,7 +339,7 @@ def _skinny_gemm(
         PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
         SILU_MUL=silu_mul, lse_ptr=lse, stride_ph=stride_ph, stride_ps=stride_ps, stride_lh=stride_lh,
         MERGE_SPLITS=merge_splits, HEAD_DIM=head_dim,
-        num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x2),
+        num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x2, tuning.pdl),
     )  # fmt: skip
     if num_splits > 1 and defer_sum:
         return SplitKPartials(dst, bias, x.dtype)
@@ -349,6 +348,6 @@ def _skinny_gemm(
         _split_sum_kernel[(triton.cdiv(n, block), m)](
             dst, bias if bias is not None else y, y, n, num_splits, dst.stride(0), dst.stride(1), y.stride(0),
             HAS_BIAS=bias is not None, SPLITS=triton.next_power_of_2(num_splits), BLOCK=block,
-            **pdl_launch(x2),
+            **pdl_launch(x2, tuning.pdl),
         )  # fmt: skip
     return y.view(out_shape)

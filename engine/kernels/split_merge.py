@@ -9,8 +9,10 @@ head ``h`` leaves a partial output ``o[h, s]`` (normalised over its own keys) an
 
 At one sequence the merge is a whole dependent launch per layer for a few kilobytes, so
 ``PendingMerge`` hands the partials to o_proj, whose one-row GEMM merges the values it loads
-(``skinny_gemm``). Both paths call ``merge_splits``, which sums the splits one at a time in a
-fixed order, so the fused and unfused results agree bit for bit.
+(``skinny_gemm``; ``CudaTuning.merge_in_gemm``). Every o_proj program re-reads its K slice's
+partials, so that GEMM runs fewer, wider programs than a plain one-row GEMM. Both paths call
+``merge_splits``, which sums the splits one at a time in a fixed order, so the fused and unfused
+results agree bit for bit.
 """
 
 from __future__ import annotations
@@ -22,24 +24,9 @@ import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
-__all__ = ["FUSE_INTO_GEMM", "MERGE_BLOCK_N", "MERGE_MAX_K", "MERGE_SPLIT_K", "PendingMerge", "merge_splits"]
-
-FUSE_INTO_GEMM = True
-"""One decode token on CUDA: attention returns its partials for o_proj to merge (benchmarks flip
-it). Every o_proj program re-reads its K slice's partials (32 KB at Qwen3-0.6B's 16 splits), so
-the program count decides: the bucket-1 graph of Qwen3-0.6B on an H200 took 675 µs with 128
-programs of 32 rows against 708–720 with the merge kernel, 729 with 256 programs and 741 with 64."""
-MERGE_MAX_K = 2048
-"""Widest o_proj input merged inside it. Wider models (Llama-3-8B: 4,096) keep the merge kernel:
-their o_proj would re-read 32 MB of partials a layer, as much as its weights, unmeasured."""
-MERGE_BLOCK_N = 32
-"""W rows per program of the GEMM that merges: fewer, wider programs than a plain one-row GEMM's
-16 (benchmarks sweep it)."""
-MERGE_SPLIT_K: int | None = None
-"""K slices of that GEMM; None: the plain one-row GEMM's (benchmarks sweep it)."""
-MERGE_WARPS = 4
-"""Warps per program of the merge kernel (benchmarks sweep it)."""
+__all__ = ["PendingMerge", "merge_splits"]
 
 
 @triton.jit
@@ -92,33 +79,23 @@ class PendingMerge:
         t, h, _, d = self.partials.shape
         return t, h * d
 
-    @property
-    def is_cuda(self) -> bool:
-        return self.partials.is_cuda
-
-    def merge_into(self, out: torch.Tensor) -> torch.Tensor:
+    def merge_into(self, out: torch.Tensor, tuning: CudaTuning = DEFAULT_TUNING) -> torch.Tensor:
         """Merge into ``out`` [num_tokens, num_heads, head_dim] by the merge kernel; returns out."""
         t, h, splits, head_dim = self.partials.shape
         _merge_kernel[(t, h)](
             self.partials, self.lse, out,
             self.partials.stride(0), self.partials.stride(1), self.partials.stride(2),
             self.lse.stride(0), self.lse.stride(1), out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, D=triton.next_power_of_2(head_dim), NUM_SPLITS=splits, num_warps=MERGE_WARPS,
-            **pdl_launch(out),
+            HEAD_DIM=head_dim, D=triton.next_power_of_2(head_dim), NUM_SPLITS=splits,
+            num_warps=tuning.merge_warps, **pdl_launch(out, tuning.pdl),
         )  # fmt: skip
         return out
 
-    def materialize(self) -> torch.Tensor:
-        """The merged output, flattened: [num_tokens, num_heads * head_dim]."""
-        t, h, _, d = self.partials.shape
-        out = torch.empty(t, h, d, dtype=self.dtype, device=self.partials.device)
-        return self.merge_into(out).flatten(1)
-
     def fuses_into(self, weight: torch.Tensor) -> bool:
-        """Whether the one-row skinny GEMM with ``weight`` [n, num_heads * head_dim] merges these."""
+        """Whether the one-row skinny GEMM with ``weight`` [n, num_heads * head_dim] can merge these."""
         return (
             self.partials.shape[0] == 1
-            and weight.shape[1] == self.shape[1] <= MERGE_MAX_K
+            and weight.shape[1] == self.shape[1]
             and weight.dtype == self.dtype
             and self.partials.stride(3) == 1
         )

@@ -4,11 +4,11 @@
 At one sequence the host's share of a decode step costs the GPU more than any kernel does: the
 token's argmax, its copy back, the next step's input copy and the token's scatter into it are
 each a separate operation on the stream between two graph replays. With this kernel at the end of
-the graph, each row of the static inputs (``engine.worker.cuda_graph_runner``) leaves the replay ready for
-the next one::
+the graph, each row of the static inputs (``engine.worker.cuda_graph_runner``) leaves the replay
+ready for the next one::
 
-    grid (rows, blocks): each program turns 1,024 logits into one argmax key
-                         (engine.kernels.argmax); the last of a row's programs to finish
+    grid (rows, blocks): each program turns ``CudaTuning.step_block`` logits into one argmax
+                         key (engine.kernels.argmax); the last of a row's programs to finish
                          (a counter per row, reset by that program) reduces the row's keys:
     token      = the row's argmax
     token_ids  = token            the next step's input, in place
@@ -29,14 +29,9 @@ import triton.language as tl
 
 from engine.kernels.argmax import MAX_INDEX, block_key, key_index
 from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["step_advance"]
-
-BLOCK = 1024
-"""Logits per program: 149 programs for a 152k vocabulary, one wave. On an H200 512, 2,048 and
-4,096 were no faster (``bench.graph_profile`` variants step_block_*, BENCHMARKS.md run 10)."""
-NUM_WARPS = 4
-"""Warps per program (8: no faster, variant step_warps8)."""
 
 
 @triton.jit
@@ -82,6 +77,8 @@ def step_advance(
     slot_mapping: torch.Tensor,
     block_tables: torch.Tensor,
     block_size: int,
+    *,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> None:
     """Greedy tokens of ``logits`` [rows, vocab] into ``token_ids`` and ``out`` [rows] int64, and
     ``positions``, ``context_lens``, ``slot_mapping`` [rows] moved one token on (see module doc).
@@ -101,10 +98,11 @@ def step_advance(
         raise ValueError("logits must be contiguous along the vocabulary")
     if rows == 0:
         return
-    num_blocks = triton.cdiv(vocab, BLOCK)
+    num_blocks = triton.cdiv(vocab, tuning.step_block)
     keys = torch.empty(rows, num_blocks, dtype=torch.int64, device=logits.device)
     _step_advance_kernel[(rows, num_blocks)](
         logits, keys, counts, token_ids, out, positions, context_lens, slot_mapping, block_tables,
         vocab, logits.stride(0), num_blocks, block_tables.stride(0), block_tables.shape[1], block_size,
-        BLOCK=BLOCK, KEYS=triton.next_power_of_2(num_blocks), num_warps=NUM_WARPS, **pdl_launch(logits),
+        BLOCK=tuning.step_block, KEYS=triton.next_power_of_2(num_blocks), num_warps=tuning.step_warps,
+        **pdl_launch(logits, tuning.pdl),
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""SwiGLU's gate: silu(gate) * up over a merged [gate | up] projection (Triton on CUDA)."""
+"""SwiGLU's gate: silu(gate) * up over a merged [gate | up] projection."""
 
 from __future__ import annotations
 
@@ -12,12 +12,5 @@ __all__ = ["SiluAndMul"]
 class SiluAndMul(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [num_tokens, 2 * intermediate] -> [num_tokens, intermediate]
-        if x.is_cuda:
-            from engine.kernels import silu_and_mul
-
-            return silu_and_mul(x)
-        return self.forward_torch(x)
-
-    def forward_torch(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up

@@ -1,8 +1,7 @@
 """Rotary position embedding (rotate-half form), with Llama 3 and linear frequency scaling.
 
 Frequencies and angles are computed in float32 and cast to the activations' dtype, as Hugging
-Face does, so float32 results match it to rounding. On CUDA one Triton launch
-(``engine.kernels.rotary``) rotates q and k together.
+Face does, so float32 results match it to rounding.
 """
 
 from __future__ import annotations
@@ -47,15 +46,6 @@ class RotaryEmbedding(nn.Module):
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # positions: [num_tokens]; q: [num_tokens, num_heads, head_dim]; k: [num_tokens, num_kv_heads, head_dim]
-        if q.is_cuda:
-            from engine.kernels import rotary
-
-            return rotary(positions, q, k, self.inv_freq)
-        return self.forward_torch(positions, q, k)
-
-    def forward_torch(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [num_tokens, head_dim / 2]
         emb = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [num_tokens, 1, head_dim]
         cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)

@@ -6,12 +6,12 @@ Differences between the family members are config flags: qkv bias (Qwen2), o_pro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-from engine.attention.metadata import AttentionMetadata
+from engine.attention_backends.metadata import AttentionMetadata
 from engine.layers import (
     Attention,
     MergedColumnParallelLinear,
@@ -23,12 +23,7 @@ from engine.layers import (
     SiluAndMul,
     VocabParallelEmbedding,
 )
-from engine.layers.linear import is_skinny
 from engine.loading.model_config import ModelConfig
-
-if TYPE_CHECKING:
-    from engine.kernels.normed_gemv import PendingNorm, TokenEmbedding
-    from engine.kernels.skinny_gemm import SplitKPartials
 
 __all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP"]
 
@@ -50,37 +45,22 @@ class LlamaAttention(nn.Module):
         self.attn = Attention(
             self.num_heads, self.num_kv_heads, d, scale=d**-0.5, sliding_window=config.sliding_window
         )
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
 
-    def forward(
-        self, positions: torch.Tensor, x: torch.Tensor | PendingNorm, meta: AttentionMetadata
-    ) -> torch.Tensor | SplitKPartials:
-        # x: [num_tokens, hidden], or its norm left to qkv_proj (one row on CUDA); decode on CUDA
-        # may return o_proj's split-K partials (see norm)
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        # positions: [num_tokens]; x: [num_tokens, hidden] -> [num_tokens, hidden]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        if x.is_cuda:
-            # One kernel for [head norm,] RoPE and the cache write.
-            inv_freq = self.rotary_emb.inv_freq
-            # (At one decode token o_proj may get attention's unmerged partials: split_merge.)
-            fused = self.attn.forward_fused(positions, q, k, v, meta, inv_freq, self.qk_norm_weights())
-            return self.o_proj.forward_deferred(
-                fused.flatten(1) if isinstance(fused, torch.Tensor) else fused
-            )
-        q, k = self.normalize_qk(q, k)
+        if self.q_norm is not None and self.k_norm is not None:  # per-head norm before RoPE (Qwen3)
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary_emb(positions, q, k)
         out = self.attn(q, k, v, meta)  # [num_tokens, num_heads, head_dim]
-        return self.o_proj.forward_deferred(out.flatten(1))
-
-    def normalize_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-head normalisation before RoPE; none in Llama (Qwen3 overrides)."""
-        return q, k
-
-    def qk_norm_weights(self) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-        """(q weight, k weight, eps) of the per-head norm for the fused kernel; None in Llama."""
-        return None
+        y: torch.Tensor = self.o_proj(out.flatten(1))
+        return y
 
 
 class LlamaMLP(nn.Module):
@@ -91,11 +71,9 @@ class LlamaMLP(nn.Module):
         self.down_proj = RowParallelLinear(size, config.hidden_size, bias=config.mlp_bias)
         self.act = SiluAndMul()
 
-    def forward(self, x: torch.Tensor | PendingNorm) -> torch.Tensor | SplitKPartials:
-        gate_up = self.gate_up_proj(x)
-        if is_skinny(gate_up):  # decode on CUDA: SiLU-and-mul inside the down projection
-            return self.down_proj.forward_silu_mul(gate_up)
-        y: torch.Tensor = self.down_proj(self.act(gate_up))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [num_tokens, hidden] -> [num_tokens, hidden]
+        y: torch.Tensor = self.down_proj(self.act(self.gate_up_proj(x)))
         return y
 
 
@@ -110,23 +88,17 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self,
-        positions: torch.Tensor,
-        x: torch.Tensor | SplitKPartials | TokenEmbedding,
-        residual: torch.Tensor | None,
-        meta: AttentionMetadata,
-    ) -> tuple[torch.Tensor | SplitKPartials, torch.Tensor]:
+        self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, meta: AttentionMetadata
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # x: the previous layer's MLP output (or the embeddings); residual: the stream before it.
-        # Each add is fused into the norm after it, and at one row on CUDA the norm into the GEMM
-        # after that (defer); returns (mlp output, residual stream).
-        h: torch.Tensor | PendingNorm
-        if residual is None:  # the embeddings (one token's left to the first GEMM to gather)
-            h, residual = self.input_layernorm.forward_first(cast("torch.Tensor | TokenEmbedding", x))
+        # Each residual add happens in the norm after it; returns (mlp output, residual stream).
+        if residual is None:
+            h, residual = self.input_layernorm(x), x
         else:
-            x = cast("torch.Tensor | SplitKPartials", x)  # a layer's output
-            h, residual = self.input_layernorm.forward_with_residual(x, residual, defer=True)
-        attn = self.self_attn(positions, h, meta)
-        h, residual = self.post_attention_layernorm.forward_with_residual(attn, residual, defer=True)
+            h, residual = self.input_layernorm.forward_with_residual(x, residual)
+        h, residual = self.post_attention_layernorm.forward_with_residual(
+            self.self_attn(positions, h, meta), residual
+        )
         return self.mlp(h), residual
 
 
@@ -139,17 +111,16 @@ class LlamaModel(nn.Module):
 
     def forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
-    ) -> torch.Tensor | PendingNorm:
-        # token_ids, positions: [num_tokens] -> hidden: [num_tokens, hidden]; at one row on CUDA
-        # the final norm may be left to the LM head (a PendingNorm, see compute_logits)
+    ) -> torch.Tensor:
+        # token_ids, positions: [num_tokens] -> hidden: [num_tokens, hidden]
+        x = self.embed_tokens(token_ids)
         if not self.layers:
-            return self.norm(self.embed_tokens(token_ids))  # type: ignore[no-any-return]
-        x: torch.Tensor | SplitKPartials | TokenEmbedding = self.embed_tokens.forward_deferred(token_ids)
+            return self.norm(x)  # type: ignore[no-any-return]
         residual: torch.Tensor | None = None
         for layer in self.layers:
             x, residual = layer(positions, x, residual, meta)
         assert residual is not None
-        y, _ = self.norm.forward_with_residual(cast("torch.Tensor | SplitKPartials", x), residual, defer=True)
+        y, _ = self.norm.forward_with_residual(x, residual)
         return y
 
 
@@ -174,12 +145,12 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
-    ) -> torch.Tensor | PendingNorm:
-        y: torch.Tensor | PendingNorm = self.model(token_ids, positions, meta)
+    ) -> torch.Tensor:
+        y: torch.Tensor = self.model(token_ids, positions, meta)
         return y
 
-    def compute_logits(self, hidden: torch.Tensor | PendingNorm) -> torch.Tensor:
-        # hidden: [num_seqs, hidden], or one row's pending final norm -> [num_seqs, vocab_size] float32
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        # hidden: [num_seqs, hidden] -> [num_seqs, vocab_size] float32
         logits: torch.Tensor = self.lm_head(hidden)
         return logits.float()
 

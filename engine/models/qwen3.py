@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from engine.layers import RMSNorm
 from engine.loading.model_config import ModelConfig
 from engine.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
@@ -16,13 +14,6 @@ class Qwen3Attention(LlamaAttention):
         super().__init__(config)
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
-
-    def normalize_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # q: [num_tokens, num_heads, head_dim]; k: [num_tokens, num_kv_heads, head_dim]
-        return self.q_norm(q), self.k_norm(k)
-
-    def qk_norm_weights(self) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-        return self.q_norm.weight, self.k_norm.weight, self.q_norm.eps
 
 
 class Qwen3DecoderLayer(LlamaDecoderLayer):

@@ -9,13 +9,14 @@ and replayed from static input buffers, so hundreds of small launches cost one::
     context_lens                 start + 1                   0   (attention writes zeros)
     block_tables [bucket, W]     each sequence's blocks      stale, never read
 
-Everything a captured kernel's grid depends on is fixed by the bucket (see
-``engine.attention.triton_paged.num_splits_for``), never by context lengths. Graphs share one
+A graph records the model's fused step (``engine.fused_step``). Everything a captured kernel's
+grid depends on is fixed by the bucket (see
+``engine.attention_backends.triton_backend.num_splits_for``), never by context lengths. Graphs share one
 memory pool. ``capture_all`` records every bucket at start-up, largest first (the smaller ones
 reuse its pool), so no step of a running workload pays for a capture or a Triton compile; a
 bucket that could not be captured then (out of memory) is captured the first time a step needs it.
 
-Greedy buckets (up to ``LOOP_MAX_BUCKET`` rows) end with ``engine.kernels.step_advance``: the
+Greedy buckets (up to ``CudaTuning.greedy_tail_max_bucket`` rows) end with ``engine.kernels.step_advance``: the
 graph also computes each row's greedy token, writes it into ``token_ids`` and a ring slot, and
 moves positions, slots and context lengths one token on. When the next step is those rows one
 position on, with the greedy tokens as their inputs and no new block needed, nothing is copied
@@ -29,24 +30,21 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from engine.attention.metadata import AttentionMetadata
+from engine.attention_backends.metadata import AttentionMetadata
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 from engine.worker.device_transfer import copy_stream, scatter_rows
 
-__all__ = ["LOOP_MAX_BUCKET", "CudaGraphRunner"]
+if TYPE_CHECKING:
+    from engine.fused_step import FusedStep
+
+__all__ = ["CudaGraphRunner"]
 
 log = logging.getLogger(__name__)
-
-LOOP_MAX_BUCKET = 1
-"""Buckets of at most this many rows compute the greedy token and the next inputs in the graph. At
-one sequence that takes the argmax, both copies and the token's scatter off the step's stream;
-bigger batches mostly sample, and their host work hides behind longer steps. Benchmarks flip it
-(0: off); it applies to graphs captured after the change."""
 
 
 @dataclass(slots=True)
@@ -77,9 +75,17 @@ def _buckets(max_num_seqs: int) -> list[int]:
 
 class CudaGraphRunner:
     def __init__(
-        self, model: nn.Module, *, max_num_seqs: int, max_blocks: int, block_size: int, device: torch.device
+        self,
+        step: FusedStep,
+        *,
+        max_num_seqs: int,
+        max_blocks: int,
+        block_size: int,
+        device: torch.device,
+        tuning: CudaTuning = DEFAULT_TUNING,
     ) -> None:
-        self.model = model
+        self.step = step
+        self.tuning = tuning
         self.block_size = block_size
         self.buckets = _buckets(max_num_seqs)
         n = self.buckets[-1]
@@ -287,8 +293,8 @@ class CudaGraphRunner:
         )
 
     def _forward(self, bucket: int, parity: int | None, *, warm_up: bool = False) -> torch.Tensor:
-        hidden = self.model(self.token_ids[:bucket], self.positions[:bucket], self._meta(bucket))
-        logits: torch.Tensor = self.model.compute_logits(hidden)  # type: ignore[operator]
+        hidden = self.step.forward(self.token_ids[:bucket], self.positions[:bucket], self._meta(bucket))
+        logits = self.step.logits(hidden)
         if parity is not None:
             from engine.kernels.step_advance import step_advance
 
@@ -298,12 +304,12 @@ class CudaGraphRunner:
             step_advance(
                 logits, self.counts[:bucket], self.token_ids[:bucket], out,
                 self.positions[:bucket], self.context_lens[:bucket], self.slot_mapping[:bucket],
-                self.block_tables[:bucket], self.block_size,
+                self.block_tables[:bucket], self.block_size, tuning=self.tuning,
             )  # fmt: skip
         return logits
 
     def _capture(self, bucket: int) -> None:
-        parities: tuple[int | None, ...] = (0, 1) if bucket <= LOOP_MAX_BUCKET else (None,)
+        parities: tuple[int | None, ...] = (0, 1) if bucket <= self.tuning.greedy_tail_max_bucket else (None,)
         # A first eager run compiles the Triton kernels; capture then records launches only.
         stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream())

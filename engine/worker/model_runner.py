@@ -1,8 +1,9 @@
 """Runs one hosted model over its share of a scheduler step and returns next-token logits.
 
 Inputs are the scheduled sequences' new tokens laid end to end (see
-``engine.attention.metadata``); only sequences whose step reaches their last known token get a
-logits row, in the order they were scheduled. On CUDA, pure decode steps replay captured graphs
+``engine.attention_backends.metadata``); only sequences whose step reaches their last known token get a
+logits row, in the order they were scheduled. On CUDA the model runs as its fused step
+(``engine.fused_step``), with the engine's ``CudaTuning``; pure decode steps replay captured graphs
 (``engine.worker.cuda_graph_runner``), and so does a lone sequence's short prefill
 (``engine.worker.prefill_graphs``); every other step runs eagerly. A decode row whose input token
 is still on the device (asynchronous scheduling) names its row in the previous step's sampled
@@ -11,16 +12,20 @@ tokens, and the runner scatters those into its inputs on the device.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
+from engine.attention_backends.metadata import AttentionMetadata
 from engine.core.scheduler import ScheduledSeq
 from engine.loading.hosted_model import HostedModel
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 from engine.worker.cuda_graph_runner import CudaGraphRunner
 from engine.worker.device_transfer import scatter_rows, to_device
 from engine.worker.prefill_graphs import PrefillGraphs
+
+if TYPE_CHECKING:
+    from engine.fused_step import FusedStep
 
 __all__ = ["ModelRunner", "RunnerOutput"]
 
@@ -42,23 +47,31 @@ class ModelRunner:
         cuda_graphs: bool = False,
         max_num_seqs: int = 64,
         max_prefill_graph_tokens: int = 512,
+        tuning: CudaTuning = DEFAULT_TUNING,
     ) -> None:
         self.hosted = hosted
         self.block_size = block_size
         self.device = device
+        self.fused: FusedStep | None = None
+        """The model's fused CUDA step; None on CPU, where the model's own forward runs."""
         self.graphs: CudaGraphRunner | None = None
         self.prefill_graphs: PrefillGraphs | None = None
-        if cuda_graphs and device.type == "cuda":
+        if device.type == "cuda":
+            from engine.fused_step import FusedStep  # imports the kernels: CUDA only
+
+            self.fused = FusedStep(hosted.model, tuning)  # type: ignore[arg-type]
+        if cuda_graphs and self.fused is not None:
             self.graphs = CudaGraphRunner(
-                hosted.model,
+                self.fused,
                 max_num_seqs=max_num_seqs,
                 max_blocks=-(-hosted.max_model_len // block_size),
                 block_size=block_size,
                 device=device,
+                tuning=tuning,
             )
             self.graphs.capture_all()
             self.prefill_graphs = PrefillGraphs(
-                hosted.model,
+                self.fused,
                 max_blocks=-(-hosted.max_model_len // block_size),
                 block_size=block_size,
                 device=device,
@@ -93,14 +106,23 @@ class ModelRunner:
         if pending is not None and sources is not None:
             dst = [meta.host_query_starts[i] for i, s in enumerate(sources) if s >= 0]
             scatter_rows(token_ids, dst, pending, [s for s in sources if s >= 0])
-        # [num_tokens, hidden], or at one token on CUDA its final norm left to the LM head
-        hidden = self.hosted.model(token_ids, positions, meta)
         last = [meta.host_query_starts[i + 1] - 1 for i, item in enumerate(items) if item.is_sampling]
+
+        def sampling_rows(hidden: torch.Tensor) -> torch.Tensor:
+            return hidden[to_device(last, torch.long, self.device)]
+
+        if self.fused is not None:
+            fused_hidden = self.fused.forward(token_ids, positions, meta)
+            if not last:
+                return self._no_logits()
+            return RunnerOutput(self.fused.logits(fused_hidden, sampling_rows))
+        hidden = self.hosted.model(token_ids, positions, meta)  # [num_tokens, hidden]
         if not last:
-            return RunnerOutput(torch.empty(0, self.hosted.config.vocab_size, device=self.device))
-        if isinstance(hidden, torch.Tensor):
-            hidden = hidden[to_device(last, torch.long, self.device)]
-        return RunnerOutput(self.hosted.model.compute_logits(hidden))  # type: ignore[operator]
+            return self._no_logits()
+        return RunnerOutput(self.hosted.model.compute_logits(sampling_rows(hidden)))  # type: ignore[operator]
+
+    def _no_logits(self) -> RunnerOutput:
+        return RunnerOutput(torch.empty(0, self.hosted.config.vocab_size, device=self.device))
 
     @staticmethod
     def _is_prefill_graph_step(

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
-from engine.attention.metadata import AttentionMetadata
+from engine.attention_backends.metadata import AttentionMetadata
+
+if TYPE_CHECKING:
+    from engine.fused_step import FusedStep
 
 __all__ = ["PrefillGraphs"]
 
@@ -39,9 +41,9 @@ arithmetic, not the launches, takes the time)."""
 
 class PrefillGraphs:
     def __init__(
-        self, model: nn.Module, *, max_blocks: int, block_size: int, device: torch.device, max_tokens: int
+        self, step: FusedStep, *, max_blocks: int, block_size: int, device: torch.device, max_tokens: int
     ) -> None:
-        self.model = model
+        self.step = step
         self.block_size = block_size
         self.max_blocks = max_blocks
         self.buckets = tuple(b for b in BUCKETS if b <= max_tokens) or (BUCKETS[0],)
@@ -133,9 +135,8 @@ class PrefillGraphs:
             host_query_starts=(0, bucket),
             host_context_lens=(bucket,),
         )
-        hidden = self.model(self.token_ids[:bucket], self.positions[:bucket], meta)
-        logits: torch.Tensor = self.model.compute_logits(hidden.index_select(0, self.last))  # type: ignore[operator]
-        return logits
+        hidden = self.step.forward(self.token_ids[:bucket], self.positions[:bucket], meta)
+        return self.step.logits(hidden, lambda h: h.index_select(0, self.last))
 
     def _capture(self, bucket: int) -> None:
         if bucket in self.graphs:

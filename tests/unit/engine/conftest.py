@@ -1,4 +1,10 @@
-"""Tiny random-weight Hugging Face checkpoints, one per supported architecture, built once per session."""
+"""Tiny random-weight Hugging Face checkpoints, one per supported architecture, built once per session.
+
+Without a GPU the Triton kernels (``engine.kernels``, and the fused step that runs them) are
+tested on CPU tensors through the interpreter. ``TRITON_INTERPRET`` is read when a kernel is
+decorated, so it is set here, before any test module imports ``engine.kernels``; on a CUDA machine
+the same tests run compiled, on the GPU (the ``device`` fixture).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 _SPECIALS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
@@ -91,6 +99,11 @@ def write_model(path: Path, arch: str, seed: int = 0) -> Path:
         json.dumps({"bos_token": "<s>", "eos_token": "</s>", "chat_template": _CHAT_TEMPLATE})
     )
     return path
+
+
+@pytest.fixture
+def device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +10,7 @@ import torch
 
 from engine.core.sampling_params import SamplingParams
 from engine.llm import LLM
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 pytestmark = [
     pytest.mark.gpu,
@@ -37,55 +38,47 @@ def test_cuda_greedy_matches_hf(model_dirs: dict[str, Path], arch: str) -> None:
     assert first[0].token_ids == again[0].token_ids
 
 
-def test_batch_one_fusions_change_no_token(
-    model_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_batch_one_fusions_change_no_token(model_dirs: dict[str, Path]) -> None:
     # One sequence in bf16 takes the norm-in-GEMV path, the K/V prefetch, RoPE and the KV write
     # inside attention, the split merge inside o_proj, the final norm in the LM head and the
     # embedding gathered by the first GEMV; the same greedy tokens as the separate kernels and no
-    # prefetch (the same rounding, by construction).
-    from engine.kernels import split_merge
-    from engine.layers import attention as attention_layer
-    from engine.layers import embedding, norm
-
-    attention = importlib.import_module("engine.kernels.paged_attention")  # the package exports the function
-
+    # prefetch (the same rounding, by construction), turned off one by one.
     prompt = [0, *range(10, 40)]
     params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
 
-    def tokens() -> list[int]:
-        llm = LLM(str(model_dirs["qwen3"]), device="cuda", dtype="bfloat16", kv_cache_bytes=1 << 22)
+    def tokens(tuning: CudaTuning) -> list[int]:
+        llm = LLM(
+            str(model_dirs["qwen3"]), device="cuda", dtype="bfloat16", kv_cache_bytes=1 << 22, tuning=tuning
+        )
         return llm.generate([prompt], params)[0].token_ids
 
-    fused = tokens()
-    monkeypatch.setattr(norm, "DEFER_TO_GEMV", False)
-    monkeypatch.setattr(attention, "PREFETCH_SMALL_BATCH", False)
-    assert tokens() == fused
-    monkeypatch.setattr(split_merge, "FUSE_INTO_GEMM", False)
-    assert tokens() == fused
-    monkeypatch.setattr(attention_layer, "FUSED_DECODE_MAX_SEQS", 0)
-    assert tokens() == fused
-    monkeypatch.setattr(embedding, "FUSE_FINAL_NORM", False)
-    assert tokens() == fused
-    monkeypatch.setattr(embedding, "GATHER_IN_FIRST_GEMV", False)
-    assert tokens() == fused
+    fused = tokens(DEFAULT_TUNING)
+    tuning = replace(DEFAULT_TUNING, norm_in_gemv=False, prefetch_small_batch=False)
+    assert tokens(tuning) == fused
+    for off in (
+        {"merge_in_gemm": False},
+        {"rope_in_attention_max_seqs": 0},
+        {"final_norm_in_lm_head": False},
+        {"gather_in_first_gemv": False},
+        {"pdl": False},
+    ):
+        tuning = replace(tuning, **off)
+        assert tokens(tuning) == fused
 
 
-def test_greedy_steps_on_the_device_change_no_token(
-    model_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_greedy_steps_on_the_device_change_no_token(model_dirs: dict[str, Path]) -> None:
     # One sequence greedy: its steps run on the device's inputs (engine.kernels.step_advance),
     # staged again where a block is added; two sequences, the shorter ending, leave one that the
     # device carries on; a sampled sequence takes the sampler's token. All as without the tail.
-    from engine.worker import cuda_graph_runner
-
     prompts = [[0, *range(10, 40)], [0, 5, 6, 7]]
     greedy = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     short = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     sampled = SamplingParams(temperature=0.8, max_tokens=20, seed=5, ignore_eos=True)
 
-    def run() -> tuple[list[list[int]], int]:
-        llm = LLM(str(model_dirs["qwen3"]), device="cuda", dtype="bfloat16", kv_cache_bytes=1 << 22)
+    def run(tuning: CudaTuning) -> tuple[list[list[int]], int]:
+        llm = LLM(
+            str(model_dirs["qwen3"]), device="cuda", dtype="bfloat16", kv_cache_bytes=1 << 22, tuning=tuning
+        )
         graphs = llm.engine.runners[llm.model_names[0]].graphs
         assert graphs is not None
         tokens = [llm.generate([prompts[0]], greedy)[0].token_ids]
@@ -95,9 +88,8 @@ def test_greedy_steps_on_the_device_change_no_token(
         assert graphs.num_device_steps == device_steps  # sampled tokens are not the graph's argmax
         return tokens, device_steps
 
-    on, device_steps = run()
+    on, device_steps = run(DEFAULT_TUNING)
     assert device_steps > 40  # most of 39 + 33 single-sequence steps (16-token blocks)
-    monkeypatch.setattr(cuda_graph_runner, "LOOP_MAX_BUCKET", 0)
-    off, none = run()
+    off, none = run(replace(DEFAULT_TUNING, greedy_tail_max_bucket=0))
     assert none == 0
     assert on == off

@@ -3,10 +3,12 @@ capture and replay run in test_cuda."""
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
+
 import torch
 from torch import nn
 
+from engine.tuning import DEFAULT_TUNING
 from engine.worker.cuda_graph_runner import Captured, CudaGraphRunner, _buckets
 
 
@@ -18,7 +20,11 @@ def test_buckets_cover_every_batch_size_up_to_the_cap() -> None:
 
 def test_stage_pads_to_the_bucket_and_disables_padding_rows() -> None:
     runner = CudaGraphRunner(
-        nn.Identity(), max_num_seqs=8, max_blocks=4, block_size=16, device=torch.device("cpu")
+        nn.Identity(),  # type: ignore[arg-type]
+        max_num_seqs=8,
+        max_blocks=4,
+        block_size=16,
+        device=torch.device("cpu"),
     )
     first = runner.stage(
         [7, 8, 9, 10, 11], [3, 40, 0, 5, 6], [3, 40, 16, 5, 6], [[0], [1, 2, 5], [9], [3], [4]]
@@ -40,7 +46,11 @@ def test_stage_pads_to_the_bucket_and_disables_padding_rows() -> None:
 
 def test_block_tables_follow_their_lists_whatever_happened_to_them() -> None:
     runner = CudaGraphRunner(
-        nn.Identity(), max_num_seqs=4, max_blocks=6, block_size=16, device=torch.device("cpu")
+        nn.Identity(),  # type: ignore[arg-type]
+        max_num_seqs=4,
+        max_blocks=6,
+        block_size=16,
+        device=torch.device("cpu"),
     )
     grows, replaced, shrinks = [1, 2], [3, 4], [5, 6, 7]
 
@@ -89,18 +99,18 @@ class _Replay:
         r.slot_mapping[:b] = torch.where(live, blocks * r.block_size + pos % r.block_size, r.slot_mapping[:b])
 
 
-def _greedy_runner(
-    loop_max: int, monkeypatch: pytest.MonkeyPatch
-) -> tuple[CudaGraphRunner, list[list[tuple[int, ...]]]]:
-    from engine.worker import cuda_graph_runner
-
-    monkeypatch.setattr(cuda_graph_runner, "LOOP_MAX_BUCKET", loop_max)
+def _greedy_runner(loop_max: int) -> tuple[CudaGraphRunner, list[list[tuple[int, ...]]]]:
     runner = CudaGraphRunner(
-        nn.Identity(), max_num_seqs=4, max_blocks=8, block_size=4, device=torch.device("cpu")
+        nn.Identity(),  # type: ignore[arg-type]  # the step is never run: the graphs are stand-ins
+        max_num_seqs=4,
+        max_blocks=8,
+        block_size=4,
+        device=torch.device("cpu"),
+        tuning=replace(DEFAULT_TUNING, greedy_tail_max_bucket=loop_max),
     )
     seen: list[list[tuple[int, ...]]] = []
     for b in runner.buckets:
-        parities = (0, 1) if b <= loop_max else (None,)
+        parities = (0, 1) if b <= runner.tuning.greedy_tail_max_bucket else (None,)
         runner.graphs[b] = [Captured(_Replay(runner, b, p, seen), torch.zeros(b, 1)) for p in parities]  # type: ignore[arg-type]
     return runner, seen
 
@@ -135,8 +145,8 @@ class _Host:
         ]
 
 
-def test_greedy_steps_continue_on_the_device_until_a_block_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
-    runner, seen = _greedy_runner(1, monkeypatch)
+def test_greedy_steps_continue_on_the_device_until_a_block_is_needed() -> None:
+    runner, seen = _greedy_runner(1)
     host = _Host(runner, [5])
     want = [host.step(None)]  # the first decode step is staged
     parities = []
@@ -149,8 +159,8 @@ def test_greedy_steps_continue_on_the_device_until_a_block_is_needed(monkeypatch
     assert len(set(parities)) == 2 and parities[0] != parities[1]  # the ring slots alternate
 
 
-def test_anything_else_is_staged(monkeypatch: pytest.MonkeyPatch) -> None:
-    runner, seen = _greedy_runner(2, monkeypatch)
+def test_anything_else_is_staged() -> None:
+    runner, seen = _greedy_runner(2)
     host = _Host(runner, [4, 8])  # four steps without a new block
 
     def made_by(*positions: int) -> torch.Tensor:  # tokens as a replay at these positions makes them

@@ -1,23 +1,10 @@
-"""Kernel tests run the Triton kernels on CPU tensors through the interpreter when there is no GPU.
-
-``TRITON_INTERPRET`` is read when a kernel is decorated, so it is set before any test module
-imports ``engine.kernels``. On a CUDA machine the same tests run compiled, on the GPU.
-"""
+"""Kernel tests: fresh but reproducible inputs per test (``TRITON_INTERPRET`` and the ``device``
+fixture come from ``tests/unit/engine/conftest.py``)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-
-
-@pytest.fixture
-def device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture(autouse=True)

@@ -10,11 +10,13 @@ are the same bits.
 
 from __future__ import annotations
 
-import importlib
+from dataclasses import replace
 
 import pytest
 import torch
 
+from engine.fused_step import gemm
+from engine.fused_step.lazy import materialize
 from engine.kernels import (
     NewTokenRope,
     PendingMerge,
@@ -25,8 +27,8 @@ from engine.kernels import (
     skinny_gemm,
     skinny_gemm_config,
     skinny_gemm_deferred,
-    split_merge,
 )
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4, 2, 16, 4
 CTX = [5, 17, 40, 0]  # the last row is a captured batch's padding: no keys, slot -1
@@ -81,26 +83,42 @@ def _same(got: torch.Tensor, want: torch.Tensor, *, exact: bool) -> None:
         assert (got != want).float().mean() < 0.05
 
 
-def _reference(s: dict[str, torch.Tensor], splits: int, norm: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _reference(
+    s: dict[str, torch.Tensor], splits: int, norm: bool, tuning: CudaTuning = DEFAULT_TUNING
+) -> tuple[torch.Tensor, torch.Tensor]:
     pool = s["pool"].clone()
     k_cache, v_cache = pool[:, 1, 0], pool[:, 1, 1]
     qk_norm = (s["q_norm"], s["k_norm"], 1e-6) if norm else None
     q = rotary_kv_write(
-        s["positions"], s["q"], s["k"], s["v"], s["inv_freq"], k_cache, v_cache, s["slots"], qk_norm
+        s["positions"],
+        s["q"],
+        s["k"],
+        s["v"],
+        s["inv_freq"],
+        k_cache,
+        v_cache,
+        s["slots"],
+        qk_norm,
+        tuning=tuning,
     )
     out = paged_attention(q, k_cache, v_cache, s["tables"], s["ctx"], s["starts"], max_query_len=1, scale=0.25,
-                          num_splits=splits)  # fmt: skip
+                          num_splits=splits, tuning=tuning)  # fmt: skip
     return out, pool
 
 
 def _fused(
-    s: dict[str, torch.Tensor], splits: int, norm: bool, *, defer_merge: bool = False
+    s: dict[str, torch.Tensor],
+    splits: int,
+    norm: bool,
+    *,
+    defer_merge: bool = False,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> tuple[torch.Tensor | PendingMerge, torch.Tensor]:
     pool = s["pool"].clone()
     qk_norm = (s["q_norm"], s["k_norm"], 1e-6) if norm else None
     new = NewTokenRope(s["k"], s["v"], s["positions"], s["slots"], s["inv_freq"], qk_norm)
     out = decode_attention(s["q"], new, pool[:, 1, 0], pool[:, 1, 1], s["tables"], s["ctx"], s["starts"],
-                           scale=0.25, num_splits=splits, defer_merge=defer_merge)  # fmt: skip
+                           scale=0.25, num_splits=splits, defer_merge=defer_merge, tuning=tuning)  # fmt: skip
     return out, pool
 
 
@@ -108,14 +126,13 @@ def _fused(
 @pytest.mark.parametrize("norm", [True, False])
 @pytest.mark.parametrize("splits", [1, 4])
 def test_same_bits_as_the_rope_kernel_then_attention(
-    device: str, splits: int, norm: bool, prefetch: bool, monkeypatch: pytest.MonkeyPatch
+    device: str, splits: int, norm: bool, prefetch: bool
 ) -> None:
-    module = importlib.import_module("engine.kernels.paged_attention")  # the package exports the function
-    monkeypatch.setattr(module, "PREFETCH_SMALL_BATCH", prefetch)
+    tuning = replace(DEFAULT_TUNING, prefetch_small_batch=prefetch)
     for dtype in (torch.float32, torch.bfloat16):
         s = _step(device, dtype, seed=splits + 2 * norm)
-        want, want_pool = _reference(s, splits, norm)
-        got, got_pool = _fused(s, splits, norm)
+        want, want_pool = _reference(s, splits, norm, tuning)
+        got, got_pool = _fused(s, splits, norm, tuning=tuning)
         assert isinstance(got, torch.Tensor)
         _same(got, want, exact=device == "cpu" or not norm)
         # The new keys and values, and nothing else, were written: every slot of both layers.
@@ -145,7 +162,7 @@ def test_deferred_merge_gives_the_merge_kernels_bits(device: str) -> None:
     pending, _ = _fused(s, 4, True, defer_merge=True)
     assert isinstance(pending, PendingMerge)
     assert pending.shape == (len(CTX), HEADS * HEAD_DIM)
-    assert torch.equal(pending.materialize(), want.flatten(1))
+    assert torch.equal(materialize(pending, DEFAULT_TUNING), want.flatten(1))
     # One split: nothing to merge, the output itself.
     whole, _ = _fused(s, 1, True, defer_merge=True)
     assert isinstance(whole, torch.Tensor)
@@ -163,7 +180,7 @@ def test_o_proj_merges_the_partials_it_loads(device: str, config: SkinnyGemmConf
     s = _step(device, torch.bfloat16, seed=11)
     pending, _ = _fused(s, 4, True, defer_merge=True)
     assert isinstance(pending, PendingMerge)
-    merged = pending.materialize()
+    merged = materialize(pending, DEFAULT_TUNING)
     one = PendingMerge(pending.partials[1:2], pending.lse[1:2], pending.dtype)  # the 17-key row
     weight = (torch.randn(48, HEADS * HEAD_DIM) / 8).to(torch.bfloat16).to(device)
     bias = torch.randn(48).to(torch.bfloat16).to(device)
@@ -179,7 +196,7 @@ def test_o_proj_merges_the_partials_it_loads(device: str, config: SkinnyGemmConf
         assert torch.equal(deferred.partials, want_deferred.partials)
 
 
-def test_rejects_what_it_cannot_fuse(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rejects_what_it_cannot_fuse(device: str) -> None:
     s = _step(device, torch.bfloat16, seed=13)
     pending, _ = _fused(s, 4, False, defer_merge=True)
     assert isinstance(pending, PendingMerge)
@@ -189,11 +206,10 @@ def test_rejects_what_it_cannot_fuse(device: str, monkeypatch: pytest.MonkeyPatc
         skinny_gemm(pending, weight)  # four rows
     with pytest.raises(ValueError, match="one-row"):
         skinny_gemm(one, weight, config=SkinnyGemmConfig(block_n=16, block_k=16))  # tensor-core path
-    monkeypatch.setattr(split_merge, "MERGE_MAX_K", HEADS * HEAD_DIM // 2)
-    assert not one.fuses_into(weight)  # wider than MERGE_MAX_K: the merge kernel runs
-    with pytest.raises(ValueError, match="one-row"):
-        skinny_gemm(one, weight)
-    monkeypatch.undo()
+    assert gemm.fuses_into(one, weight, DEFAULT_TUNING)
+    narrow = replace(DEFAULT_TUNING, merge_max_k=HEADS * HEAD_DIM // 2)
+    assert not gemm.fuses_into(one, weight, narrow)  # wider than merge_max_k: the merge kernel runs
+    assert not gemm.fuses_into(one, weight, replace(DEFAULT_TUNING, merge_in_gemm=False, skinny_gemm=False))
     with pytest.raises(ValueError, match="one dtype"):
         skinny_gemm(one, weight.float())  # another dtype
     new = NewTokenRope(s["k"], s["v"], s["positions"], s["slots"], s["inv_freq"])
@@ -205,7 +221,7 @@ def test_rejects_what_it_cannot_fuse(device: str, monkeypatch: pytest.MonkeyPatc
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("heads", [(16, 8), (32, 8)])
-def test_real_shapes_on_gpu(heads: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_shapes_on_gpu(heads: tuple[int, int]) -> None:
     # Qwen3-0.6B's and Llama-3-8B's heads, contexts across tiles and splits, one padding row.
     shape = (*heads, 128, 16, [1, 31, 33, 256, 700, 2049, 4096, 0])
     for dtype in (torch.bfloat16, torch.float16):
@@ -216,12 +232,12 @@ def test_real_shapes_on_gpu(heads: tuple[int, int], monkeypatch: pytest.MonkeyPa
             assert isinstance(got, torch.Tensor)
             _same(got, want, exact=False)
             _same(got_pool, want_pool, exact=False)
-        monkeypatch.setattr(split_merge, "MERGE_MAX_K", 4096)  # Llama-3-8B's o_proj would not merge
-        one = PendingMerge(*_first_row_partials(s), dtype)
+        one = PendingMerge(*_first_row_partials(s), dtype)  # (Llama-3-8B's o_proj merges it by policy)
         weight = (torch.randn(1024, heads[0] * 128, device="cuda") / 32).to(dtype)
-        config = skinny_gemm_config(1, 1024, heads[0] * 128, block_n=split_merge.MERGE_BLOCK_N)
+        config = skinny_gemm_config(1, 1024, heads[0] * 128, block_n=DEFAULT_TUNING.merge_block_n)
+        merged = materialize(one, DEFAULT_TUNING)
         assert torch.equal(
-            skinny_gemm(one, weight, config=config), skinny_gemm(one.materialize(), weight, config=config)
+            skinny_gemm(one, weight, config=config), skinny_gemm(merged, weight, config=config)
         )
 
 
@@ -232,13 +248,11 @@ def _first_row_partials(s: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch
 
 
 @pytest.mark.parametrize("q_lens", [[1, 1, 1], [2, 0, 1]])
-def test_the_layer_fuses_only_one_token_per_sequence(
-    device: str, q_lens: list[int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The attention layer with the Triton backend: equal query counts and sequences do not make a
-    # decode step ([2, 0, 1]); that batch must take the RoPE kernel and store both new keys.
-    from engine.attention import AttentionMetadata, TritonPagedAttention
-    from engine.layers import attention as attention_layer
+def test_the_fused_step_fuses_only_one_token_per_sequence(device: str, q_lens: list[int]) -> None:
+    # The fused step's attention: equal query counts and sequences do not make a decode
+    # step ([2, 0, 1]); that batch must take the RoPE kernel and store both new keys.
+    from engine.attention_backends import AttentionMetadata, TritonAttentionBackend
+    from engine.fused_step.attention import rope_attention
     from engine.layers.attention import Attention
 
     ctx = [6, 9, 13]
@@ -267,13 +281,13 @@ def test_the_layer_fuses_only_one_token_per_sequence(
     qk_norm = (s["q_norm"], s["k_norm"], 1e-6)
 
     def run(max_seqs: int) -> tuple[torch.Tensor, torch.Tensor]:
-        monkeypatch.setattr(attention_layer, "FUSED_DECODE_MAX_SEQS", max_seqs)
+        backend = TritonAttentionBackend(replace(DEFAULT_TUNING, rope_in_attention_max_seqs=max_seqs))
         layer = Attention(HEADS, KV_HEADS, HEAD_DIM, scale=0.25)
         pool = s["pool"].clone()
         layer.bind_cache(pool[:, 1, 0], pool[:, 1, 1])
-        layer.backend = TritonPagedAttention()  # on CPU the interpreted kernels
-        out = layer.forward_fused(pos, q, k, v, meta, s["inv_freq"], qk_norm)
-        assert isinstance(out, torch.Tensor)  # several tokens: the merge is never deferred
+        out = rope_attention(backend, layer, pos, q, k, v, meta, inv_freq=s["inv_freq"], qk_norm=qk_norm,
+                             defer_merge=False)  # fmt: skip
+        assert isinstance(out, torch.Tensor)
         return out, pool
 
     want, want_pool = run(0)
@@ -282,7 +296,7 @@ def test_the_layer_fuses_only_one_token_per_sequence(
 
 
 def test_o_proj_merges_what_it_cannot_fuse_first(device: str) -> None:
-    # Several tokens (or a model wider than MERGE_MAX_K): the merge kernel, then o_proj as usual.
+    # Several tokens (or a model wider than merge_max_k): the merge kernel, then o_proj as usual.
     from engine.layers.linear import RowParallelLinear
 
     s = _step(device, torch.bfloat16, seed=19)
@@ -291,6 +305,6 @@ def test_o_proj_merges_what_it_cannot_fuse_first(device: str) -> None:
     o_proj = RowParallelLinear(HEADS * HEAD_DIM, 32).to(torch.bfloat16).to(device)
     o_proj.weight.data.normal_()
     assert not pending.fuses_into(o_proj.weight)
-    got = o_proj.forward_deferred(pending)
+    got = gemm.row_deferred(o_proj, pending, DEFAULT_TUNING)
     assert isinstance(got, torch.Tensor)
-    assert torch.equal(got, o_proj.forward_deferred(pending.materialize()))
+    assert torch.equal(got, gemm.row_deferred(o_proj, materialize(pending, DEFAULT_TUNING), DEFAULT_TUNING))

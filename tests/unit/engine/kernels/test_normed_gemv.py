@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
+from dataclasses import replace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from engine.fused_step import gemm
+from engine.fused_step.lazy import materialize
+from engine.fused_step.norm import add_norm
 from engine.kernels import (
     PendingNorm,
     SkinnyGemmConfig,
@@ -17,10 +21,8 @@ from engine.kernels import (
     skinny_gemm,
     skinny_gemm_deferred,
 )
-from engine.layers import RMSNorm
-from engine.layers import linear as linear_module
-from engine.layers import norm as norm_module
-from engine.layers.linear import ColumnParallelLinear
+from engine.layers import ColumnParallelLinear, RMSNorm
+from engine.tuning import DEFAULT_TUNING
 
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -36,7 +38,9 @@ def _unfused(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The two kernels: the norm, then a one-row skinny GEMM taking the whole row as one tile."""
     out = torch.empty_like(pending.residual_out)
-    h = PendingNorm(pending.x, pending.residual, pending.weight, pending.eps, out).materialize()
+    h = materialize(
+        PendingNorm(pending.x, pending.residual, pending.weight, pending.eps, out), DEFAULT_TUNING
+    )
     block_k = 1 << (w.shape[1] - 1).bit_length()
     config = SkinnyGemmConfig(block_n=16, block_k=block_k, use_dot=False, num_warps=8)
     return skinny_gemm(h, w, b, config), out
@@ -61,15 +65,13 @@ def test_plain_input_matches_norm_then_gemm(device: str, dtype: torch.dtype, bia
 
 
 @pytest.mark.parametrize("block_n", [16, 64])
-def test_program_width_does_not_change_the_result(
-    device: str, block_n: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_program_width_does_not_change_the_result(device: str, block_n: int) -> None:
     dtype, n = torch.bfloat16, 64
     pending = _pending(torch.randn(1, n).to(dtype).to(device), n, dtype, device)
     w = (torch.randn(72, n) / n**0.5).to(dtype).to(device)
     default = normed_gemv(pending, w)
-    monkeypatch.setattr(importlib.import_module("engine.kernels.normed_gemv"), "BLOCK_N", block_n)
-    torch.testing.assert_close(normed_gemv(pending, w), default, rtol=0, atol=0)
+    tuned = replace(DEFAULT_TUNING, gemv_block_n=block_n)
+    torch.testing.assert_close(normed_gemv(pending, w, tuning=tuned), default, rtol=0, atol=0)
 
 
 def test_float32_logits_are_the_rounded_result_widened(device: str) -> None:
@@ -102,7 +104,7 @@ def test_first_layer_gathers_its_embedding_row(device: str, dtype: torch.dtype) 
     # The residual stream is the embedding row itself; the GEMM sees its norm (no add).
     assert torch.equal(fused.residual_out, table[37:38])
     unfused = pending()
-    h = unfused.materialize()  # gather, copy, norm: what a consumer that cannot fuse gets
+    h = materialize(unfused, DEFAULT_TUNING)  # gather, copy, norm: what a consumer that cannot fuse gets
     assert torch.equal(unfused.residual_out, table[37:38])
     assert torch.equal(h, rms_norm(table[37:38], norm_w, 1e-6)[0])
     config = SkinnyGemmConfig(block_n=16, block_k=128, use_dot=False, num_warps=8)
@@ -158,36 +160,24 @@ def test_what_cannot_fuse_is_refused(device: str) -> None:
     assert not two_rows.fuses_into(torch.randn(8, 64).to(dtype))
 
 
-def test_layers_never_defer_on_cpu() -> None:
-    layer = RMSNorm(64)
-    x, res = torch.randn(1, 64), torch.randn(1, 64)
-    h, summed = layer.forward_with_residual(x, res, defer=True)
-    assert isinstance(h, torch.Tensor)
-    torch.testing.assert_close(summed, x + res)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
-def test_layers_defer_one_row_and_materialize_when_they_cannot_fuse(monkeypatch: pytest.MonkeyPatch) -> None:
-    dtype, n, device = torch.bfloat16, 64, "cuda"
+def test_fused_step_leaves_one_rows_norm_to_the_gemm_after_it(device: str) -> None:
+    dtype, n = torch.bfloat16, 64
     layer = RMSNorm(n)
     layer.weight.data = torch.randn(n).to(dtype).to(device)
     x, res = torch.randn(1, n).to(dtype).to(device), torch.randn(1, n).to(dtype).to(device)
     want_h, want_res = rms_norm(x, layer.weight, layer.eps, res)
-    h, summed = layer.forward_with_residual(x, res, defer=True)
+    h, summed = add_norm(layer, x, res, DEFAULT_TUNING)
     assert isinstance(h, PendingNorm) and h.residual_out is summed
     # A consumer that cannot fuse (cuBLAS here) gets the norm kernel's output and the sum.
-    monkeypatch.setattr(linear_module, "USE_SKINNY_GEMM", False)
     linear = ColumnParallelLinear(n, 32).to(dtype).to(device)
     linear.weight.data.normal_()
-    got = linear(h)
-    torch.testing.assert_close(got, torch.nn.functional.linear(want_h, linear.weight), rtol=0, atol=0)
+    got = gemm.column(linear, h, replace(DEFAULT_TUNING, skinny_gemm=False))
+    torch.testing.assert_close(got, F.linear(want_h, linear.weight), rtol=0, atol=0)
     assert torch.equal(summed, want_res)
-    # Two rows, or the flag off: the norm runs at once.
+    # Two rows, or the fusion off: the norm runs at once.
     two = torch.randn(2, n).to(dtype).to(device)
-    assert isinstance(layer.forward_with_residual(two, two, defer=True)[0], torch.Tensor)
-    monkeypatch.setattr(norm_module, "DEFER_TO_GEMV", False)
-    assert isinstance(layer.forward_with_residual(x, res, defer=True)[0], torch.Tensor)
+    assert isinstance(add_norm(layer, two, two, DEFAULT_TUNING)[0], torch.Tensor)
+    assert isinstance(add_norm(layer, x, res, replace(DEFAULT_TUNING, norm_in_gemv=False))[0], torch.Tensor)
 
 
 @pytest.mark.gpu
@@ -210,19 +200,15 @@ def test_real_shapes_on_gpu(n_out: int) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
-def test_lm_head_takes_the_final_norm_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lm_head_shape_of_the_final_norm_on_gpu() -> None:
     # Qwen3-0.6B's head: 151,936 x 1,024, tied to the embeddings; float32 logits either way.
-    from engine.layers import embedding
-    from engine.layers.embedding import ParallelLMHead
-
     dtype, n, vocab = torch.bfloat16, 1024, 151936
-    head = ParallelLMHead(vocab, n).to(dtype).cuda()
-    head.weight.data.normal_(std=n**-0.5)
+    weight = (torch.randn(vocab, n, device="cuda") * n**-0.5).to(dtype)
     pending = _pending(torch.randn(1, n, dtype=dtype, device="cuda"), n, dtype, "cuda")
-    fused = head(pending)
+    t = DEFAULT_TUNING
+    fused = normed_gemv(pending, weight, out_dtype=torch.float32, block_n=t.lm_head_block_n,
+                        num_warps=t.lm_head_warps)  # fmt: skip
     assert fused.dtype == torch.float32 and fused.shape == (1, vocab)
-    monkeypatch.setattr(embedding, "FUSE_FINAL_NORM", False)
-    unfused = head(pending)
-    assert unfused.dtype == dtype
+    unfused = F.linear(materialize(pending, t), weight)
     torch.testing.assert_close(fused, unfused.float(), rtol=1e-2, atol=1e-2)
     assert fused.argmax() == unfused.float().argmax()

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
+from dataclasses import replace
 
 import pytest
 import torch
 
-from engine.attention import AttentionMetadata, TorchPagedAttention, TritonPagedAttention
-from engine.attention.triton_paged import num_splits_for
+from engine.attention_backends import AttentionMetadata, TorchAttentionBackend, TritonAttentionBackend
+from engine.attention_backends.triton_backend import num_splits_for
 from engine.kernels import paged_attention
+from engine.tuning import DEFAULT_TUNING
 
 _TOL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 
@@ -66,8 +67,8 @@ def _check(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
 def _compare(device: str, dtype: torch.dtype, window: int | None = None, **case: object) -> None:
     q, k_cache, v_cache, meta = _case(device, dtype, **case)  # type: ignore[arg-type]
     scale = q.shape[-1] ** -0.5
-    want = TorchPagedAttention().forward(q, k_cache, v_cache, meta, scale=scale, sliding_window=window)
-    got = TritonPagedAttention().forward(q, k_cache, v_cache, meta, scale=scale, sliding_window=window)
+    want = TorchAttentionBackend().forward(q, k_cache, v_cache, meta, scale=scale, sliding_window=window)
+    got = TritonAttentionBackend().forward(q, k_cache, v_cache, meta, scale=scale, sliding_window=window)
     _check(got, want, dtype)
 
 
@@ -76,7 +77,7 @@ def test_decode_matches_torch_for_every_split(device: str, splits: int) -> None:
     q, k_cache, v_cache, meta = _case(
         device, torch.float32, heads=(4, 2, 16), block_size=4, q_lens=[1, 1, 1], ctx_lens=[5, 17, 70], seed=1
     )
-    want = TorchPagedAttention().forward(q, k_cache, v_cache, meta, scale=0.25)
+    want = TorchAttentionBackend().forward(q, k_cache, v_cache, meta, scale=0.25)
     got = paged_attention(
         q, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.query_starts,
         max_query_len=1, scale=0.25, num_splits=splits,
@@ -85,20 +86,19 @@ def test_decode_matches_torch_for_every_split(device: str, splits: int) -> None:
 
 
 @pytest.mark.parametrize("prefetch", [True, False])
-def test_first_tile_prefetch_matches(device: str, prefetch: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    module = importlib.import_module("engine.kernels.paged_attention")  # the package exports the function
-    monkeypatch.setattr(module, "PREFETCH_SMALL_BATCH", prefetch)
+def test_first_tile_prefetch_matches(device: str, prefetch: bool) -> None:
+    tuning = replace(DEFAULT_TUNING, prefetch_small_batch=prefetch)
     # Contexts shorter than a split, ending mid-tile and on a tile edge; one empty (a padding row).
     q, k_cache, v_cache, meta = _case(
         device, torch.float32, heads=(8, 2, 16), block_size=4, q_lens=[1] * 5,
         ctx_lens=[1, 31, 32, 33, 150], seed=9,
     )  # fmt: skip
     meta.context_lens[0] = 0
-    want = TorchPagedAttention().forward(q, k_cache, v_cache, meta, scale=0.25)
+    want = TorchAttentionBackend().forward(q, k_cache, v_cache, meta, scale=0.25)
     for splits in (1, 2, 16):
         got = paged_attention(
             q, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.query_starts,
-            max_query_len=1, scale=0.25, num_splits=splits,
+            max_query_len=1, scale=0.25, num_splits=splits, tuning=tuning,
         )  # fmt: skip
         _check(got[1:], want[1:], torch.float32)
         assert (got[0] == 0).all()  # no keys: zeros
@@ -157,6 +157,8 @@ def test_split_count_depends_only_on_batch_shape() -> None:
     assert num_splits_for(8, 8, 1) == 16
     assert num_splits_for(48, 8, 1) == 4
     assert num_splits_for(1, 8, 128) == 1
+    assert num_splits_for(1, 8, 1, small_batch_max_splits=4) == 4  # the small-batch cap
+    assert num_splits_for(16, 8, 1, small_batch_max_splits=4) == 8  # not applied from 16 sequences
 
 
 @pytest.mark.gpu
@@ -191,6 +193,6 @@ def test_block_offsets_past_two_to_the_31_on_gpu() -> None:
         host_query_starts=(0, 1, 2),
         host_context_lens=(40, 9),
     )
-    want = TorchPagedAttention().forward(q, k_cache, v_cache, meta, scale=0.1)
-    got = TritonPagedAttention().forward(q, k_cache, v_cache, meta, scale=0.1)
+    want = TorchAttentionBackend().forward(q, k_cache, v_cache, meta, scale=0.1)
+    got = TritonAttentionBackend().forward(q, k_cache, v_cache, meta, scale=0.1)
     _check(got, want, torch.bfloat16)

@@ -29,7 +29,7 @@ def test_matches_the_torch_layer(device: str, dtype: torch.dtype) -> None:
     layer = _layer(48, dtype, device, 0)
     x = torch.randn(5, 48).to(dtype).to(device)
     got, residual = rms_norm(x, layer.weight, layer.eps)
-    want = layer.forward_torch(x)
+    want = layer(x)
     assert residual is None
     assert got.dtype == want.dtype and got.shape == want.shape
     torch.testing.assert_close(got, want, atol=1e-5 if dtype == torch.float32 else 1e-2, rtol=2e-2)
@@ -45,9 +45,7 @@ def test_fused_residual_add(device: str, dtype: torch.dtype) -> None:
     # The interpreter rounds float32 -> bfloat16 toward zero (the GPU to nearest): allow one ulp.
     ulp = 2**-7 if device == "cpu" and dtype == torch.bfloat16 else 0.0
     torch.testing.assert_close(new_res, x + res, atol=0, rtol=ulp)
-    torch.testing.assert_close(
-        got, layer.forward_torch(x + res), atol=1e-5 if dtype == torch.float32 else 1e-2, rtol=2e-2
-    )
+    torch.testing.assert_close(got, layer(x + res), atol=1e-5 if dtype == torch.float32 else 1e-2, rtol=2e-2)
 
 
 def test_per_head_norm_on_a_strided_view(device: str) -> None:
@@ -57,7 +55,7 @@ def test_per_head_norm_on_a_strided_view(device: str) -> None:
     q = qkv[:, : 4 * 16].view(4, 4, 16)
     assert not q.is_contiguous()
     got, _ = rms_norm(q, layer.weight, layer.eps)
-    torch.testing.assert_close(got, layer.forward_torch(q), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, layer(q), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.gpu
@@ -69,18 +67,9 @@ def test_real_shapes_on_gpu() -> None:
         res = torch.randn(300, size, dtype=torch.bfloat16, device="cuda")
         got, new_res = rms_norm(x, layer.weight, layer.eps, residual=res)
         torch.testing.assert_close(new_res, x + res, atol=0, rtol=0)
-        want = layer.forward_torch(x + res)
+        want = layer(x + res)
         torch.testing.assert_close(got, want, atol=2e-2, rtol=1e-2)
         assert (got == want).float().mean() > 0.99  # rounded where HF rounds: almost all bit-equal
-
-
-def test_layer_forward_with_residual_matches_add_then_norm(device: str) -> None:
-    # The decoder's fused path (CUDA kernel, or torch on CPU) equals the unfused add then norm.
-    layer = _layer(32, torch.float32, device, 3)
-    x, res = torch.randn(4, 32).to(device), torch.randn(4, 32).to(device)
-    normed, summed = layer.forward_with_residual(x, res)
-    torch.testing.assert_close(summed, x + res, atol=0, rtol=0)
-    torch.testing.assert_close(normed, layer.forward_torch(x + res), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -111,8 +100,6 @@ def test_split_k_partials_summed_in_the_norm_give_the_same_bits(
         got_res = maybe_res
     assert want_res is not None
     assert torch.equal(got_res, want_res) and torch.equal(got, want)
-    if isinstance(deferred, SplitKPartials):  # the layer dispatches partials to the fused kernel
-        got2, got_res2 = layer.forward_with_residual(deferred, res)
-        assert torch.equal(got2, want) and torch.equal(got_res2, want_res)
+    if isinstance(deferred, SplitKPartials):
         with pytest.raises(ValueError, match="does not fit"):
             rms_norm_split_k(deferred, layer.weight, layer.eps, res[:, :8])

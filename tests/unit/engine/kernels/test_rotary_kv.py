@@ -42,7 +42,7 @@ def test_rotary_matches_the_torch_layer(device: str, dtype: torch.dtype, scaling
     rope = RotaryEmbedding(32, 500000.0, scaling).to(device)
     positions, q, k, _ = _inputs(device, dtype, 7, 4, 2, 32)
     got_q, got_k = rotary(positions, q, k, rope.inv_freq)
-    want_q, want_k = rope.forward_torch(positions, q, k)
+    want_q, want_k = rope(positions, q, k)
     torch.testing.assert_close(got_q, want_q, **_tol(dtype))
     torch.testing.assert_close(got_k, want_k, **_tol(dtype))
 
@@ -59,7 +59,7 @@ def test_fused_rotary_and_cache_write(device: str, dtype: torch.dtype) -> None:
     k_cache, v_cache = _pool(device, dtype, 2, 16)
     slots = torch.tensor([3, 9, -1, 0, 22], device=device)  # -1: a padding row, stored nowhere
     got_q = rotary_kv_write(positions, q, k, v, rope.inv_freq, k_cache, v_cache, slots)
-    want_q, want_k = rope.forward_torch(positions, q, k)
+    want_q, want_k = rope(positions, q, k)
     torch.testing.assert_close(got_q, want_q, **_tol(dtype))
     for row, slot in enumerate(slots.tolist()):
         if slot < 0:
@@ -95,7 +95,7 @@ def test_real_shapes_on_gpu() -> None:
     k_cache, v_cache = pool[:, 0, 0], pool[:, 0, 1]
     slots = torch.randperm(64 * 16, device="cuda")[:513]
     got_q = rotary_kv_write(positions, q, k, v, rope.inv_freq, k_cache, v_cache, slots)
-    want_q, want_k = rope.forward_torch(positions, q, k)
+    want_q, want_k = rope(positions, q, k)
     torch.testing.assert_close(got_q, want_q, atol=2e-2, rtol=1e-2)
     torch.testing.assert_close(k_cache.flatten(0, 1)[slots], want_k, atol=2e-2, rtol=1e-2)
     torch.testing.assert_close(v_cache.flatten(0, 1)[slots], v, atol=0, rtol=0)
@@ -124,7 +124,7 @@ def test_head_norm_fused_before_rotary_and_cache_write(device: str, dtype: torch
         slots,
         qk_norm=(q_norm.weight, k_norm.weight, 1e-6),
     )
-    want_q, want_k = rope.forward_torch(positions, q_norm.forward_torch(q), k_norm.forward_torch(k))
+    want_q, want_k = rope(positions, q_norm(q), k_norm(k))
     torch.testing.assert_close(got_q, want_q, **_tol(dtype))
     for row, slot in enumerate(slots.tolist()):
         if slot >= 0:

@@ -11,6 +11,7 @@ import itertools
 import math
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 from engine.kernels import SkinnyGemmConfig, skinny_gemm, skinny_gemm_config
 from engine.layers import ColumnParallelLinear, RowParallelLinear
+from engine.tuning import DEFAULT_TUNING
 
 # The interpreter rounds float32 -> bfloat16/float16 toward zero (the GPU to nearest): one ulp.
 _RTOL = {torch.float32: 1e-5, torch.float16: 2**-10, torch.bfloat16: 2**-7}
@@ -65,7 +67,7 @@ def test_silu_mul_prologue_matches_the_separate_activation(
     gate_up = (torch.randn(m, 2 * k) * 2).to(dtype).to(device)
     w = (torch.randn(n, k) / math.sqrt(k)).to(dtype).to(device)
     got = skinny_gemm(gate_up, w, config=config, silu_mul=True)
-    want = skinny_gemm(SiluAndMul().forward_torch(gate_up), w, config=config)
+    want = skinny_gemm(SiluAndMul()(gate_up), w, config=config)
     if dtype == torch.float32 or device == "cuda":
         # Rounded where silu_and_mul rounds: the same as the activation kernel then the GEMM.
         torch.testing.assert_close(got.float(), want.float(), atol=1e-5, rtol=_RTOL[dtype])
@@ -136,7 +138,19 @@ def test_heuristic_splits_narrow_weights_and_ignores_batches_of_two_or_more() ->
     assert skinny_gemm_config(8, 151936, 1024).split_k == 1
 
 
-def test_layers_on_cpu_still_use_f_linear() -> None:
+def test_one_row_shape_follows_the_tuning() -> None:
+    # Qwen3-0.6B's o_proj at one row: the whole K slice in one tile, from the tuning's fields.
+    default = skinny_gemm_config(1, 1024, 2048)
+    assert (default.block_n, default.block_k, default.split_k, default.num_warps) == (16, 512, 4, 8)
+    tuned = replace(DEFAULT_TUNING, one_row_block_n=32, one_row_split_k=8, one_row_warps=4)
+    assert skinny_gemm_config(1, 1024, 2048, tuning=tuned) == SkinnyGemmConfig(
+        block_n=32, block_k=256, split_k=8, use_dot=False, num_warps=4
+    )
+    tiles = skinny_gemm_config(1, 1024, 2048, tuning=replace(DEFAULT_TUNING, prefetch_whole_slice=False))
+    assert (tiles.block_k, tiles.num_warps) == (256, 4)
+
+
+def test_layers_use_f_linear() -> None:
     column, row = ColumnParallelLinear(64, 48, bias=True), RowParallelLinear(48, 64, bias=True)
     for layer in (column, row):
         assert layer.bias is not None
@@ -162,10 +176,7 @@ def test_real_shapes_on_gpu(model: str, m: int, dtype: torch.dtype) -> None:
 
 @pytest.mark.gpu
 @_needs_gpu
-def test_graph_capture_and_layer_dispatch_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.kernels
-    import engine.layers.linear as linear
-
+def test_graph_capture_on_gpu() -> None:
     x, w, b = _operands(4, 4096, 1024, torch.bfloat16, "cuda", bias=True)
     static_x = x.clone()
     skinny_gemm(static_x, w, b, SkinnyGemmConfig(split_k=4))  # compile outside the capture
@@ -176,16 +187,22 @@ def test_graph_capture_and_layer_dispatch_on_gpu(monkeypatch: pytest.MonkeyPatch
     graph.replay()
     torch.testing.assert_close(y, F.linear(static_x, w, b), atol=2e-2, rtol=2e-2)
 
+
+def test_fused_step_takes_few_half_precision_rows_to_the_skinny_gemm(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.fused_step import gemm
+
     calls: list[int] = []
-    monkeypatch.setattr(
-        engine.kernels, "skinny_gemm", lambda x, w, b: calls.append(len(x)) or F.linear(x, w, b)
-    )
-    layer = RowParallelLinear(1024, 4096, bias=True).to(device="cuda", dtype=torch.bfloat16)
-    for rows in (1, linear.SKINNY_GEMM_MAX_ROWS, linear.SKINNY_GEMM_MAX_ROWS + 1):
-        layer(torch.randn(rows, 1024, dtype=torch.bfloat16, device="cuda"))
-    monkeypatch.setattr(linear, "USE_SKINNY_GEMM", False)
-    layer(torch.randn(2, 1024, dtype=torch.bfloat16, device="cuda"))
-    assert calls == [1, linear.SKINNY_GEMM_MAX_ROWS]
+    monkeypatch.setattr(gemm, "skinny_gemm", lambda x, w, b, **_: calls.append(len(x)) or F.linear(x, w, b))
+    layer = RowParallelLinear(64, 32, bias=True).to(device=device, dtype=torch.bfloat16)
+    for rows in (1, gemm.SKINNY_GEMM_MAX_ROWS, gemm.SKINNY_GEMM_MAX_ROWS + 1):
+        gemm.row(layer, torch.randn(rows, 64, dtype=torch.bfloat16, device=device), DEFAULT_TUNING)
+    gemm.row(layer.float(), torch.randn(2, 64, device=device), DEFAULT_TUNING)  # float32: cuBLAS
+    layer.bfloat16()
+    cublas_only = replace(DEFAULT_TUNING, skinny_gemm=False)
+    gemm.row(layer, torch.randn(2, 64, dtype=torch.bfloat16, device=device), cublas_only)
+    assert calls == [1, gemm.SKINNY_GEMM_MAX_ROWS]
 
 
 def _time_us(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor, w: torch.Tensor,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
+from dataclasses import replace
 
 import pytest
 import torch
 
 from engine.kernels.step_advance import step_advance
+from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 BS = 4  # block size
 
@@ -25,7 +26,9 @@ def _inputs(device: str) -> dict[str, torch.Tensor]:
     }
 
 
-def _greedy(logits: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
+def _greedy(
+    logits: torch.Tensor, counts: torch.Tensor | None = None, tuning: CudaTuning = DEFAULT_TUNING
+) -> torch.Tensor:
     """step_advance's tokens for logits whose rows are all padding (only the tokens change)."""
     rows, device = logits.shape[0], logits.device
     counts = torch.zeros(rows, dtype=torch.int32, device=device) if counts is None else counts
@@ -36,7 +39,7 @@ def _greedy(logits: torch.Tensor, counts: torch.Tensor | None = None) -> torch.T
         torch.full((rows,), -1, device=device),
         torch.zeros(rows, dtype=torch.long, device=device),
     )
-    step_advance(logits, counts, tokens, out, positions, ctx, slots, table, BS)
+    step_advance(logits, counts, tokens, out, positions, ctx, slots, table, BS, tuning=tuning)
     assert torch.equal(tokens, out)
     assert slots.tolist() == [-1] * rows and positions.tolist() == [0] * rows and ctx.tolist() == [0] * rows
     return tokens
@@ -89,15 +92,15 @@ def test_strided_rows_and_bf16_logits(device: str) -> None:
 
 
 @pytest.mark.parametrize("block", [256, 4096])
-def test_program_width_changes_no_token(device: str, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_program_width_changes_no_token(device: str, block: int) -> None:
     # The width is a tuning knob (bench.graph_profile step_block_*): more or fewer keys per row,
     # the same reduction. 3,000 logits: twelve programs of 256, or one program wider than the row.
-    monkeypatch.setattr(importlib.import_module("engine.kernels.step_advance"), "BLOCK", block)
+    tuning = replace(DEFAULT_TUNING, step_block=block)
     rows = torch.randn(3, 3000)
     rows[0, [5, 2999]] = 9.0  # a tie across programs: the lower index
     rows[1, 2048] = float("nan")
     assert (
-        _greedy(rows.to(device)).tolist()
+        _greedy(rows.to(device), tuning=tuning).tolist()
         == rows.argmax(dim=-1).tolist()
         == [5, 2048, rows[2].argmax().item()]
     )

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
+from engine.attention_backends.metadata import AttentionMetadata
 
-__all__ = ["TorchPagedAttention"]
+__all__ = ["TorchAttentionBackend"]
 
 
-class TorchPagedAttention:
+class TorchAttentionBackend:
     """Gathers each sequence's pages, then runs causal (optionally sliding-window) attention."""
+
+    def store_kv(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> None:
+        # k, v: [num_tokens, num_kv_heads, head_dim] -> their slots of the paged cache
+        blocks = meta.slot_mapping // meta.block_size
+        offsets = meta.slot_mapping % meta.block_size
+        k_cache[blocks, offsets] = k
+        v_cache[blocks, offsets] = v
 
     def forward(
         self,

@@ -1,0 +1,132 @@
+"""Every tuning choice of the CUDA path, in one frozen config: which fusions the fused step takes
+and the launch shapes of the kernels it runs.
+
+The defaults are the production values. It is not a deployment setting: the engine takes one at
+construction (``LLMEngine(config, tuning=...)``, default ``CudaTuning()``) and passes it down
+(``ModelRunner`` -> ``FusedStep``, ``CudaGraphRunner``, the Triton attention backend), and every
+kernel takes it as an argument. A benchmark variant is ``dataclasses.replace(CudaTuning(), ...)``
+(``bench.graph_profile.VARIANTS``). A leaf module (no imports), so the kernels can read it without
+importing anything above them. Every fusion computes the same bits as the kernels it replaces, so
+no field changes a token; they change only time (measured in ``bench/BENCHMARKS.md``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+__all__ = ["DEFAULT_TUNING", "CudaTuning"]
+
+_POWERS_OF_TWO = (
+    "gemv_block_n",
+    "gemv_warps",
+    "lm_head_block_n",
+    "lm_head_warps",
+    "one_row_block_n",
+    "one_row_warps",
+    "merge_block_n",
+    "merge_warps",
+    "small_batch_tile_n",
+    "small_batch_warps",
+    "small_batch_max_splits",
+    "step_block",
+    "step_warps",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CudaTuning:
+    pdl: bool = True
+    """Launch kernels with programmatic dependent launch on Hopper and later (``kernels.pdl``):
+    a kernel's blocks start, and load its weights, while the kernel ahead is still finishing."""
+
+    skinny_gemm: bool = True
+    """Half-precision matmuls of at most 16 rows (decode) run the weight-streaming Triton GEMM
+    (``kernels.skinny_gemm``) instead of cuBLAS, whose launch and tiling overheads dominate there.
+    Off, every fusion into a GEMM is off too."""
+    rope_in_attention_max_seqs: int = 15
+    """Decode steps of at most this many sequences run RoPE and the cache write inside the
+    attention kernel (``kernels.paged_attention.decode_attention``): at small batches a step is a
+    chain of latency-bound launches, and this takes one out of every layer. 0: off."""
+    merge_in_gemm: bool = True
+    """One decode token: attention hands its split-K partials to o_proj, whose one-row GEMM merges
+    them as it loads them (``kernels.split_merge``): one dependent launch fewer per layer."""
+    merge_max_k: int = 2048
+    """Widest o_proj input merged inside it. Every o_proj program re-reads its K slice's partials;
+    a wider model (Llama-3-8B: 4,096) would re-read as many bytes of partials as of weights."""
+    norm_in_gemv: bool = True
+    """One row (batch-1 decode): the residual add and RMSNorm are computed by the GEMM that
+    consumes them (``kernels.normed_gemv``) instead of a norm kernel of their own."""
+    final_norm_in_lm_head: bool = True
+    """One row on one rank: the model's final RMSNorm runs inside the LM head's GEMV, which
+    writes float32 logits directly."""
+    gather_in_first_gemv: bool = True
+    """One token on one rank: the first layer's norm-and-GEMV gathers the token's embedding row
+    itself, instead of an embedding kernel and a norm kernel."""
+    greedy_tail_max_bucket: int = 1
+    """Decode graphs of at most this many rows end with ``kernels.step_advance``: the greedy token
+    and the next step's inputs are made on the device. At one sequence that takes the argmax, both
+    copies and the token's scatter off the step's stream; bigger batches mostly sample, and their
+    host work hides behind longer steps. 0: off."""
+
+    gemv_block_n: int = 32
+    """W rows per program of the layers' norm-and-GEMV. Every program recomputes the norm, so
+    fewer, wider programs repeat less of it but stream W over fewer multiprocessors."""
+    gemv_warps: int = 8
+    """Warps per program of the layers' norm-and-GEMV."""
+    lm_head_block_n: int = 16
+    """Vocabulary rows per program of the LM head's norm-and-GEMV, the one large GEMV of a decode
+    step (some 9,500 programs at a 152k vocabulary)."""
+    lm_head_warps: int = 4
+    """Warps per program of the LM head: with fewer warps more of its programs fit beside the
+    kernel ahead of it."""
+
+    one_row_block_n: int = 16
+    """W rows per program of a one-row skinny GEMM."""
+    one_row_split_k: int = 4
+    """K slices of a narrow, long W (N <= 4096, K >= 2048) in a one-row skinny GEMM, so enough
+    programs stream it."""
+    one_row_warps: int = 8
+    """Warps per program of a one-row skinny GEMM that loads its whole K slice as one tile."""
+    prefetch_whole_slice: bool = True
+    """One row, W under 64 Ki columns: each program loads its whole K slice as one tile, which
+    under PDL streams in before the kernel ahead has finished. Off: tiles of 256/512 columns."""
+
+    merge_block_n: int = 32
+    """W rows per program of the o_proj GEMM that merges attention partials: every program re-reads
+    its K slice's partials, so fewer, wider programs than a plain one-row GEMM's."""
+    merge_split_k: int | None = None
+    """K slices of that GEMM; None: the plain one-row GEMM's."""
+    merge_warps: int = 4
+    """Warps per program of the separate merge kernel."""
+
+    prefetch_small_batch: bool = True
+    """Decode of under 16 sequences: attention loads its first K/V tile before waiting for the
+    kernel ahead."""
+    small_batch_tile_n: int = 32
+    """Keys per loop step of attention for decode of under 16 sequences."""
+    small_batch_warps: int = 4
+    """Warps per program of attention for decode of under 16 sequences."""
+    small_batch_max_splits: int = 16
+    """Most splits of a sequence's keys (flash-decoding) under 16 sequences, where a step is
+    latency-bound."""
+
+    step_block: int = 1024
+    """Logits per program of ``step_advance`` (one wave of programs for a 152k vocabulary)."""
+    step_warps: int = 4
+    """Warps per program of ``step_advance``."""
+
+    def __post_init__(self) -> None:
+        for name in _POWERS_OF_TWO:
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"CudaTuning.{name} must be a power of two, got {value}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                raise ValueError(f"CudaTuning.{f.name} must not be negative, got {value}")
+        if self.one_row_split_k < 1 or (self.merge_split_k is not None and self.merge_split_k < 1):
+            raise ValueError("CudaTuning split counts must be positive")
+
+
+DEFAULT_TUNING = CudaTuning()
+"""The production values, for callers of a kernel that tune nothing (tests, benchmarks)."""
