@@ -1,7 +1,8 @@
 """Random-weight Qwen3-shaped checkpoints for benchmarks, built with HF transformers (no hub access).
 
-Two shapes: ``tiny`` (2 layers, hidden 64; CPU) and ``qwen3-0.6b`` (the real Qwen3-0.6B config;
-GPU, bf16). The tokenizer is a word-level one with one token per id, so any id decodes; the
+Three shapes: ``tiny`` (2 layers, hidden 64; CPU), ``small`` (4 layers, hidden 256: a CPU
+model whose prefill costs arithmetic, not just Python) and ``qwen3-0.6b`` (the real Qwen3-0.6B
+config; GPU, bf16). The tokenizer is a word-level one with one token per id, so any id decodes; the
 benchmarks feed token ids, never text.
 """
 
@@ -22,6 +23,16 @@ SHAPES: dict[str, dict[str, Any]] = {
         # The workload's prompt ids go up to 10000.
         "vocab_size": 10240,
         "max_position_embeddings": 4096,
+    },
+    "small": {
+        "hidden_size": 256,
+        "intermediate_size": 768,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "vocab_size": 10240,
+        "max_position_embeddings": 8192,
     },
     "qwen3-0.6b": {
         "hidden_size": 1024,

@@ -75,7 +75,14 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_num_seqs: int = 64
     """Cap on sequences in the running batch, across all models."""
     max_num_batched_tokens: int = 2048
-    """Per-step token budget (decode tokens plus prefill chunks), across all models."""
+    """Per-step token budget (decode tokens plus prefill chunks), across all models. Decodes are
+    scheduled first and a longer prompt is prefilled in chunks over several steps, so this bounds
+    how long one step, and so one token of every running stream, can take when prompts arrive."""
+    long_prefill_token_threshold: int | None = 1024
+    """Most tokens one prompt's prefill takes in a step while other sequences run or wait; the
+    rest of the budget goes to other arrivals and the step stays short. A lone prompt takes the
+    whole budget. The default leaves prompts up to 1,024 tokens one chunk (most chat turns), and
+    halves the default budget for longer ones. None: no cap but max_num_batched_tokens."""
     enable_prefix_caching: bool = True
     """Reuse the KV of full blocks whose prefix was already computed (per model, and within each
     model's ``prefix_cache_scope``)."""
@@ -108,6 +115,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise EngineConfigError("max_num_seqs must be >= 1")
         if self.max_num_batched_tokens < 1:
             raise EngineConfigError("max_num_batched_tokens must be >= 1")
+        if self.long_prefill_token_threshold is not None and self.long_prefill_token_threshold < 1:
+            raise EngineConfigError("long_prefill_token_threshold must be >= 1 (or unset)")
         if self.num_threads is not None and self.num_threads < 1:
             raise EngineConfigError("num_threads must be >= 1")
 

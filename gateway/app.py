@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
@@ -12,8 +13,6 @@ from litestar import Litestar, Request, Response, get
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 
-from common.audit_event import Decision, EventType
-from common.principal import Principal
 from gateway.auditor import Auditor, RequestSink
 from gateway.console.console import Console
 from gateway.console.router import console_template_config
@@ -21,16 +20,18 @@ from gateway.errors import (
     AuditUnavailable,
     GatewayError,
     PermissionDeniedError,
-    UnauthenticatedError,
     http_error_of,
     recorded_reason,
     response_parts,
 )
+from gateway.gatekeeper import Gatekeeper, requires
 from gateway.request_context import request_context
 from gateway.request_middleware import RequestMiddleware
+from gateway.routes.admin import ADMIN
 from gateway.routes.openai import OPENAI_ROUTES, context_of
 from gateway.services import Services
 from gateway.telemetry import Telemetry
+from policies.policy import ALL_DOMAINS
 
 __all__ = ["build_app"]
 
@@ -63,13 +64,6 @@ async def _services(request: Request[Any, Any, Any]) -> Services:
     return services
 
 
-async def _principal(request: Request[Any, Any, Any], services: Services) -> Principal:
-    ctx = context_of(request, request.url.path)
-    await services.inference.authenticate(ctx, request.headers.get("authorization"))
-    assert ctx.principal is not None
-    return ctx.principal
-
-
 @get("/healthz")
 async def healthz() -> Response[bytes]:
     return Response(b'{"status":"ok"}', media_type=_JSON)
@@ -88,34 +82,23 @@ async def readyz(services: Services) -> Response[bytes]:
 
 @get("/metrics")
 async def metrics_endpoint(request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
-    if not services.metrics_access.allows(request.headers.get("authorization")):
-        reason = "metrics: missing or wrong scrape token"
-        await services.inference.auditor.record(
-            context_of(request, "/metrics"),
-            EventType.AUTHENTICATION_FAILURE,
-            Decision.DENY,
-            status=401,
-            reason=reason,
-        )
-        raise UnauthenticatedError(reason)
+    await services.authenticator.scraper(
+        context_of(request, "/metrics"), request.headers.get("authorization")
+    )
     text, content_type = services.telemetry.prometheus_text()
     # As a header, not a media type: litestar would append a second "; charset=utf-8".
     return Response(text, headers={"content-type": content_type})
 
 
-@get("/admin/engines")
-async def admin_engines(
-    request: Request[Any, Any, Any], services: Services, principal: Principal
-) -> Response[bytes]:
-    """The engine pool as the gateway sees it: health, models, load (for global administrators:
-    engines serve every tenant)."""
-    if not services.authorizer.control_scope(principal, "admin:policy").is_global:
-        ctx = context_of(request, "/admin/engines")
-        ctx.principal = principal
-        await services.inference.auditor.record(
-            ctx, EventType.AUTHORIZATION_DENIAL, Decision.DENY, status=403, reason="admin:policy required"
-        )
-        raise PermissionDeniedError("admin:policy is required")
+_ENGINES = dataclasses.replace(
+    ADMIN, domain=lambda _: ALL_DOMAINS, refusal=lambda: PermissionDeniedError("admin:policy is required")
+)
+"""Engines serve every tenant: only administrators of the whole domain ``*`` see them."""
+
+
+@get("/admin/engines", guards=[requires(_ENGINES)])
+async def admin_engines(services: Services) -> Response[bytes]:
+    """The engine pool as the gateway sees it: health, models, load."""
     await services.engines.refresh()
     return Response(msgspec.json.encode({"engines": services.engines.describe()}), media_type=_JSON)
 
@@ -162,7 +145,8 @@ def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncGenerator[None, None]:
-        app.state.services = await services_factory()
+        services = app.state.services = await services_factory()
+        Gatekeeper(services.authenticator, services.authorizer, services.inference.auditor).install(app.state)
         app.state.console = Console.create(app.state.services)
         _keep_collector_off_the_request_path()
         try:
@@ -176,7 +160,6 @@ def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_
         route_handlers=[*OPENAI_ROUTES, healthz, readyz, metrics_endpoint, admin_engines, *_extra_routers()],
         dependencies={
             "services": Provide(_services),
-            "principal": Provide(_principal),
             "authorizer": Provide(_authorizer, sync_to_thread=False),
             "audit": Provide(_audit_sink, sync_to_thread=False),
             "audit_log": Provide(_audit_log, sync_to_thread=False),

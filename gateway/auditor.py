@@ -49,31 +49,22 @@ class Auditor:
         content: AuditContent | None = None,
         detail: str = "",
         served: bool = False,
+        endpoint: str = "",
     ) -> int:
-        """``served``: the client already has (part of) its answer, e.g. a stream's final record."""
-        p = ctx.principal
-        event = AuditEvent(
-            event_type=event_type,
-            decision=decision,
-            request_id=ctx.request_id,
-            trace_id=ctx.trace_id,
-            subject=p.subject if p else "",
-            roles=p.roles if p else (),
-            tenant=(p.tenant or "") if p else "",
-            client_ip=ctx.client_ip,
-            client_app=(p.client_id or "") if p else "",
-            model=ctx.model,
-            model_manifest=model_manifest,
-            endpoint=ctx.endpoint,
-            reason=reason,
+        """``served``: the client already has (part of) its answer, e.g. a stream's final record.
+        ``endpoint``: how the record names the endpoint, where not as the request's context does."""
+        event = self._event(
+            ctx,
+            event_type,
+            decision,
             status=status,
-            findings=tuple(findings),
+            reason=reason,
+            findings=findings,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            latency_ms=round(ctx.elapsed_ms(), 3),
-            engine_instance=ctx.engine_instance,
-            end_user=ctx.end_user,
+            model_manifest=model_manifest,
             detail=detail,
+            endpoint=endpoint,
         )
         try:
             # Only what is given: any AuditSink takes the plain call.
@@ -89,6 +80,63 @@ class Auditor:
             raise AuditUnavailable("the audit log is unavailable; the request was not served") from exc
         ctx.num_records += 1
         return seq
+
+    async def record_on_answer(
+        self,
+        ctx: RequestContext,
+        event_type: EventType,
+        decision: Decision,
+        *,
+        status: int,
+        reason: str = "",
+        detail: str = "",
+        endpoint: str = "",
+    ) -> None:
+        """Record as the answer starts, with the status answered (see ``RequestSink.append_on_answer``)."""
+        event = self._event(
+            ctx, event_type, decision, status=status, reason=reason, detail=detail, endpoint=endpoint
+        )
+        await RequestSink(self._sink, ctx).append_on_answer(event)
+
+    @staticmethod
+    def _event(
+        ctx: RequestContext,
+        event_type: EventType,
+        decision: Decision,
+        *,
+        status: int,
+        reason: str,
+        findings: Sequence[Finding] = (),
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        model_manifest: str = "",
+        detail: str = "",
+        endpoint: str = "",
+    ) -> AuditEvent:
+        p = ctx.principal
+        return AuditEvent(
+            event_type=event_type,
+            decision=decision,
+            request_id=ctx.request_id,
+            trace_id=ctx.trace_id,
+            subject=p.subject if p else "",
+            roles=p.roles if p else (),
+            tenant=(p.tenant or "") if p else "",
+            client_ip=ctx.client_ip,
+            client_app=(p.client_id or "") if p else "",
+            model=ctx.model,
+            model_manifest=model_manifest,
+            endpoint=endpoint or ctx.endpoint,
+            reason=reason,
+            status=status,
+            findings=tuple(findings),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            latency_ms=round(ctx.elapsed_ms(), 3),
+            engine_instance=ctx.engine_instance,
+            end_user=ctx.end_user,
+            detail=detail,
+        )
 
     async def record_answer(self, ctx: RequestContext, status: int) -> int:
         """The record of a request nothing else recorded, or its ``on_answer`` record: what was

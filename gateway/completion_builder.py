@@ -6,7 +6,6 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -23,9 +22,7 @@ from gateway.openai_types import (
     TopLogprob,
     Usage,
 )
-
-if TYPE_CHECKING:
-    from gateway.inference import Prepared
+from gateway.response_shape import ResponseShape
 
 __all__ = ["ChoiceState", "CompletionBuilder", "chat_logprobs", "completion_logprobs"]
 
@@ -75,10 +72,12 @@ def completion_logprobs(entries: list[LogprobEntry], start: int = 0) -> Completi
 
 
 class CompletionBuilder:
-    def __init__(self, prep: Prepared, clock: Callable[[], float] = time.time) -> None:
-        self._prep = prep
+    """A non-streamed answer: every choice's deltas gathered, then encoded once."""
+
+    def __init__(self, shape: ResponseShape, clock: Callable[[], float] = time.time) -> None:
+        self._shape = shape
         self._created = int(clock())
-        self._id = ("chatcmpl-" if prep.kind == "chat" else "cmpl-") + secrets.token_hex(12)
+        self._id = shape.id_prefix + secrets.token_hex(12)
         self._choices: dict[int, ChoiceState] = {}
         self._num_prompt_tokens = 0
 
@@ -113,9 +112,9 @@ class CompletionBuilder:
         )
 
     def encode(self) -> bytes:
-        model = self._prep.body.model
-        wants_logprobs = self._prep.generate.params.logprobs is not None
-        if self._prep.kind == "chat":
+        model = self._shape.model
+        wants_logprobs = self._shape.wants_logprobs
+        if self._shape.is_chat:
             chat = ChatCompletion(
                 id=self._id,
                 created=self._created,

@@ -1,6 +1,6 @@
 """The inference pipeline: one function per OpenAI endpoint, from parsed body to engine and back.
 
-    authenticate ─▶ parse ─▶ authorize (else 404, as unknown) ─▶ model known? ─▶ count prompt
+    (authenticated: gateway.authenticator) parse ─▶ authorize (else 404, as unknown) ─▶ model known? ─▶ count prompt
         tokens (engine) ─▶ reserve quota ─▶ filter request ─▶ engine ─▶ filter response
         (streamed: hold-back window) ─▶ settle quota ─▶ audit ─▶ answer
 
@@ -32,7 +32,6 @@ from engine.serving.client import EngineClient
 from engine.serving.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
 from filters import FilterContext, FilterPipeline, ScanBudgetError
 from gateway.auditor import Auditor
-from gateway.auth import AuthenticationError, RevocationUnavailableError, TokenVerifier
 from gateway.completion_builder import CompletionBuilder
 from gateway.engine_pool import EnginePool
 from gateway.errors import (
@@ -41,13 +40,14 @@ from gateway.errors import (
     GatewayError,
     ModelNotFoundError,
     NoEngineError,
-    UnauthenticatedError,
     http_error_of,
     recorded_reason,
 )
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest
 from gateway.quota import QuotaLease, Quotas
 from gateway.request_context import RequestContext
+from gateway.response_shape import ResponseShape
+from gateway.stream_writer import StreamWriter
 from gateway.telemetry import Telemetry
 from policies import Authorizer
 
@@ -70,6 +70,17 @@ class Prepared(msgspec.Struct, kw_only=True):
     lease: QuotaLease
     findings: list[Finding]
 
+    @property
+    def shape(self) -> ResponseShape:
+        """What the answer looks like: all the completion builder and the SSE writer see."""
+        params = self.generate.params
+        return ResponseShape(
+            is_chat=self.kind == "chat",
+            model=self.body.model,
+            num_choices=params.n,
+            wants_logprobs=params.logprobs is not None,
+        )
+
 
 class InferenceService:
     """Owns the per-request pipeline; the routes only parse HTTP and hand over."""
@@ -77,7 +88,6 @@ class InferenceService:
     def __init__(
         self,
         *,
-        verifier: TokenVerifier,
         authorizer: Authorizer,
         quotas: Quotas,
         filters: FilterPipeline,
@@ -88,7 +98,6 @@ class InferenceService:
         allow_token_id_prompts: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.verifier = verifier
         self.authorizer = authorizer
         self.quotas = quotas
         self.filters = filters
@@ -100,20 +109,6 @@ class InferenceService:
         self._clock = clock
 
     # -- checks ------------------------------------------------------------------------------
-
-    async def authenticate(self, ctx: RequestContext, authorization: str | None) -> None:
-        try:
-            ctx.principal = await self.verifier.verify(authorization)
-        except AuthenticationError as exc:
-            await self.auditor.record(
-                ctx, EventType.AUTHENTICATION_FAILURE, Decision.DENY, status=401, reason=exc.reason
-            )
-            raise UnauthenticatedError(exc.reason) from None
-        except RevocationUnavailableError as exc:
-            await self.auditor.record(
-                ctx, EventType.AUTHENTICATION_FAILURE, Decision.ERROR, status=503, reason=exc.message
-            )
-            raise
 
     async def reject(self, ctx: RequestContext, exc: BaseException) -> GatewayError:
         """Audit a refusal that happened after authentication and return its HTTP error."""
@@ -140,8 +135,10 @@ class InferenceService:
     async def prepare(
         self, ctx: RequestContext, kind: str, body: ChatCompletionRequest | CompletionRequest
     ) -> Prepared:
-        """Everything between a parsed body and the engine call. Raises GatewayError (audited)."""
-        assert ctx.principal is not None
+        """Everything between a parsed body and the engine call (for an authenticated caller).
+        Raises GatewayError (audited)."""
+        if ctx.principal is None:
+            raise RuntimeError("prepare() needs an authenticated request")
         ctx.model = body.model
         ctx.end_user = body.user or ""
         if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
@@ -279,7 +276,7 @@ class InferenceService:
 
     async def complete(self, prep: Prepared) -> bytes:
         """Non-streamed: run to the end, filter, audit, return the JSON body."""
-        builder = CompletionBuilder(prep, self._clock)
+        builder = CompletionBuilder(prep.shape, self._clock)
         used = 0
         try:
             try:
@@ -396,9 +393,7 @@ class InferenceService:
         first: DeltaEvent | None,
         events: AsyncIterator[DeltaEvent],
     ) -> AsyncIterator[bytes]:
-        from gateway.stream_writer import StreamWriter
-
-        writer = StreamWriter(prep, self.filters, self._clock)
+        writer = StreamWriter(prep.shape, self.filters, _filter_context(prep), self._clock)
         is_finished = False
         serving, model = self.telemetry.serving, prep.body.model
         ttft_s: float | None = None
@@ -452,7 +447,7 @@ class InferenceService:
                 await _shielded(self._finish_stream(prep, stack, writer, "client disconnected"))
 
     async def _finish_stream(
-        self, prep: Prepared, stack: contextlib.AsyncExitStack, writer: Any, outcome: str
+        self, prep: Prepared, stack: contextlib.AsyncExitStack, writer: StreamWriter, outcome: str
     ) -> None:
         await stack.aclose()
         usage = writer.usage()

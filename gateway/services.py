@@ -16,6 +16,7 @@ from engine.serving.client import EngineClient
 from filters import FilterPipeline
 from gateway.auditor import Auditor
 from gateway.auth import TokenVerifier
+from gateway.authenticator import Authenticator
 from gateway.engine_pool import EnginePool, Heartbeat, ProcessProbe
 from gateway.errors import ConfigError
 from gateway.inference import InferenceService
@@ -77,7 +78,7 @@ class Services:
         filters: FilterPipeline,
         engines: EnginePool,
         inference: InferenceService,
-        metrics_access: MetricsAccess,
+        authenticator: Authenticator,
         writer_socket: WriterSocket | None = None,
     ) -> None:
         self.settings = settings
@@ -90,7 +91,7 @@ class Services:
         self.filters = filters
         self.engines = engines
         self.inference = inference
-        self.metrics_access = metrics_access
+        self.authenticator = authenticator
         self.writer_socket = writer_socket
 
     @classmethod
@@ -151,12 +152,12 @@ class Services:
         await engines.start()
         telemetry.count_in_flight(engines.num_in_flight)
         telemetry.serving.watch_engines(engines.engine_stats)
+        auditor = Auditor(audit_log)
         inference = InferenceService(
-            verifier=verifier,
             authorizer=authorizer,
             quotas=quotas,
             filters=filters,
-            auditor=Auditor(audit_log),
+            auditor=auditor,
             engines=engines,
             telemetry=telemetry,
             allow_token_id_prompts=settings.server.allow_token_id_prompts,
@@ -172,7 +173,7 @@ class Services:
             filters=filters,
             engines=engines,
             inference=inference,
-            metrics_access=metrics_access,
+            authenticator=Authenticator(verifier, metrics_access, auditor),
             writer_socket=writer_socket,
         )
 

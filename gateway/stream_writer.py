@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -27,9 +26,7 @@ from gateway.openai_types import (
     CompletionChunk,
     Usage,
 )
-
-if TYPE_CHECKING:
-    from gateway.inference import Prepared
+from gateway.response_shape import ResponseShape
 
 __all__ = ["StreamWriter"]
 
@@ -82,20 +79,26 @@ class _Choice:
 
 
 class StreamWriter:
+    """One streamed answer: engine deltas in, filtered SSE events out (``fctx``: whom the
+    response filters judge for)."""
+
     def __init__(
-        self, prep: Prepared, filters: FilterPipeline, clock: Callable[[], float] = time.time
+        self,
+        shape: ResponseShape,
+        filters: FilterPipeline,
+        fctx: FilterContext,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self._prep = prep
-        self._chat = prep.kind == "chat"
-        self._id = ("chatcmpl-" if self._chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self._shape = shape
+        self._chat = shape.is_chat
+        self._id = shape.id_prefix + uuid.uuid4().hex[:24]
         self._created = int(clock())
-        self._model = prep.body.model
-        roles = prep.ctx.principal.roles if prep.ctx.principal else ()
-        self._fctx = FilterContext(roles=roles, model=self._model)
+        self._model = shape.model
+        self._fctx = fctx
         self._filters = filters
         self._choices: dict[int, _Choice] = {}
         self._num_prompt_tokens = 0
-        self._wants_logprobs = prep.generate.params.logprobs is not None
+        self._wants_logprobs = shape.wants_logprobs
         self.blocked = False
 
     def _choice(self, index: int) -> _Choice:
@@ -147,7 +150,7 @@ class StreamWriter:
             model=self._model,
             choices=[
                 ChatChunkChoice(index=i, delta=ChunkDelta(role="assistant", content=""))
-                for i in range(self._prep.generate.params.n)
+                for i in range(self._shape.num_choices)
             ],
         )
         return _sse(_encoder.encode(first))

@@ -1,13 +1,18 @@
-"""The policy compiled into a lookup table, so one decision costs a dict lookup or a regex match.
+"""casbin's decisions compiled into a lookup table, so one costs a dict lookup or a regex match.
 
-Plain casbin walks every rule per decision. Here, once per policy version:
+Plain casbin walks every rule per decision. Here, once per policy version, from the casbin
+enforcer that holds it (``policies.enforcer``: the model, its role manager, its matching
+functions; the table keeps no rules of its own):
 
-    (member, domain)          -> role closure   (every role reachable through links valid in the
-                                                 domain, i.e. links of that domain or of '*')
-    (closure, domain, action) -> ModelPatternSet of the grants whose role is in the closure and
-                                 whose domain is that domain or '*'
+    (member, domain)          -> role closure   (every role reachable through casbin's links that
+                                                 its domainMatch applies in the domain)
+    (closure, domain, action) -> ModelPatternSet of casbin's grants whose role is in the closure
+                                 and whose domain casbin's domainMatch applies in that domain
 
-Closures are walked without casbin's depth limit (10 links). The pattern sets of a caller (its
+What remains of the matcher, ``r.act == p.act && modelMatch(r.obj, p.obj)``, is the pattern set
+per action, built on the same ``model_match``. When it is built, the table is checked against
+casbin's own ``enforce`` on every question a small policy can be asked (``check``): a table that
+disagrees is not taken into use. The pattern sets of a caller (its
 user plus its token roles) are compiled on first use and kept for the version; decisions are
 memoised per (caller, domain, action, resource) up to ``cache_size``. A table is immutable: a
 policy change builds a new one and swaps it in, so a decision never sees half a change.
@@ -18,12 +23,18 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from policies.enforcer import PolicyEnforcer
+from policies.errors import PolicyError
 from policies.pattern import ModelPatternSet
-from policies.policy import ALL_DOMAINS, Grant, Policy
+from policies.policy import ALL_DOMAINS, CONTROL_RESOURCE, INFERENCE_ACTIONS, Grant, Policy
 
 __all__ = ["DecisionTable"]
 
 _Key = tuple[tuple[str, ...], str]
+
+_MAX_CHECKED = 50_000
+"""Questions times rules: the largest policy checked question by question against casbin (about
+a quarter of a second of casbin's time)."""
 
 
 class DecisionTable:
@@ -31,16 +42,18 @@ class DecisionTable:
         self.policy = policy
         self.version = policy.version
         self._cache_size = cache_size
+        self.enforcer = PolicyEnforcer(policy)
         self._links: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-        for a in policy.assignments:
+        for a in self.enforcer.links():
             self._links[a.domain][a.member].add(a.role)
-        self._grants: dict[tuple[str, str], list[Grant]] = defaultdict(list)
-        for g in policy.grants:
-            self._grants[(g.role, g.domain)].append(g)
+        self._grants: dict[str, list[Grant]] = defaultdict(list)
+        for g in self.enforcer.grants():
+            self._grants[g.role].append(g)
         self._closures: dict[tuple[str, str], frozenset[str]] = {}
         self._pattern_sets: dict[_Key, dict[str, ModelPatternSet]] = {}
         self._decisions: dict[tuple[tuple[str, ...], str, str, str], bool] = {}
         self._precompute()
+        self.check()
 
     def _precompute(self) -> None:
         domains = (
@@ -58,9 +71,9 @@ class DecisionTable:
         key = (member, domain)
         found = self._closures.get(key)
         if found is None:
-            scopes = [self._links[ALL_DOMAINS]]
-            if domain != ALL_DOMAINS and domain in self._links:
-                scopes.append(self._links[domain])
+            # Followed without casbin's depth limit, so a long chain cannot silently end early.
+            applies_in = self.enforcer.applies_in
+            scopes = [links for d, links in self._links.items() if applies_in(d, domain)]
             seen = {member}
             frontier = [member]
             while frontier:
@@ -81,12 +94,12 @@ class DecisionTable:
 
     def grants_of(self, members: Iterable[str], domain: str) -> list[Grant]:
         """Every grant that applies to a caller acting as ``members`` in ``domain``."""
-        domains = {ALL_DOMAINS, domain}
+        applies_in = self.enforcer.applies_in
         return sorted(
             g
             for role in self.roles_of(members, domain)
-            for d in domains
-            for g in self._grants.get((role, d), ())
+            for g in self._grants.get(role, ())
+            if applies_in(g.domain, domain)
         )
 
     def _pattern_set_of(self, members: tuple[str, ...], domain: str) -> dict[str, ModelPatternSet]:
@@ -113,3 +126,28 @@ class DecisionTable:
                 self._decisions.clear()
             self._decisions[key] = decision
         return decision
+
+    def check(self) -> None:
+        """Ask casbin every question this policy can tell apart (each member and role, domain,
+        action and pattern, as the caller alone) and raise PolicyError where the table answers
+        otherwise. Skipped above ``_MAX_CHECKED``: casbin's cost grows with questions times rules."""
+        p = self.policy
+        members = (
+            {a.member for a in p.assignments} | {a.role for a in p.assignments} | {g.role for g in p.grants}
+        )
+        domains = {ALL_DOMAINS} | {a.domain for a in p.assignments} | {g.domain for g in p.grants}
+        actions = INFERENCE_ACTIONS | {g.action for g in p.grants}
+        objects = {g.pattern for g in p.grants} | {CONTROL_RESOURCE}
+        num_questions = len(members) * len(domains) * len(actions) * len(objects)
+        if num_questions * (len(p.grants) + len(p.assignments) + 1) > _MAX_CHECKED:
+            return
+        for member in sorted(members):
+            for domain in sorted(domains):
+                for action in sorted(actions):
+                    for resource in sorted(objects):
+                        expected = self.enforcer.enforce(member, domain, resource, action)
+                        if self.allows((member,), domain, action, resource) != expected:
+                            raise PolicyError(
+                                f"policy version {self.version}: the decision table and casbin disagree on "
+                                f"({member}, {domain}, {resource}, {action}); casbin says {expected}"
+                            )

@@ -20,7 +20,7 @@ from array import array
 from engine.core.block_pool import BlockPool
 from engine.core.sequence import Sequence
 
-__all__ = ["KVCacheManager"]
+__all__ = ["BlockRelease", "KVCacheManager"]
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -59,7 +59,21 @@ class KVCacheManager:
         return hits
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int, cached: list[int] | None = None) -> bool:
-        return self._num_short(seq, num_new_tokens, cached or []) <= 0
+        return self.num_blocks_short(seq, num_new_tokens, cached or []) <= 0
+
+    def num_blocks_short(self, seq: Sequence, num_new_tokens: int, cached: list[int]) -> int:
+        """How many blocks the pool lacks for ``allocate(seq, num_new_tokens, cached)`` (<= 0: none).
+        A cached block that sits free counts once: reviving it takes it off the free queue."""
+        held = len(seq.block_ids) + len(cached)
+        computed = seq.num_computed_tokens + len(cached) * self.block_size
+        need = self.num_blocks_for(computed + num_new_tokens) - held
+        revived = sum(1 for b in cached if self.pool.is_free(b))
+        return need - (self.pool.num_free_blocks - revived)
+
+    def release(self, keep: list[int]) -> BlockRelease:
+        """A tally of the blocks that preempting sequences would return to the pool, leaving out
+        ``keep`` (a waiter's cached prefix: freeing those only turns its hit into a revival)."""
+        return BlockRelease(self.pool, keep)
 
     def allocate(self, seq: Sequence, num_new_tokens: int, cached: list[int] | None = None) -> bool:
         """Give ``seq`` blocks for ``num_new_tokens`` more tokens after its computed ones (and after
@@ -76,7 +90,7 @@ class KVCacheManager:
             seq.block_ids.extend(self.pool.allocate(need))
             return True
         cached = cached or []
-        if self._num_short(seq, num_new_tokens, cached) > 0:
+        if self.num_blocks_short(seq, num_new_tokens, cached) > 0:
             return False
         if not seq.block_ids:
             seq.num_cached_tokens = len(cached) * self.block_size
@@ -112,13 +126,6 @@ class KVCacheManager:
         seq.block_ids = []
         seq.num_indexed_blocks = 0
 
-    def _num_short(self, seq: Sequence, num_new_tokens: int, cached: list[int]) -> int:
-        held = len(seq.block_ids) + len(cached)
-        computed = seq.num_computed_tokens + len(cached) * self.block_size
-        need = self.num_blocks_for(computed + num_new_tokens) - held
-        revived = sum(1 for b in cached if self.pool.is_free(b))
-        return need - (self.pool.num_free_blocks - revived)
-
     def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[bytes]:
         """The first ``num_blocks`` full-block hashes of ``seq``, computing missing ones."""
         return self._extend_hashes(seq, num_blocks)[:num_blocks]
@@ -137,3 +144,25 @@ class KVCacheManager:
     @staticmethod
     def _root(seq: Sequence) -> bytes:
         return hashlib.sha256(f"strongroom-kv\0{seq.model}\0{seq.cache_salt}".encode()).digest()
+
+
+class BlockRelease:
+    """Blocks returned to the pool if every sequence added so far were preempted together.
+
+    A block shared by several sequences (a common cached prefix) returns only once all of its
+    holders are added. Nothing is freed: this only counts, for choosing victims."""
+
+    def __init__(self, pool: BlockPool, keep: list[int]) -> None:
+        self._pool = pool
+        self._keep = set(keep)
+        self._num_holders: dict[int, int] = {}
+        self.num_freed_blocks = 0
+
+    def add(self, seq: Sequence) -> int:
+        """Count ``seq`` among the preempted; returns ``num_freed_blocks``."""
+        for block_id in seq.block_ids:
+            n = self._num_holders.get(block_id, 0) + 1
+            self._num_holders[block_id] = n
+            if n == self._pool.ref_count(block_id) and block_id not in self._keep:
+                self.num_freed_blocks += 1
+        return self.num_freed_blocks

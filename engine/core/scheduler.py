@@ -1,23 +1,37 @@
 """Iteration-level scheduling of every hosted model's sequences over one shared KV pool.
 
 Priority: a smaller ``priority`` value is more urgent (vLLM's convention; it arrives as
-``GenerateRequest.priority``, default 0); ties go to the earlier arrival. Each step has a token budget:
+``GenerateRequest.priority``, default 0); ties go to the earlier arrival. Each step has a token
+budget (``max_num_batched_tokens``), filled in this order::
+
+    | decodes (1 token each) | running prefill chunks | admitted prompts' first chunks |
+      priority order           priority order           most urgent class, round-robin
+    '------------------------- at most max_num_batched_tokens ------------------------'
+      each prefill chunk at most long_prefill_token_threshold, unless it is alone
+
+Chunked prefill: a prompt's tokens are computed over as many steps as the budget needs, so a
+long arrival never holds up a step of the streams already decoding: they are scheduled first
+and get their token every step. While any other sequence is running or waiting, one prefill
+chunk takes at most ``long_prefill_token_threshold`` tokens, so the rest of the budget goes to a
+later arrival's prefill and the step stays short; a sequence alone takes the whole budget (there
+is nobody to protect, and each extra step costs a launch). Chunking changes no token: a chunk
+attends to the KV of every earlier chunk in the cache, as a decode does.
 
 1. Running sequences go first (decodes before prefill chunks, each group in priority order); each
-   gets ``min(uncomputed tokens, budget left)`` tokens, so a long prompt is prefilled in chunks
-   across steps while decodes keep flowing. When the pool cannot give a running sequence its
-   next block, the victim is the least urgent, latest-arriving sequence among those not yet
-   scheduled this step (possibly the sequence itself) and those already scheduled that are
-   strictly less urgent than it (their share of the step is taken back). It is preempted by
-   recompute: blocks freed, tokens kept, back to waiting.
+   gets ``min(uncomputed tokens, budget left, chunk cap)`` tokens. When the pool cannot give a
+   running sequence its next block, the victim is the least urgent, latest-arriving sequence
+   among those not yet scheduled this step (possibly the sequence itself) and those already
+   scheduled that are strictly less urgent than it (their share of the step is taken back). It
+   is preempted by recompute: blocks freed, tokens kept, back to waiting.
 2. A step that preempted in (1) admits nobody. Otherwise waiting sequences are admitted most
    urgent class first; within a class, round-robin across models, one per model per turn,
    starting from a different model each step, so that a flood on one model cannot starve
-   another of equal priority. Within a model the waiting order is (priority, arrival).
+   another of equal priority. Within a model the waiting order is (priority, arrival). An
+   admitted sequence starts with its first chunk after its cached prefix.
 3. A waiting sequence that finds the running cap reached or too few free blocks preempts
    running sequences strictly less urgent than itself, least urgent and latest-arriving first,
-   as few as make room, and none at all when even all of them would not. Never one of equal or
-   higher urgency, so preemption follows a strict order and cannot cycle.
+   as few as make room (for its first chunk), and none at all when even all of them would not.
+   Never one of equal or higher urgency, so preemption follows a strict order and cannot cycle.
 
 Against thrash: no sequence preempted in a step is readmitted in that step (after (1) nobody
 is; after (3) nothing of the victim's class or less urgent is), and a victim keeps its arrival,
@@ -60,7 +74,13 @@ class ScheduledSeq(NamedTuple):
     @classmethod
     def of(cls, seq: Sequence, num_new_tokens: int) -> ScheduledSeq:
         start = seq.num_computed_tokens
-        return cls(seq, start, num_new_tokens, start + num_new_tokens == len(seq.token_ids))
+        return cls(seq, start, num_new_tokens, start + num_new_tokens == seq.num_tokens)
+
+    @property
+    def reads_pending(self) -> bool:
+        """Its input reaches a token still on the device (asynchronous scheduling): the runner
+        takes that one from the previous step's sampled tokens."""
+        return self.start + self.num_new_tokens > len(self.seq.token_ids)
 
 
 @dataclass(slots=True)
@@ -85,12 +105,20 @@ class Scheduler:
     """Continuous batching with chunked prefill, priorities and cross-model fairness."""
 
     def __init__(
-        self, kv: KVCacheManager, models: list[str], *, max_num_seqs: int, max_num_batched_tokens: int
+        self,
+        kv: KVCacheManager,
+        models: list[str],
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        long_prefill_token_threshold: int | None = None,
     ) -> None:
         self.kv = kv
         self.models = list(models)
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        """Most tokens of one prefill chunk while other sequences have work; None: no cap but the budget."""
         self.running: list[Sequence] = []
         self._waiting: dict[str, list[tuple[tuple[int, int, int], Sequence]]] = {m: [] for m in models}
         self._next_model = 0
@@ -137,10 +165,18 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self._schedule_running(out, self.max_num_batched_tokens)
+        chunk = self._max_chunk_tokens()
+        budget = self._schedule_running(out, self.max_num_batched_tokens, chunk)
         if not out.preempted:
-            self._admit_waiting(out, budget)
+            self._admit_waiting(out, budget, chunk)
         return out
+
+    def _max_chunk_tokens(self) -> int:
+        """The most tokens one prefill chunk may take this step."""
+        threshold = self.long_prefill_token_threshold
+        if threshold is None or len(self.running) + self.num_waiting <= 1:
+            return self.max_num_batched_tokens
+        return threshold
 
     def update(self, out: SchedulerOutput) -> None:
         """After the step ran: its tokens are computed; index blocks that became full."""
@@ -148,15 +184,15 @@ class Scheduler:
             item.seq.num_computed_tokens = item.start + item.num_new_tokens
             self.kv.commit(item.seq)
 
-    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+    def _schedule_running(self, out: SchedulerOutput, budget: int, chunk: int) -> int:
         pending = deque(
-            sorted(self.running, key=lambda s: (len(s.token_ids) - s.num_computed_tokens > 1, s.sort_key))
+            sorted(self.running, key=lambda s: (s.num_tokens - s.num_computed_tokens > 1, s.sort_key))
         )
         scheduled = out.scheduled
         while pending and budget > 0:
             seq = pending.popleft()
-            num_uncomputed = len(seq.token_ids) - seq.num_computed_tokens
-            num_new = min(num_uncomputed, budget)
+            num_uncomputed = seq.num_tokens - seq.num_computed_tokens
+            num_new = min(num_uncomputed, budget, chunk)
             # A decode (its one new token is its last, so it samples): the path of every step. Not
             # a prefill chunk that the budget cut to one token: that one samples nothing.
             if num_uncomputed == 1 and self.kv.allocate(seq, 1):
@@ -181,7 +217,7 @@ class Scheduler:
                 budget -= num_new
         return budget
 
-    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, chunk: int) -> None:
         n = len(self.models)
         order = [self.models[(self._next_model + k) % n] for k in range(n)]
         self._next_model = (self._next_model + 1) % n
@@ -194,7 +230,7 @@ class Scheduler:
             for model in [m for m in active if self._head(m).priority == urgent]:
                 seq = self._head(model)
                 cached = self.kv.find_cached_prefix(seq)
-                num_new = min(seq.num_tokens - len(cached) * self.kv.block_size, budget)
+                num_new = min(seq.num_tokens - len(cached) * self.kv.block_size, budget, chunk)
                 victims = self._victims_for(seq, num_new, cached)
                 if victims is not None:
                     for victim in victims:
@@ -221,31 +257,18 @@ class Scheduler:
         pool: the fewest of those strictly less urgent, least urgent and latest first; [] when it
         fits already, None when even all of them would not make room."""
         num_slots_short = len(self.running) + 1 - self.max_num_seqs
-        num_blocks_short = self._num_blocks_short(num_new, cached)
+        num_blocks_short = self.kv.num_blocks_short(seq, num_new, cached)
         if num_slots_short <= 0 and num_blocks_short <= 0:
             return []
         candidates = sorted(
             (s for s in self.running if s.priority > seq.priority), key=lambda s: s.sort_key, reverse=True
         )
-        # A victim's block returns to the pool only once every holder is preempted; a block of
-        # ``seq``'s cached prefix gains nothing (freeing it just makes the hit a revival).
-        pool = self.kv.pool
-        num_holders: dict[int, int] = {}
-        num_freed = 0
+        release = self.kv.release(keep=cached)
         for k, victim in enumerate(candidates, start=1):
-            for block_id in victim.block_ids:
-                num_holders[block_id] = num_holders.get(block_id, 0) + 1
-                if num_holders[block_id] == pool.ref_count(block_id) and block_id not in cached:
-                    num_freed += 1
+            num_freed = release.add(victim)
             if k >= num_slots_short and num_freed >= num_blocks_short:
                 return candidates[:k]
         return None
-
-    def _num_blocks_short(self, num_new: int, cached: list[int]) -> int:
-        """How many blocks the pool lacks to admit a waiting sequence (one holding no blocks)."""
-        need = self.kv.num_blocks_for(len(cached) * self.kv.block_size + num_new) - len(cached)
-        revived = sum(1 for b in cached if self.kv.pool.is_free(b))
-        return need - (self.kv.num_free_blocks - revived)
 
     def _head(self, model: str) -> Sequence:
         return self._waiting[model][0][1]

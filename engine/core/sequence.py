@@ -10,7 +10,17 @@ hands it some of the difference::
 
 A step that brings ``num_computed_tokens`` up to ``num_tokens`` samples one more token. Preemption
 by recompute drops the KV and resets ``num_computed_tokens`` to 0; the output so far is kept and
-recomputed like prompt. Plain Python: no torch here.
+recomputed like prompt.
+
+With asynchronous scheduling a sampled token may still be on the device when the next step is
+planned. It is counted, not stored: ``num_pending_tokens`` places follow ``token_ids`` and count
+in ``num_tokens``, so ``token_ids`` only ever holds real token ids::
+
+    token_ids:  [p0 p1 p2 o0 o1] + 1 pending      num_tokens = 6
+    hold_place()       a step sampled a token the host has not read yet
+    fill_place(o2)     it arrived: token_ids gains o2, nothing is pending
+
+Plain Python: no torch here.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import itertools
 from typing import Any
 
 from engine.core.sampling_params import SamplingParams
+from engine.errors import EngineError
 
 __all__ = ["Sequence", "SequenceStatus"]
 
@@ -79,6 +90,12 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_prompt_tokens = len(prompt_token_ids)
         self.token_ids = list(prompt_token_ids)
+        """Known tokens; grows only through ``append_token`` and ``fill_place``."""
+        self.num_tokens = len(self.token_ids)
+        """Prompt plus output, pending places included (an attribute: read for every sequence,
+        every step)."""
+        self.num_pending_tokens = 0
+        """Sampled tokens not yet on the host (asynchronous scheduling); they follow ``token_ids``."""
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0
         """Prompt tokens served from the prefix cache at the last admission (for stats)."""
@@ -92,12 +109,8 @@ class Sequence:
         """Per-sequence state owned by layers above (detokenizer, stop checker)."""
 
     @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
     def num_output_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
+        return self.num_tokens - self.num_prompt_tokens
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -116,6 +129,21 @@ class Sequence:
         return self.status not in _LIVE  # not via the status's property: every sequence, every step
 
     def append_token(self, token_id: int) -> None:
+        if self.num_pending_tokens:
+            raise EngineError(f"sequence {self.seq_id}: a token appended past a pending place")
+        self.token_ids.append(token_id)
+        self.num_tokens += 1
+
+    def hold_place(self) -> None:
+        """Count a token that a step in flight samples, before the host knows it."""
+        self.num_pending_tokens += 1
+        self.num_tokens += 1
+
+    def fill_place(self, token_id: int) -> None:
+        """The first pending token arrived."""
+        if not self.num_pending_tokens:
+            raise EngineError(f"sequence {self.seq_id}: no pending place to fill")
+        self.num_pending_tokens -= 1
         self.token_ids.append(token_id)
 
     def __repr__(self) -> str:
@@ -123,6 +151,7 @@ class Sequence:
         return (
             f"Sequence(id={self.seq_id}, request={self.request_id!r}, model={self.model!r}, "
             f"status={self.status.value}, prompt_len={self.num_prompt_tokens}, "
-            f"output_len={self.num_output_tokens}, computed={self.num_computed_tokens}, "
+            f"output_len={self.num_output_tokens}, pending={self.num_pending_tokens}, "
+            f"computed={self.num_computed_tokens}, "
             f"blocks={len(self.block_ids)})"
         )

@@ -8,9 +8,10 @@ overlaps the GPU's work on the next one::
     GPU:          ... step N ...     |         ... step N+1 ...            |      ... step N+2
 
 Step N+1's decode rows read the tokens step N sampled straight from the device (the runner
-scatters them into its inputs), while the host holds a placeholder (``PENDING``) in their place
-until the tokens arrive. A row whose sequence ended meanwhile (stop string, EOS, abort) is
-computed once for nothing and dropped.
+scatters them into its inputs), while the host holds their places on the sequences
+(``Sequence.hold_place``: counted, never written into ``token_ids``) until the tokens arrive.
+A row whose sequence ended meanwhile (stop string, EOS, abort) is computed once for nothing
+and dropped.
 """
 
 from __future__ import annotations
@@ -25,18 +26,15 @@ from engine.core.sequence import Sequence
 from engine.sampling import TokenLogprobs
 from engine.worker.device_transfer import to_host
 
-__all__ = ["PENDING", "InflightStep", "SampledRow"]
-
-PENDING = -1
-"""The host's stand-in for a token that is sampled but not yet copied back."""
+__all__ = ["InflightStep", "SampledRow"]
 
 
 @dataclass(slots=True)
 class SampledRow:
     seq: Sequence
     logprobs: TokenLogprobs | None
-    pending_index: int | None = None
-    """Where in ``seq.token_ids`` the placeholder for this row's token sits, once appended."""
+    is_held: bool = False
+    """The sequence holds a place for this row's token (``Sequence.hold_place``), filled on arrival."""
 
 
 @dataclass(slots=True)

@@ -155,7 +155,7 @@ class ModelRunner:
             dst = [i for i, s in enumerate(sources) if s >= 0]
             scatter = (dst, pending, [s for s in sources if s >= 0])
         logits = graphs.run(
-            token_ids=[max(0, item.seq.token_ids[item.start]) for item in items],
+            token_ids=[_decode_input_id(item) for item in items],
             pending=scatter,
             positions=positions,
             slots=[
@@ -174,8 +174,7 @@ class ModelRunner:
         context_lens: list[int] = []
         for item in items:
             seq, end = item.seq, item.start + item.num_new_tokens
-            # A placeholder (negative) is overwritten on the device before the model reads it.
-            token_ids.extend(max(0, t) for t in seq.token_ids[item.start : end])
+            token_ids.extend(_input_ids(item))
             span = range(item.start, end)
             positions.extend(span)
             slots.extend(seq.block_ids[p // bs] * bs + p % bs for p in span)
@@ -197,3 +196,16 @@ class ModelRunner:
             host_context_lens=tuple(context_lens),
         )
         return tensor(token_ids, torch.long), tensor(positions, torch.long), meta
+
+
+def _input_ids(item: ScheduledSeq) -> list[int]:
+    """The item's input tokens, with 0 for a pending one (``Sequence.num_pending_tokens``), which
+    is overwritten on the device from ``pending`` before the model reads it."""
+    known = item.seq.token_ids[item.start : item.start + item.num_new_tokens]
+    return known + [0] * (item.num_new_tokens - len(known))
+
+
+def _decode_input_id(item: ScheduledSeq) -> int:
+    """``_input_ids`` of a one-token item, without the lists (every decode step, every row)."""
+    token_ids = item.seq.token_ids
+    return token_ids[item.start] if item.start < len(token_ids) else 0

@@ -1,8 +1,9 @@
 """``/admin``: change who may use which model, live, and ask what a caller may do.
 
-Every handler needs ``admin:policy`` (403 otherwise), and reaches only as far as the caller holds
-it (``policies.control_scope``): a tenant's administrator reads and writes the rules of its own
-domain, never ``*`` or another tenant's (403, audited). Changes go through
+Every route's guard requires ``admin:policy`` (403 otherwise, recorded by the ``Gatekeeper``),
+and a handler reaches only as far as the caller holds it (``policies.control_scope``): a tenant's
+administrator reads and writes the rules of its own domain, never ``*`` or another tenant's
+(403, recorded). Changes go through
 ``Authorizer.change``: atomic, audited with the caller as actor (fail closed), in effect on this
 replica at once and on the others within the poll interval. Malformed input answers 400 naming
 the field and the rule it breaks.
@@ -17,9 +18,10 @@ from litestar import Request, Router, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
 
-from common.audit_event import AuditEvent, Decision, EventType
 from common.audit_sink import AuditSink
 from common.principal import Principal
+from gateway.gatekeeper import Gatekeeper, requires
+from gateway.permission import Permission
 from policies.authorizer import Authorizer
 from policies.control_scope import ControlScope
 from policies.errors import InvalidPolicyError, PolicyForbiddenError
@@ -30,8 +32,15 @@ __all__ = ["build_admin_router"]
 
 PrincipalDep = NamedDependency[Principal]
 AuthorizerDep = NamedDependency[Authorizer]
+GatekeeperDep = NamedDependency[Gatekeeper]
+ScopeDep = NamedDependency[ControlScope]
 # AuditSink is a Protocol, which litestar's signature model cannot isinstance-check.
 AuditDep = NamedDependency[Any]
+
+ADMIN = Permission(
+    actions=("admin:policy",), refusal=lambda: PolicyForbiddenError("admin:policy permission required")
+)
+"""Every ``/admin`` route's permission (and ``/admin/engines``, there for the whole domain ``*``)."""
 
 
 class GrantBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -71,40 +80,6 @@ async def _body(request: Request[Any, Any, Any], kind: type[_Body]) -> _Body:
         raise InvalidPolicyError(f"request body is not valid JSON: {exc}") from None
 
 
-async def _deny(principal: Principal, audit: AuditSink, endpoint: str, reason: str) -> None:
-    # The denial is recorded before it is answered; if the audit log is down this raises (503).
-    await audit.append(
-        AuditEvent(
-            event_type=EventType.AUTHORIZATION_DENIAL,
-            decision=Decision.DENY,
-            subject=principal.subject,
-            roles=principal.roles,
-            tenant=principal.tenant or "",
-            endpoint=endpoint,
-            status=403,
-            reason=reason,
-        )
-    )
-    raise PolicyForbiddenError("admin:policy permission required")
-
-
-async def _require_admin(
-    authorizer: Authorizer, principal: Principal, audit: AuditSink, endpoint: str
-) -> ControlScope:
-    """Where the caller administers (403 when nowhere); see ``policies.control_scope``."""
-    scope = authorizer.control_scope(principal, "admin:policy")
-    if scope.is_empty:
-        await _deny(principal, audit, endpoint, "admin:policy required")
-    return scope
-
-
-async def _require_domain(
-    scope: ControlScope, domain: str, principal: Principal, audit: AuditSink, endpoint: str
-) -> None:
-    if not scope.covers(domain):
-        await _deny(principal, audit, endpoint, f"admin:policy not held in domain {domain!r}")
-
-
 def _grant(body: GrantBody) -> Grant:
     return Grant(role=body.role, pattern=body.pattern, action=body.action, domain=body.domain)
 
@@ -121,11 +96,10 @@ async def _change(
     principal: Principal,
     authorizer: Authorizer,
     audit: AuditSink,
+    gatekeeper: Gatekeeper,
     op: Op,
 ) -> dict[str, Any]:
-    """Authorize, parse and apply one change, only within the domain the caller administers."""
-    endpoint = request.url.path
-    await _require_admin(authorizer, principal, audit, endpoint)
+    """Parse and apply one change, only within the domain the caller administers."""
     rule: Grant | Assignment
     if op in ("grant", "ungrant"):
         rule = _grant(await _body(request, GrantBody))
@@ -133,60 +107,75 @@ async def _change(
         rule = _assignment(await _body(request, AssignmentBody))
     change = PolicyChange(op=op, rule=rule)
     if (refusal := authorizer.change_refusal(principal, change)) is not None:
-        await _deny(principal, audit, endpoint, refusal)
+        await gatekeeper.refuse(request, ADMIN, refusal)
     policy = await authorizer.change([change], principal.subject, audit)
     return {"version": policy.version, "applied": change.to_dict()}
 
 
-@get("/policy")
-async def get_policy(principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep) -> dict[str, Any]:
+@get("/policy", guards=[requires(ADMIN)])
+async def get_policy(control_scope: ScopeDep, authorizer: AuthorizerDep) -> dict[str, Any]:
     """The whole policy for a global administrator; a tenant's administrator sees its domain's rules."""
-    scope = await _require_admin(authorizer, principal, audit, "/admin/policy")
-    return scope.visible(authorizer.policy).to_dict()
+    return control_scope.visible(authorizer.policy).to_dict()
 
 
-@post("/grants", status_code=201)
+@post("/grants", status_code=201, guards=[requires(ADMIN)])
 async def add_grant(
-    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
-) -> dict[str, Any]:
-    return await _change(request, principal, authorizer, audit, "grant")
-
-
-@post("/grants/remove", status_code=200)
-async def remove_grant(
-    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
-) -> dict[str, Any]:
-    return await _change(request, principal, authorizer, audit, "ungrant")
-
-
-@post("/assignments", status_code=201)
-async def add_assignment(
-    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
-) -> dict[str, Any]:
-    return await _change(request, principal, authorizer, audit, "assign")
-
-
-@post("/assignments/remove", status_code=200)
-async def remove_assignment(
-    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
-) -> dict[str, Any]:
-    return await _change(request, principal, authorizer, audit, "unassign")
-
-
-@get("/permissions")
-async def permissions(
+    request: Request[Any, Any, Any],
     principal: PrincipalDep,
     authorizer: AuthorizerDep,
     audit: AuditDep,
+    gatekeeper: GatekeeperDep,
+) -> dict[str, Any]:
+    return await _change(request, principal, authorizer, audit, gatekeeper, "grant")
+
+
+@post("/grants/remove", status_code=200, guards=[requires(ADMIN)])
+async def remove_grant(
+    request: Request[Any, Any, Any],
+    principal: PrincipalDep,
+    authorizer: AuthorizerDep,
+    audit: AuditDep,
+    gatekeeper: GatekeeperDep,
+) -> dict[str, Any]:
+    return await _change(request, principal, authorizer, audit, gatekeeper, "ungrant")
+
+
+@post("/assignments", status_code=201, guards=[requires(ADMIN)])
+async def add_assignment(
+    request: Request[Any, Any, Any],
+    principal: PrincipalDep,
+    authorizer: AuthorizerDep,
+    audit: AuditDep,
+    gatekeeper: GatekeeperDep,
+) -> dict[str, Any]:
+    return await _change(request, principal, authorizer, audit, gatekeeper, "assign")
+
+
+@post("/assignments/remove", status_code=200, guards=[requires(ADMIN)])
+async def remove_assignment(
+    request: Request[Any, Any, Any],
+    principal: PrincipalDep,
+    authorizer: AuthorizerDep,
+    audit: AuditDep,
+    gatekeeper: GatekeeperDep,
+) -> dict[str, Any]:
+    return await _change(request, principal, authorizer, audit, gatekeeper, "unassign")
+
+
+@get("/permissions", guards=[requires(ADMIN)])
+async def permissions(
+    request: Request[Any, Any, Any],
+    control_scope: ScopeDep,
+    authorizer: AuthorizerDep,
+    gatekeeper: GatekeeperDep,
     user: FromQuery[str | None] = None,
     role: FromQuery[str | None] = None,
     tenant: FromQuery[str | None] = None,
 ) -> dict[str, Any]:
     """Effective roles and grants of one user (its policy-assigned roles only) or one role, in
     ``tenant`` (default: the caller's own domain)."""
-    scope = await _require_admin(authorizer, principal, audit, "/admin/permissions")
-    domain = tenant or str(scope.domain)
-    await _require_domain(scope, domain, principal, audit, "/admin/permissions")
+    domain = tenant or str(control_scope.domain)
+    await gatekeeper.require_domain(request, ADMIN, control_scope, domain)
     if (user is None) == (role is None):
         raise InvalidPolicyError("give exactly one of the query parameters 'user' or 'role'", param="user")
     member = user_member(user) if user is not None else str(role)
@@ -199,16 +188,18 @@ async def permissions(
     }
 
 
-@post("/check", status_code=200)
+@post("/check", status_code=200, guards=[requires(ADMIN)])
 async def check(
-    request: Request[Any, Any, Any], principal: PrincipalDep, authorizer: AuthorizerDep, audit: AuditDep
+    request: Request[Any, Any, Any],
+    control_scope: ScopeDep,
+    authorizer: AuthorizerDep,
+    gatekeeper: GatekeeperDep,
 ) -> dict[str, Any]:
     """Dry run: would a caller with this subject, token roles and tenant be allowed? A tenant's
     administrator asks about callers of its tenant (the default when ``tenant`` is left out)."""
-    scope = await _require_admin(authorizer, principal, audit, "/admin/check")
     data = await _body(request, CheckBody)
-    tenant = data.tenant if data.tenant is not None or scope.is_global else scope.domain
-    await _require_domain(scope, tenant or ALL_DOMAINS, principal, audit, "/admin/check")
+    tenant = data.tenant if data.tenant is not None or control_scope.is_global else control_scope.domain
+    await gatekeeper.require_domain(request, ADMIN, control_scope, tenant or ALL_DOMAINS)
     if data.user is None and not data.roles:
         raise InvalidPolicyError("give 'user', 'roles' or both", param="user")
     # No user: judge the token roles alone, not whatever an empty subject might be assigned.
@@ -223,9 +214,11 @@ async def check(
 
 
 def build_admin_router() -> Router:
-    """The ``/admin`` router; the app provides ``principal``, ``authorizer`` and ``audit``."""
+    """The ``/admin`` router; the app provides ``authorizer`` and ``audit``, and installs a
+    ``Gatekeeper``."""
     return Router(
         path="/admin",
+        dependencies=Gatekeeper.dependencies(),
         route_handlers=[
             get_policy,
             add_grant,

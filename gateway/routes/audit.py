@@ -1,11 +1,11 @@
 """``/audit``: the compliance officer's API over the audit log.
 
-Every handler needs ``audit:read``; reading or matching content needs ``audit:content``. Both
-reach as far as the caller holds them (``policies.control_scope``): a reader scoped to a tenant
-sees that tenant's records only; export and verify span every tenant and need the whole log.
-Authorization comes before any input is judged, so a caller without the right gets 403 whatever
-it sends. Each search, export, verification and content view is itself recorded (durably, before
-the answer leaves), and so is every refused attempt.
+Every route's guard declares what it needs: ``audit:read``, and ``audit:content`` too for reading
+or matching content. Both reach as far as the caller holds them (``policies.control_scope``): a
+reader scoped to a tenant sees that tenant's records only; export and verify span every tenant and
+need the whole log. Authorization comes before any input is judged, so a caller without the right
+gets 403 whatever it sends. Each search, export, verification and content view is itself recorded
+(durably, before the answer leaves), and so is every refused attempt (by the ``Gatekeeper``).
 """
 
 from __future__ import annotations
@@ -22,23 +22,34 @@ from litestar.params import FromPath, FromQuery
 from audit.errors import AuditForbiddenError, AuditNotFoundError, AuditQueryError
 from audit.log import AuditLog
 from audit.query import AuditQuery
-from common.audit_event import AuditEvent, Decision, EventType
-from common.principal import Principal
-from gateway.auditor import RequestSink
-from gateway.request_context import request_context
-from policies.authorizer import Authorizer
+from gateway.gatekeeper import Gatekeeper, requires
+from gateway.permission import Connection, Permission, method_and_path
 from policies.control_scope import ControlScope
 from policies.policy import ALL_DOMAINS
 
 __all__ = ["build_audit_router"]
 
-CONTROL_PLANE = "*"
+_READ = ("audit:read",)
 _CONTENT = ("audit:read", "audit:content")
+_SEARCH_FILTERS = (
+    "since",
+    "until",
+    "subject",
+    "role",
+    "tenant",
+    "model",
+    "decision",
+    "event_type",
+    "finding",
+    "cursor",
+    "limit",
+)
+_AGGREGATE_FILTERS = ("since", "until", "tenant")
 
-# The app provides these app-wide under exactly these parameter names.
-PrincipalDep = NamedDependency[Principal]
-AuthorizerDep = NamedDependency[Authorizer]
+# The app provides these app-wide under exactly these parameter names; the router adds the rest.
 AuditLogDep = NamedDependency[AuditLog]
+GatekeeperDep = NamedDependency[Gatekeeper]
+ScopeDep = NamedDependency[ControlScope]
 
 
 class MatchBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -48,60 +59,66 @@ class MatchBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         return f"MatchBody(text=<{len(self.text)} chars>)"
 
 
-async def _authorize(
-    request: Request[Any, Any, Any],
-    principal: Principal,
-    authorizer: Authorizer,
-    audit_log: AuditLog,
-    actions: tuple[str, ...],
-    detail: str,
-    *,
-    domain: str | None = None,
-    record: int | None = None,
-) -> ControlScope:
-    """Check every action where the access reaches, then record the access (or the refusal)
-    before anything is answered; nothing about the request is judged before this.
+def _filters(connection: Connection, names: tuple[str, ...]) -> str:
+    """The filters asked for, as the audit record spells them."""
+    given = {name: connection.query_params.get(name) for name in names}
+    return _json({k: v for k, v in given.items() if v is not None})
 
-    ``domain`` is the tenant the access concerns, ``*`` for the whole log (export, verify), or
-    None for "wherever the caller holds the actions" (the returned scope then narrows it).
-    ``record``: the access is to that one record, so its tenant is the domain; one a
-    tenant-scoped caller may not read answers 403 whether or not it exists (no probing).
-    """
-    scope = authorizer.control_scope(principal, *actions)
-    if record is not None and not scope.is_empty and not scope.is_global:
+
+def _tenant_asked(connection: Connection) -> str | None:
+    tenant = connection.query_params.get("tenant")
+    return None if tenant is None else str(tenant)
+
+
+def _every_tenant(_: Connection) -> str:
+    return ALL_DOMAINS
+
+
+def _reading(actions: tuple[str, ...], detail: Any, domain: Any = None) -> Permission:
+    """An ``/audit`` permission: refused as "not allowed", recorded as ``METHOD /path``."""
+    return Permission(
+        actions=actions,
+        refusal=lambda: AuditForbiddenError("not allowed"),
+        domain=domain,
+        endpoint=method_and_path,
+        detail=detail,
+    )
+
+
+_SEARCH = _reading(_READ, lambda c: f"search {_filters(c, _SEARCH_FILTERS)}", _tenant_asked)
+_RECORD = _reading(_READ, lambda c: f"record {c.path_params['seq']}")
+_AGGREGATES = _reading(_READ, lambda c: f"aggregates {_filters(c, _AGGREGATE_FILTERS)}", _tenant_asked)
+_EXPORT = _reading(
+    _READ,
+    lambda c: (
+        f"export {c.query_params.get('format', 'jsonl')} "
+        f"{c.query_params.get('first_seq') or 1}..{c.query_params.get('last_seq') or 'end'}"
+    ),
+    _every_tenant,
+)
+_VERIFY = _reading(_READ, lambda _: "verify", _every_tenant)
+_PUBLIC_KEY = _reading(_READ, lambda _: "public-key")
+_CONTENT_VIEW = _reading(_CONTENT, lambda c: f"content view {c.path_params['seq']}")
+_CONTENT_MATCH = _reading(_CONTENT, lambda c: f"content match {c.path_params['seq']}")
+
+
+async def _admit_record(
+    request: Request[Any, Any, Any],
+    gatekeeper: Gatekeeper,
+    scope: ControlScope,
+    audit_log: AuditLog,
+    permission: Permission,
+    seq: int,
+) -> None:
+    """The access is to one record, so its tenant is the domain: one a tenant-scoped caller may
+    not read answers 403 whether or not it exists (no probing)."""
+    if not scope.is_global:
         try:
-            domain = (await audit_log.get(record)).event.tenant
+            domain = (await audit_log.get(seq)).event.tenant
         except AuditNotFoundError:
             domain = ALL_DOMAINS
-    if scope.is_empty:
-        missing = [a for a in actions if not authorizer.allowed(principal, a, CONTROL_PLANE)]
-        reason = "missing " + ",".join(missing)
-    elif domain is not None and not scope.covers(domain):
-        reason = f"{','.join(actions)} not held in domain {domain!r}"
-    else:
-        reason = ""
-    allowed = not reason
-    # Through the request's sink: the record carries the server's request id, not a client header,
-    # and an allowed access is written as the answer starts, with the status the caller gets.
-    sink = RequestSink(audit_log, request_context(request.scope))  # type: ignore[arg-type]
-    await (sink.append if not allowed else sink.append_on_answer)(
-        AuditEvent(
-            event_type=EventType.AUDIT_ACCESS if allowed else EventType.AUTHORIZATION_DENIAL,
-            decision=Decision.ALLOW if allowed else Decision.DENY,
-            subject=principal.subject,
-            roles=principal.roles,
-            tenant=principal.tenant or "",
-            client_ip=request.client.host if request.client else "",
-            client_app=principal.client_id or "",
-            endpoint=f"{request.method} {request.url.path}",
-            reason=reason,
-            status=200 if allowed else 403,
-            detail=detail,
-        )
-    )
-    if not allowed:
-        raise AuditForbiddenError("not allowed")
-    return scope
+        await gatekeeper.require_domain(request, permission, scope, domain)
+    await gatekeeper.record_access(request, permission)
 
 
 def _query(params: dict[str, Any], scope: ControlScope) -> AuditQuery:
@@ -122,11 +139,11 @@ def _seq(value: str | None, name: str) -> int | None:
         raise AuditQueryError(f"{name} must be an integer") from None
 
 
-@get("/records")
+@get("/records", guards=[requires(_SEARCH)])
 async def search_records(
     request: Request[Any, Any, Any],
-    principal: PrincipalDep,
-    authorizer: AuthorizerDep,
+    gatekeeper: GatekeeperDep,
+    control_scope: ScopeDep,
     audit_log: AuditLogDep,
     since: FromQuery[str | None] = None,
     until: FromQuery[str | None] = None,
@@ -143,53 +160,45 @@ async def search_records(
     """Filtered records, oldest first; follow ``next_cursor`` for more. Without ``tenant``, a
     tenant-scoped reader gets its own tenant's records; another tenant is 403, not an empty page
     (an investigator must not mistake "not yours" for "nothing happened")."""
-    params = dict(locals())
-    for name in ("request", "principal", "authorizer", "audit_log"):
-        params.pop(name)
-    detail = f"search {_json({k: v for k, v in params.items() if v is not None})}"
-    scope = await _authorize(
-        request, principal, authorizer, audit_log, ("audit:read",), detail, domain=tenant
-    )
-    page = await audit_log.search(_query(params, scope))
+    given = locals()
+    params = {name: given[name] for name in _SEARCH_FILTERS}
+    await gatekeeper.record_access(request, _SEARCH)
+    page = await audit_log.search(_query(params, control_scope))
     return msgspec.to_builtins(page)  # type: ignore[no-any-return]
 
 
-@get("/records/{seq:int}")
+@get("/records/{seq:int}", guards=[requires(_RECORD)])
 async def get_record(
     request: Request[Any, Any, Any],
-    principal: PrincipalDep,
-    authorizer: AuthorizerDep,
+    gatekeeper: GatekeeperDep,
+    control_scope: ScopeDep,
     audit_log: AuditLogDep,
     seq: FromPath[int],
 ) -> dict[str, Any]:
-    await _authorize(request, principal, authorizer, audit_log, ("audit:read",), f"record {seq}", record=seq)
+    await _admit_record(request, gatekeeper, control_scope, audit_log, _RECORD, seq)
     return msgspec.to_builtins(await audit_log.get(seq))  # type: ignore[no-any-return]
 
 
-@get("/aggregates")
+@get("/aggregates", guards=[requires(_AGGREGATES)])
 async def aggregates(
     request: Request[Any, Any, Any],
-    principal: PrincipalDep,
-    authorizer: AuthorizerDep,
+    gatekeeper: GatekeeperDep,
+    control_scope: ScopeDep,
     audit_log: AuditLogDep,
     since: FromQuery[str | None] = None,
     until: FromQuery[str | None] = None,
     tenant: FromQuery[str | None] = None,
 ) -> dict[str, Any]:
     """Usage per model and role, denials per day, filter hits per day (scoped like search)."""
+    await gatekeeper.record_access(request, _AGGREGATES)
     params = {"since": since, "until": until, "tenant": tenant}
-    detail = f"aggregates {_json({k: v for k, v in params.items() if v is not None})}"
-    scope = await _authorize(
-        request, principal, authorizer, audit_log, ("audit:read",), detail, domain=tenant
-    )
-    return msgspec.to_builtins(await audit_log.aggregates(_query(params, scope)))  # type: ignore[no-any-return]
+    return msgspec.to_builtins(await audit_log.aggregates(_query(params, control_scope)))  # type: ignore[no-any-return]
 
 
-@get("/export")
+@get("/export", guards=[requires(_EXPORT)])
 async def export(
     request: Request[Any, Any, Any],
-    principal: PrincipalDep,
-    authorizer: AuthorizerDep,
+    gatekeeper: GatekeeperDep,
     audit_log: AuditLogDep,
     format: FromQuery[str] = "jsonl",
     first_seq: FromQuery[str | None] = None,
@@ -199,15 +208,7 @@ async def export(
 
     A range of the chain holds every tenant's records, so only a reader of the whole log (``*``)
     may export it."""
-    await _authorize(
-        request,
-        principal,
-        authorizer,
-        audit_log,
-        ("audit:read",),
-        f"export {format} {first_seq or 1}..{last_seq or 'end'}",
-        domain=ALL_DOMAINS,
-    )
+    await gatekeeper.record_access(request, _EXPORT)
     fmt, first, last = format, _seq(first_seq, "first_seq") or 1, _seq(last_seq, "last_seq")
     if fmt not in ("jsonl", "csv"):
         raise AuditQueryError("format must be jsonl or csv")
@@ -223,53 +224,47 @@ async def export(
     )
 
 
-@get("/verify")
+@get("/verify", guards=[requires(_VERIFY)])
 async def verify(
-    request: Request[Any, Any, Any],
-    principal: PrincipalDep,
-    authorizer: AuthorizerDep,
-    audit_log: AuditLogDep,
+    request: Request[Any, Any, Any], gatekeeper: GatekeeperDep, audit_log: AuditLogDep
 ) -> dict[str, Any]:
     """Verify the whole chain: for readers of the whole log (``*``), like export."""
-    await _authorize(request, principal, authorizer, audit_log, ("audit:read",), "verify", domain=ALL_DOMAINS)
+    await gatekeeper.record_access(request, _VERIFY)
     return msgspec.to_builtins(await audit_log.verify())  # type: ignore[no-any-return]
 
 
-@get("/public-key", media_type="application/x-pem-file")
+@get("/public-key", media_type="application/x-pem-file", guards=[requires(_PUBLIC_KEY)])
 async def public_key(
-    request: Request[Any, Any, Any],
-    principal: PrincipalDep,
-    authorizer: AuthorizerDep,
-    audit_log: AuditLogDep,
+    request: Request[Any, Any, Any], gatekeeper: GatekeeperDep, audit_log: AuditLogDep
 ) -> bytes:
-    await _authorize(request, principal, authorizer, audit_log, ("audit:read",), "public-key")
+    await gatekeeper.record_access(request, _PUBLIC_KEY)
     return audit_log.signer.public_key_pem()
 
 
-@get("/records/{seq:int}/content")
+@get("/records/{seq:int}/content", guards=[requires(_CONTENT_VIEW)])
 async def view_content(
     request: Request[Any, Any, Any],
-    principal: PrincipalDep,
-    authorizer: AuthorizerDep,
+    gatekeeper: GatekeeperDep,
+    control_scope: ScopeDep,
     audit_log: AuditLogDep,
     seq: FromPath[int],
 ) -> dict[str, str]:
     """Decrypted prompt and completion of one record (encrypt mode only)."""
-    await _authorize(request, principal, authorizer, audit_log, _CONTENT, f"content view {seq}", record=seq)
+    await _admit_record(request, gatekeeper, control_scope, audit_log, _CONTENT_VIEW, seq)
     content = await audit_log.read_content(seq)
     return {"prompt": content.prompt, "completion": content.completion}
 
 
-@post("/records/{seq:int}/content/match", status_code=200)
+@post("/records/{seq:int}/content/match", status_code=200, guards=[requires(_CONTENT_MATCH)])
 async def match_content(
     request: Request[Any, Any, Any],
-    principal: PrincipalDep,
-    authorizer: AuthorizerDep,
+    gatekeeper: GatekeeperDep,
+    control_scope: ScopeDep,
     audit_log: AuditLogDep,
     seq: FromPath[int],
 ) -> dict[str, bool]:
     """Investigator check (HMAC mode): was this text the record's prompt or completion?"""
-    await _authorize(request, principal, authorizer, audit_log, _CONTENT, f"content match {seq}", record=seq)
+    await _admit_record(request, gatekeeper, control_scope, audit_log, _CONTENT_MATCH, seq)
     # Parsed here, after authorization: a caller without the right learns nothing about its input.
     try:
         data = msgspec.json.decode(await request.body(), type=MatchBody)
@@ -283,9 +278,10 @@ def _json(value: object) -> str:
 
 
 def build_audit_router() -> Router:
-    """The ``/audit`` router; the app provides ``principal``, ``authorizer`` and ``audit_log``."""
+    """The ``/audit`` router; the app provides ``audit_log`` and installs a ``Gatekeeper``."""
     return Router(
         path="/audit",
+        dependencies=Gatekeeper.dependencies(),
         route_handlers=[
             search_records,
             get_record,

@@ -60,7 +60,7 @@ async def _infer(
     endpoint = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
     ctx = context_of(request, endpoint)
     inference = services.inference
-    await inference.authenticate(ctx, request.headers.get("authorization"))
+    await services.authenticator.caller(ctx, request.headers.get("authorization"))
     try:
         body = _parse(await _read_body(request), type_)
     except (BadRequestError, PayloadTooLargeError) as exc:
@@ -109,12 +109,11 @@ async def _visible_models(
     request: Request[Any, Any, Any], services: Services, endpoint: str
 ) -> dict[str, ModelObject]:
     ctx = context_of(request, endpoint)
-    await services.inference.authenticate(ctx, request.headers.get("authorization"))
-    assert ctx.principal is not None
+    principal = await services.authenticator.caller(ctx, request.headers.get("authorization"))
     cards = services.engines.models()
     authz = services.authorizer
-    allowed = set(authz.allowed_models(ctx.principal, "chat", cards)) | set(
-        authz.allowed_models(ctx.principal, "completion", cards)
+    allowed = set(authz.allowed_models(principal, "chat", cards)) | set(
+        authz.allowed_models(principal, "completion", cards)
     )
     return {
         name: ModelObject(id=name, created=_STARTED, max_model_len=card.max_model_len)

@@ -9,13 +9,15 @@ force it on for the CPU engine, where every "launch" completes at once.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from engine.config import EngineConfig, ModelSpec
 from engine.core.sampling_params import SamplingParams
+from engine.core.scheduler import ScheduledSeq
 from engine.llm_engine import LLMEngine
-from engine.worker.inflight_step import PENDING
+from engine.worker.model_runner import RunnerOutput
 
 
 def _engine(paths: dict[str, Path], *, overlap: bool, **options: int) -> LLMEngine:
@@ -62,7 +64,30 @@ def test_overlapped_steps_give_the_same_outputs(model_dirs: dict[str, Path]) -> 
     overlapped = _run(model_dirs, overlap=True)
     assert overlapped == plain
     assert len(plain["greedy"][0]) == 20 and plain["short"][0] and len(plain["short"][0]) == 1
-    assert all(PENDING not in ids for ids, _, _ in overlapped.values())
+    assert all(min(ids) >= 0 for ids, _, _ in overlapped.values())
+
+
+def test_a_token_in_flight_is_a_held_place_never_a_fake_id(model_dirs: dict[str, Path]) -> None:
+    # While step N+1 is launched, step N's tokens are on the device: the sequences count them
+    # (num_pending_tokens) and their token_ids hold real ids only.
+    e = _engine({"l": model_dirs["llama"]}, overlap=True)
+    runner = e.runners["l"]
+    execute = runner.execute
+    seen: list[tuple[bool, int, list[int]]] = []  # (reads pending, places held, token ids) per row
+
+    def spy(items: list[ScheduledSeq], *args: Any) -> RunnerOutput:
+        seen.extend((i.reads_pending, i.seq.num_pending_tokens, list(i.seq.token_ids)) for i in items)
+        return execute(items, *args)
+
+    runner.execute = spy  # type: ignore[method-assign]
+    prompt = [0, *range(10, 20)]
+    e.add_request("a", "l", prompt, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    got = _drain(e)
+    held = [(pending, ids) for reads_pending, pending, ids in seen if reads_pending]
+    assert len(held) == 5  # every decode after the first token read its input from the device
+    assert [ids for _, ids in held] == [prompt + got["a"][0][:k] for k in range(5)]
+    assert all(pending == 1 for pending, _ in held)
+    assert all(min(ids) >= 0 for *_, ids in seen)
 
 
 def test_same_outputs_under_preemption_and_chunked_prefill(model_dirs: dict[str, Path]) -> None:

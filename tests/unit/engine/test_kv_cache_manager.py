@@ -94,3 +94,34 @@ def test_disabled_prefix_caching_never_hits() -> None:
     computed(kv, seq(list(range(9))))
     assert kv.find_cached_prefix(seq(list(range(9)))) == []
     assert kv.pool.num_cached_blocks == 0
+
+
+def test_release_counts_a_shared_block_once_its_last_holder_is_added() -> None:
+    kv = KVCacheManager(BlockPool(8), 4)
+    first = seq(list(range(10)))
+    computed(kv, first)  # [0, 1, 2], blocks 0 and 1 full and cached
+    second = seq([*range(8), 50, 51])
+    hits = kv.find_cached_prefix(second)
+    assert kv.allocate(second, 2, hits)
+    assert (first.block_ids, second.block_ids) == ([0, 1, 2], [0, 1, 3])
+    release = kv.release(keep=[])
+    assert release.add(first) == 1  # block 2 only: 0 and 1 are still held by second
+    assert release.add(second) == 4  # now 0, 1 and 3 as well
+    # A waiter that would hit block 0 gains nothing from freeing it.
+    kept = kv.release(keep=[0])
+    kept.add(first)
+    assert kept.add(second) == 3
+    assert kv.num_free_blocks == 4  # counting frees nothing
+
+
+def test_blocks_short_counts_a_free_cached_block_as_taken_when_revived() -> None:
+    kv = KVCacheManager(BlockPool(3), 4)
+    a = seq(list(range(5)))
+    computed(kv, a)
+    kv.free(a)  # blocks 1, 0 free; 0 cached
+    b = seq([*range(4), *range(20, 28)])
+    hits = kv.find_cached_prefix(b)
+    assert hits == [0]
+    assert kv.num_blocks_short(b, 8, hits) == 0  # two new blocks out of three free, one revived
+    assert kv.num_blocks_short(b, 9, hits) == 1
+    assert kv.can_allocate(b, 8, hits) and not kv.can_allocate(b, 9, hits)

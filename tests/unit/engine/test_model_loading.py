@@ -130,6 +130,8 @@ def test_config_validation() -> None:
         ModelSpec(name="a", path="x", dtype="int8")
     with pytest.raises(EngineConfigError):
         EngineConfig(kv_cache_fraction=0)
+    with pytest.raises(EngineConfigError, match="long_prefill_token_threshold"):
+        EngineConfig(long_prefill_token_threshold=0)
     with pytest.raises(InvalidRequestError):
         LLM()
 

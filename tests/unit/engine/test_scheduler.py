@@ -15,9 +15,16 @@ def make(
     seqs: int = 8,
     tokens: int = 64,
     models: tuple[str, ...] = ("a", "b"),
+    threshold: int | None = None,
 ) -> Scheduler:
     kv = KVCacheManager(BlockPool(num_blocks), block_size)
-    return Scheduler(kv, list(models), max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    return Scheduler(
+        kv,
+        list(models),
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        long_prefill_token_threshold=threshold,
+    )
 
 
 _arrival = iter(range(10**6))
@@ -364,3 +371,95 @@ def test_a_victims_block_that_the_waiter_would_hit_in_the_cache_frees_no_room() 
     assert s.kv.find_cached_prefix(urgent) == [1]
     assert out.preempted == [] and low.block_ids == [1, 2]
     assert s.waiting("a") == [urgent]
+
+
+def test_a_held_place_is_decoded_next_and_read_from_the_device() -> None:
+    s = make()
+    a = req(3)
+    s.add(a)
+    s.update(s.schedule())
+    a.hold_place()  # the token sampled by the step above is still on the device
+    (item,) = s.schedule().scheduled
+    assert (item.start, item.num_new_tokens, item.is_sampling, item.reads_pending) == (3, 1, True, True)
+    assert a.token_ids == [0, 1, 2]
+
+
+# Chunked prefill beside running streams (long_prefill_token_threshold).
+
+
+def one_stream(threshold: int | None, tokens: int = 16) -> tuple[Scheduler, Sequence]:
+    """A step budget of ``tokens`` and one sequence decoding."""
+    s = make(num_blocks=32, tokens=tokens, threshold=threshold)
+    stream = req(3)
+    s.add(stream)
+    run(s)
+    return s, stream
+
+
+def test_a_long_arrival_is_chunked_beside_decodes_and_leaves_room_for_a_short_one() -> None:
+    s, stream = one_stream(threshold=4)
+    long, short = req(20), req(3)
+    s.add(long)
+    s.add(short)
+    out = run(s)
+    assert shares(out) == [(stream.request_id, 3, 1), (long.request_id, 0, 4), (short.request_id, 0, 3)]
+    out = run(s)  # decodes first, then the long prompt's next chunk
+    assert shares(out) == [(stream.request_id, 4, 1), (short.request_id, 3, 1), (long.request_id, 4, 4)]
+    assert not out.scheduled[2].is_sampling
+    for _ in range(3):
+        run(s)
+    assert long.num_computed_tokens == 20 and long.num_output_tokens == 1
+    assert stream.num_output_tokens == 6  # a token every step
+
+
+def test_a_lone_prompt_takes_the_whole_budget() -> None:
+    s = make(num_blocks=32, tokens=16, threshold=4)
+    long = req(40)
+    s.add(long)
+    assert shares(run(s)) == [(long.request_id, 0, 16)]
+    late = req(3)
+    s.add(late)  # someone else has work now: the cap holds
+    assert shares(run(s)) == [(long.request_id, 16, 4), (late.request_id, 0, 3)]
+
+
+def test_without_a_threshold_a_long_prompt_takes_what_the_decodes_leave() -> None:
+    s, stream = one_stream(threshold=None)
+    long, short = req(40), req(3)
+    s.add(long)
+    s.add(short)
+    assert shares(run(s)) == [(stream.request_id, 3, 1), (long.request_id, 0, 15)]
+    assert shares(run(s)) == [(stream.request_id, 4, 1), (long.request_id, 15, 15)]
+    assert s.waiting("a") == [short]  # behind the long prompt's whole prefill
+
+
+def test_an_urgent_long_arrival_preempts_only_for_its_first_chunk() -> None:
+    s = make(num_blocks=6, tokens=64, threshold=4)
+    low = [req(2, "a", 5, start=100 * k) for k in range(1, 6)]
+    for q in low:
+        s.add(q)
+    run(s)  # five one-block sequences, one block free
+    urgent = req(30, "b", 0)
+    s.add(urgent)
+    out = run(s)
+    # Its first chunk (4 tokens) needs one block and one is free: nobody is preempted.
+    assert out.preempted == [] and urgent.block_ids == [5]
+    assert (out.scheduled[-1].seq, out.scheduled[-1].num_new_tokens) == (urgent, 4)
+
+
+def test_capped_chunks_share_the_budget_in_priority_order() -> None:
+    s, stream = one_stream(threshold=4, tokens=6)
+    late_urgent, early_lax = req(20, priority=-1), req(20, priority=2)
+    s.add(early_lax)
+    s.add(late_urgent)
+    out = run(s)  # admission: the urgent class first
+    assert shares(out) == [
+        (stream.request_id, 3, 1),
+        (late_urgent.request_id, 0, 4),
+        (early_lax.request_id, 0, 1),
+    ]
+    out = run(s)  # running chunks: by priority, after the decode
+    assert shares(out) == [
+        (stream.request_id, 4, 1),
+        (late_urgent.request_id, 4, 4),
+        (early_lax.request_id, 1, 1),
+    ]

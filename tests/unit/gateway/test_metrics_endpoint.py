@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +13,8 @@ from litestar.testing import AsyncTestClient
 from common.audit_event import AuditEvent, EventType
 from gateway.app import metrics_endpoint
 from gateway.auditor import Auditor
+from gateway.auth import AuthConfig, TokenVerifier
+from gateway.authenticator import Authenticator
 from gateway.config import ServerConfig
 from gateway.errors import response_parts
 from gateway.metrics_access import MetricsAccess
@@ -40,9 +41,9 @@ def test_off_loopback_metrics_need_the_scrape_token(tmp_path: Any) -> None:
         TelemetryConfig(), ServerConfig(host="0.0.0.0"), {"STRONGROOM_METRICS_TOKEN": SCRAPE}
     )
     services = Services.__new__(Services)  # only what /metrics touches
-    services.metrics_access = access
     services.telemetry = Telemetry.install(TelemetryConfig())
-    services.inference = SimpleNamespace(auditor=Auditor(sink))  # type: ignore[assignment]
+    verifier = TokenVerifier.create(AuthConfig(revocation=False), tmp_path, redis=None)
+    services.authenticator = Authenticator(verifier, access, Auditor(sink))
 
     def on_error(_: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
         status, body, headers = response_parts(exc)

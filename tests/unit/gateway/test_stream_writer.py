@@ -8,15 +8,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from common.principal import Principal
-from engine.core.sampling_params import SamplingParams
-from engine.serving.client import EngineClient
-from engine.serving.protocol import DeltaEvent, GenerateRequest, ModelCard
-from filters import FilterConfig, FilterPipeline
-from gateway.inference import Prepared
-from gateway.openai_types import ChatCompletionRequest, ChatMessageIn
-from gateway.quota import Quotas
-from gateway.request_context import RequestContext
+from engine.serving.protocol import DeltaEvent
+from filters import FilterConfig, FilterContext, FilterPipeline
+from gateway.response_shape import ResponseShape
 from gateway.stream_writer import StreamWriter
 
 CARD = "6222 0200 0000 0007"  # UnionPay-shaped, Luhn-valid
@@ -35,23 +29,8 @@ def pipeline(tmp_path: Path, action: str) -> FilterPipeline:
     return FilterPipeline.from_config(FilterConfig(policy_file=str(policy)), tmp_path)
 
 
-async def prepared() -> Prepared:
-    principal = Principal(subject="alice", roles=("analyst",), issuer="t")
-    ctx = RequestContext(request_id="req_1", endpoint="/v1/chat/completions", principal=principal)
-    body = ChatCompletionRequest(
-        model="demo-chat", messages=[ChatMessageIn(role="user", content="x")], stream=True
-    )
-    lease = await Quotas().reserve(principal, "demo-chat", 10)
-    return Prepared(
-        kind="chat",
-        ctx=ctx,
-        body=body,
-        generate=GenerateRequest(request_id="req_1", model="demo-chat", params=SamplingParams(max_tokens=64)),
-        card=ModelCard(name="demo-chat", max_model_len=2048, has_chat_template=True),
-        client=EngineClient("http://127.0.0.1:9", "t"),
-        lease=lease,
-        findings=[],
-    )
+SHAPE = ResponseShape(is_chat=True, model="demo-chat")
+FCTX = FilterContext(roles=("analyst",), model="demo-chat")
 
 
 def pieces(text: str, size: int) -> list[str]:
@@ -70,7 +49,7 @@ def sent_text(chunks: list[bytes]) -> str:
 @pytest.mark.anyio
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7])
 async def test_blocked_card_split_across_deltas_leaks_no_digit(tmp_path: Path, size: int) -> None:
-    writer = StreamWriter(await prepared(), pipeline(tmp_path, "block"))
+    writer = StreamWriter(SHAPE, pipeline(tmp_path, "block"), FCTX)
     text = "Your card is " + CARD + " and that is all."
     chunks = [writer.start()]
     for i, piece in enumerate(pieces(text, size)):
@@ -90,7 +69,7 @@ async def test_blocked_card_split_across_deltas_leaks_no_digit(tmp_path: Path, s
 
 @pytest.mark.anyio
 async def test_masked_card_streams_through_masked(tmp_path: Path) -> None:
-    writer = StreamWriter(await prepared(), pipeline(tmp_path, "mask"))
+    writer = StreamWriter(SHAPE, pipeline(tmp_path, "mask"), FCTX)
     text = "card " + CARD + " ok"
     chunks: list[bytes] = []
     for i, piece in enumerate(pieces(text, 3)):
@@ -122,7 +101,7 @@ async def test_masked_card_streams_through_masked(tmp_path: Path) -> None:
 )
 async def test_evasive_card_in_streamed_output_is_blocked(tmp_path: Path, evasive: str) -> None:
     """Issue 18: streamed output with a card the old filter did not recognise."""
-    writer = StreamWriter(await prepared(), pipeline(tmp_path, "block"))
+    writer = StreamWriter(SHAPE, pipeline(tmp_path, "block"), FCTX)
     chunks = [writer.start()]
     for i, piece in enumerate(pieces("Your card is " + evasive + " and that is all.", 3)):
         chunks += writer.add(DeltaEvent(index=0, text=piece, token_ids=[i], num_output_tokens=i + 1))
@@ -138,12 +117,8 @@ async def test_evasive_card_in_streamed_output_is_blocked(tmp_path: Path, evasiv
 async def test_logprobs_never_spell_out_a_masked_value(tmp_path: Path) -> None:
     from engine.serving.protocol import LogprobEntry
 
-    prep = await prepared()
-    prep = msgspec.structs.replace(
-        prep,
-        generate=msgspec.structs.replace(prep.generate, params=SamplingParams(max_tokens=64, logprobs=1)),
-    )
-    writer = StreamWriter(prep, pipeline(tmp_path, "mask"))
+    shape = msgspec.structs.replace(SHAPE, wants_logprobs=True)
+    writer = StreamWriter(shape, pipeline(tmp_path, "mask"), FCTX)
     text = "ok " * 120 + "card " + CARD + " done"
     parts = pieces(text, 2)
     chunks: list[bytes] = []

@@ -11,10 +11,10 @@ from litestar.testing import AsyncTestClient
 
 from audit.errors import AuditUnavailableError
 from common.audit_event import AuditEvent, EventType
-from common.principal import Principal
 from gateway.errors import response_parts
 from gateway.routes.admin import build_admin_router
 from policies import AccessConfig, Authorizer
+from tests.unit.gateway.routes.callers import bearer, gatekeeper
 
 
 class ListSink:
@@ -30,10 +30,6 @@ class ListSink:
 
 
 def make_app(authorizer: Authorizer, sink: ListSink) -> Litestar:
-    async def principal(request: Request[Any, Any, Any]) -> Principal:
-        roles = tuple(r for r in request.headers.get("x-roles", "").split(",") if r)
-        return Principal(subject=request.headers.get("x-sub", "anon"), roles=roles, issuer="https://idp")
-
     async def provide_authorizer() -> Authorizer:
         return authorizer
 
@@ -44,19 +40,20 @@ def make_app(authorizer: Authorizer, sink: ListSink) -> Litestar:
         status, body, headers = response_parts(exc)
         return Response(content=body, status_code=status, headers=headers, media_type="application/json")
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[build_admin_router()],
         dependencies={
-            "principal": Provide(principal),
             "authorizer": Provide(provide_authorizer),
             "audit": Provide(provide_audit),
         },
         exception_handlers={Exception: on_error},
     )
+    gatekeeper(authorizer, sink).install(app.state)
+    return app
 
 
-ADMIN = {"x-sub": "root", "x-roles": "admin"}
-ANALYST = {"x-sub": "ann", "x-roles": "analyst"}
+ADMIN = bearer("root", "admin")
+ANALYST = bearer("ann", "analyst")
 
 
 def run(tmp_path: Path, body: Any) -> None:
@@ -118,14 +115,14 @@ def test_assign_and_effective_permissions(tmp_path: Path) -> None:
         assert perms["roles"] == ["admin", "analyst"]
         assert {"role": "admin", "pattern": "*", "action": "admin:policy", "domain": "*"} in perms["grants"]
         # bob now administers although his token carries no role
-        assert (await client.get("/admin/policy", headers={"x-sub": "bob"})).status_code == 200
+        assert (await client.get("/admin/policy", headers=bearer("bob"))).status_code == 200
         role = (await client.get("/admin/permissions", headers=ADMIN, params={"role": "analyst"})).json()
         assert {g["pattern"] for g in role["grants"]} == {"demo-chat"}
         r = await client.post(
             "/admin/assignments/remove", headers=ADMIN, json={"user": "bob", "role": "admin"}
         )
         assert r.status_code == 200
-        assert (await client.get("/admin/policy", headers={"x-sub": "bob"})).status_code == 403
+        assert (await client.get("/admin/policy", headers=bearer("bob"))).status_code == 403
 
     run(tmp_path, body)
 

@@ -19,15 +19,10 @@ from audit.record import AuditContent
 from audit.signer import CheckpointVerifier
 from common.audit_event import AuditEvent, Decision, EventType
 from common.finding import Finding
-from common.principal import Principal
 from gateway.routes.audit import build_audit_router
 from policies.authorizer import Authorizer
 from policies.config import AccessConfig
-
-
-def _principal(request: Request[Any, Any, Any]) -> Principal:
-    roles = tuple(r for r in request.headers.get("x-test-roles", "").split(",") if r)
-    return Principal(subject=request.headers.get("x-test-subject", "anon"), roles=roles, issuer="test")
+from tests.unit.gateway.routes.callers import bearer, gatekeeper
 
 
 def _error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -39,7 +34,7 @@ def _app(tmp_path: Path, state: dict[str, Any]) -> Litestar:
     """The log lives on the app's own loop (litestar's test client runs the app in a portal thread)."""
     authorizer = Authorizer.open(AccessConfig(), tmp_path)
 
-    async def startup() -> None:
+    async def startup(app: Litestar) -> None:
         log = await AuditLog.open(AuditConfig(content_default="encrypt"), tmp_path)
         for i in range(6):
             findings = (Finding(type="pii.card", count=1, action="mask"),) if i % 2 else ()
@@ -55,6 +50,7 @@ def _app(tmp_path: Path, state: dict[str, Any]) -> Litestar:
                 AuditContent(prompt=f"secret prompt {i}", completion="answer"),
             )
         state["log"] = log
+        gatekeeper(authorizer, log).install(app.state)
 
     async def shutdown() -> None:
         await state["log"].close()
@@ -63,18 +59,14 @@ def _app(tmp_path: Path, state: dict[str, Any]) -> Litestar:
         route_handlers=[build_audit_router()],
         on_startup=[startup],
         on_shutdown=[shutdown],
-        dependencies={
-            "principal": Provide(_principal, sync_to_thread=False),
-            "authorizer": Provide(lambda: authorizer, sync_to_thread=False),
-            "audit_log": Provide(lambda: state["log"], sync_to_thread=False),
-        },
+        dependencies={"audit_log": Provide(lambda: state["log"], sync_to_thread=False)},
         exception_handlers={AuditError: _error},
     )
 
 
-AUDITOR = {"x-test-subject": "alice", "x-test-roles": "auditor"}
-COMPLIANCE = {"x-test-subject": "carol", "x-test-roles": "compliance"}
-ANALYST = {"x-test-subject": "bob", "x-test-roles": "analyst"}
+AUDITOR = bearer("alice", "auditor")
+COMPLIANCE = bearer("carol", "compliance")
+ANALYST = bearer("bob", "analyst")
 
 
 def test_routes_end_to_end(tmp_path: Path) -> None:

@@ -1,0 +1,176 @@
+"""InferenceService over a real engine server (stub backend) on loopback, the packaged policy, real
+filters and quotas: every exit, allowed or refused, leaves its audit record first."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from common.audit_event import AuditEvent, Decision, EventType
+from common.principal import Principal
+from engine.serving.client import EngineClient
+from engine.serving.server import EngineServer
+from engine.serving.stub_engine import StubEngine
+from filters import FilterConfig, FilterPipeline
+from gateway.auditor import Auditor
+from gateway.engine_pool import EnginePool
+from gateway.errors import BadRequestError, ContentPolicyError, ModelNotFoundError
+from gateway.inference import InferenceService
+from gateway.openai_types import ChatCompletionRequest, ChatMessageIn, CompletionRequest
+from gateway.quota import Quotas
+from gateway.request_context import RequestContext
+from gateway.telemetry import Telemetry
+from gateway.telemetry_config import TelemetryConfig
+from policies import AccessConfig, Authorizer
+
+pytestmark = pytest.mark.anyio
+TOKEN = "inference-test-token"
+CARD = "6222 0200 0000 0007"  # UnionPay-shaped, Luhn-valid
+BLOCK_CARDS = 'version = 1\ndefault_action = "flag"\non_error = "block"\n[actions]\npayment_card = "block"\n'
+ANALYST = Principal(subject="ann", roles=("analyst",), issuer="t")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def engine_url() -> Iterator[str]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    app = EngineServer(StubEngine(), TOKEN).app()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "engine server did not start"
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    async def append(self, event: AuditEvent, content: Any = None, *, served: bool = False) -> int:
+        self.events.append(event)
+        return len(self.events)
+
+
+@pytest.fixture
+async def service(engine_url: str, tmp_path: Path) -> AsyncIterator[tuple[InferenceService, ListSink]]:
+    policy = tmp_path / "filters.toml"
+    policy.write_text(BLOCK_CARDS)
+    engines = EnginePool([EngineClient(engine_url, TOKEN)])
+    await engines.start()
+    sink = ListSink()
+    service = InferenceService(
+        authorizer=Authorizer.open(AccessConfig(), tmp_path),
+        quotas=Quotas(),
+        filters=FilterPipeline.from_config(FilterConfig(policy_file=str(policy)), tmp_path),
+        auditor=Auditor(sink),
+        engines=engines,
+        telemetry=Telemetry.install(TelemetryConfig()),
+        clock=lambda: 1000.0,
+    )
+    try:
+        yield service, sink
+    finally:
+        await engines.aclose()
+
+
+def _ctx(principal: Principal = ANALYST) -> RequestContext:
+    return RequestContext(request_id="req_1", endpoint="/v1/chat/completions", principal=principal)
+
+
+def _chat(text: str, *, model: str = "demo-chat", stream: bool = False) -> ChatCompletionRequest:
+    return ChatCompletionRequest(
+        model=model, messages=[ChatMessageIn(role="user", content=text)], max_tokens=3, stream=stream
+    )
+
+
+async def test_a_chat_is_answered_then_recorded_with_its_usage(
+    service: tuple[InferenceService, ListSink],
+) -> None:
+    inference, sink = service
+    body = json.loads(await inference.complete(await inference.prepare(_ctx(), "chat", _chat("hi there"))))
+    assert body["object"] == "chat.completion" and body["created"] == 1000
+    assert body["choices"][0]["message"]["content"] == " hello hello hello"
+    assert body["usage"]["completion_tokens"] == 3
+    [record] = sink.events
+    assert (record.event_type, record.decision, record.status, record.subject) == (
+        EventType.INFERENCE,
+        Decision.ALLOW,
+        200,
+        "ann",
+    )
+    assert record.completion_tokens == 3 and record.prompt_tokens == body["usage"]["prompt_tokens"]
+
+
+async def test_a_model_the_caller_may_not_use_reads_as_absent(
+    service: tuple[InferenceService, ListSink],
+) -> None:
+    inference, sink = service
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        await inference.prepare(_ctx(), "chat", _chat("hi", model="demo-base"))
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        await inference.prepare(_ctx(), "chat", _chat("hi", model="no-such-model"))
+    denial, absent = sink.events
+    assert (denial.event_type, denial.status, denial.reason) == (
+        EventType.AUTHORIZATION_DENIAL,
+        404,
+        "model not allowed",
+    )
+    assert absent.event_type == EventType.AUTHORIZATION_DENIAL and absent.reason == "model not allowed"
+
+
+async def test_refusals_before_the_engine_are_recorded(service: tuple[InferenceService, ListSink]) -> None:
+    inference, sink = service
+    admin = Principal(subject="root", roles=("admin",), issuer="t")
+    with pytest.raises(ContentPolicyError):
+        await inference.prepare(_ctx(), "chat", _chat(f"my card is {CARD}"))
+    with pytest.raises(BadRequestError, match="token-id prompts are disabled"):
+        await inference.prepare(
+            _ctx(admin), "completions", CompletionRequest(model="demo-base", prompt=[1, 2])
+        )
+    with pytest.raises(BadRequestError, match="messages must not be empty"):
+        await inference.prepare(_ctx(), "chat", ChatCompletionRequest(model="demo-chat", messages=[]))
+    assert [(e.event_type, e.status) for e in sink.events] == [
+        (EventType.FILTER_ACTION, 400),
+        (EventType.REQUEST_REJECTED, 400),
+        (EventType.REQUEST_REJECTED, 400),
+    ]
+    assert CARD not in repr(sink.events)
+
+
+async def test_a_stream_records_its_start_then_its_end_before_done(
+    service: tuple[InferenceService, ListSink],
+) -> None:
+    inference, sink = service
+    prep = await inference.prepare(_ctx(), "chat", _chat("hi", stream=True))
+    stream = await inference.open_stream(prep)
+    assert [e.reason for e in sink.events] == ["stream started"]
+    chunks = [chunk async for chunk in stream]
+    assert chunks[-1] == b"data: [DONE]\n\n"
+    text = "".join(
+        (json.loads(c.removeprefix(b"data: "))["choices"] or [{}])[0].get("delta", {}).get("content") or ""
+        for c in chunks[:-1]
+    )
+    assert text == " hello hello hello"
+    assert [(e.event_type, e.reason, e.completion_tokens) for e in sink.events] == [
+        (EventType.INFERENCE, "stream started", 0),
+        (EventType.INFERENCE, "", 3),
+    ]
