@@ -8,6 +8,9 @@ synchronous=FULL fsyncs; PostgreSQL with synchronous_commit on). If the store fa
 append in the batch raises ``AuditUnavailableError``; once the store is back the first batch
 starts with an ``audit_outage`` record counting what was refused. Checkpoints are signed in
 the same transaction as the batch that makes them due, and on a timer when idle.
+
+A gateway worker holds a log opened with ``join``: the same reads, and the same ``append``,
+whose records go to the supervisor's log through ``audit.feed`` (one writer for all workers).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import ParamSpec, TypeVar
+
+import msgspec
 
 from audit.aggregates import AuditAggregates, aggregate
 from audit.archive import ArchiveReport, archive_older_than, online_cutoff_us, verify_archives
@@ -36,6 +41,7 @@ from audit.errors import (
     AuditUnavailableError,
 )
 from audit.event_bounds import bounded_event
+from audit.feed import AuditFeed
 from audit.group_commit import BatchTiming, GroupCommit
 from audit.query import MAX_LIMIT, AuditPage, AuditQuery, decode_cursor, encode_cursor
 from audit.record import AuditContent, AuditRecord, encode_event, record_from_row
@@ -63,9 +69,12 @@ class AuditLog:
         store: AuditStore,
         signer: CheckpointSigner,
         guard: ContentGuard,
-        writer: ChainWriter,
+        writer: ChainWriter | None,
         read_pool: ThreadPoolExecutor,
         *,
+        log_id: str,
+        feed: AuditFeed | None = None,
+        data_dir: Path | None = None,
         clock: Callable[[], float],
         second_sink: AuditSink | None,
         heartbeat: bool,
@@ -91,15 +100,24 @@ class AuditLog:
         self._maintaining: Future[None] | None = None
         self._maintenance_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-maintenance")
         self._telling_second_sink: asyncio.Task[None] | None = None
-        self._group = GroupCommit(
-            cfg,
-            writer,
-            heartbeat=heartbeat,
-            final_on_close=final_on_close,
-            on_checkpoint=self._maintenance,
-            on_failure=self._on_failure,
-            on_batch=on_batch,
-        )
+        self._log_id = log_id
+        self._feed = feed
+        self._data_dir = data_dir
+        """Set when fed (``join``): where a verify finds the witness to read."""
+        self._group: GroupCommit | AuditFeed
+        if feed is not None:
+            self._group = feed
+        else:
+            assert writer is not None
+            self._group = GroupCommit(
+                cfg,
+                writer,
+                heartbeat=heartbeat,
+                final_on_close=final_on_close,
+                on_checkpoint=self._maintenance,
+                on_failure=self._on_failure,
+                on_batch=on_batch,
+            )
 
     def __repr__(self) -> str:
         return f"AuditLog(store={self._store!r}, key_id={self.signer.key_id!r})"
@@ -178,6 +196,7 @@ class AuditLog:
             guard,
             writer,
             read_pool,
+            log_id=head.log_id,
             clock=clock,
             second_sink=second_sink,
             heartbeat=heartbeat,
@@ -195,9 +214,59 @@ class AuditLog:
             )
         return log
 
+    @classmethod
+    async def join(cls, cfg: AuditConfig, data_dir: Path, feed_path: Path) -> AuditLog:
+        """The log as a gateway worker holds it: reads from the store (read-only for SQLite),
+        appends, checkpoints and archiving through the owner's ``AuditFeedServer`` at ``feed_path``.
+
+        The owner recovered the log, checked the witness and records the service's start and
+        stop; a worker only checks that its signing key is the pinned one.
+        """
+        from audit.sqlite_store import SqliteStore
+
+        signer = CheckpointSigner.open(msgspec.structs.replace(cfg, create_signing_key=False), data_dir)
+        trusted = trusted_key(cfg, data_dir, signer.verifier)
+        trusted.require_signer(signer.key_id)
+        if cfg.backend == "sqlite":
+            store: AuditStore = SqliteStore.read_only(cfg.resolve(data_dir, cfg.sqlite_path))
+        else:
+            store = open_store(cfg, data_dir)
+        read_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-reader")
+        loop = asyncio.get_running_loop()
+        try:
+            head = await loop.run_in_executor(read_pool, store.open, uuid.uuid4().hex)
+            # Past the owner's own deadlines (append_timeout_s queued, twice that in a commit).
+            feed = await AuditFeed.connect(feed_path, timeout_s=2 * cfg.append_timeout_s + 1.0)
+        except BaseException:
+            read_pool.shutdown()
+            await asyncio.to_thread(store.close)
+            raise
+        keys = FileContentKeys(
+            cfg.resolve(data_dir, cfg.content_hmac_key_file), cfg.resolve(data_dir, cfg.content_key_file)
+        )
+        return cls(
+            cfg,
+            store,
+            signer,
+            ContentGuard(cfg, keys),
+            None,
+            read_pool,
+            log_id=head.log_id,
+            feed=feed,
+            data_dir=data_dir,
+            clock=time.time,
+            second_sink=None,
+            heartbeat=False,
+            record_lifecycle=False,
+            final_on_close=False,
+            on_batch=None,
+            trusted=trusted,
+            witness=None,
+        )
+
     @property
     def log_id(self) -> str:
-        return self._writer.head.log_id
+        return self._log_id
 
     async def append(
         self, event: AuditEvent, content: AuditContent | None = None, *, served: bool = False
@@ -216,6 +285,12 @@ class AuditLog:
             raise AuditUnavailableError("audit event cannot be encoded") from exc
         return await self._group.append(Entry(encoded, content, served))
 
+    async def append_entry(self, entry: Entry) -> int:
+        """Append an entry a worker encoded (``AuditFeedServer``); its seq once durable."""
+        if self._is_closing:
+            raise AuditUnavailableError("audit log is closed")
+        return await self._group.append(entry)
+
     def problem(self) -> str:
         """Why appends would fail now ("" when they should succeed): for readiness probes.
 
@@ -224,6 +299,8 @@ class AuditLog:
         """
         if self._is_closing:
             return "audit log is closed"
+        if self._feed is not None and self._feed.is_failing:
+            return self._feed.problem or "the audit writer's last commit failed"
         if self._group.is_failing:
             return "the last audit commit failed"
         check_files = getattr(self._store, "check_files", None)  # SQLite only
@@ -354,14 +431,22 @@ class AuditLog:
 
     async def verify(self, trusted: TrustedKey | None = None) -> VerifyReport:
         """Verify archives, online records and witnesses against ``trusted`` (default: ``self.trusted``)."""
-        return await self._read(verify_log, self._store, trusted or self.trusted, self.witness)
+        if self._data_dir is None:
+            return await self._read(verify_log, self._store, trusted or self.trusted, self.witness)
+        witness = open_witness(self.config, self._data_dir, self.signer)  # to read, as the CLI does
+        try:
+            return await self._read(verify_log, self._store, trusted or self.trusted, witness)
+        finally:
+            if witness is not None:
+                await asyncio.to_thread(witness.close)
 
     async def export(
         self, path: Path, *, fmt: str = "jsonl", first_seq: int = 1, last_seq: int | None = None
     ) -> int:
         """Export a contiguous range; returns the number of records. JSONL bundles are sealed."""
         await self.checkpoint()
-        last = self._writer.head.seq if last_seq is None else min(last_seq, self._writer.head.seq)
+        head_seq = (await self._read(self._store.head)).seq
+        last = head_seq if last_seq is None else min(last_seq, head_seq)
         first = max(first_seq, 1)
         if fmt == "csv":
             return await self._read(export_csv, self._store, path, first_seq=first, last_seq=last)
@@ -375,6 +460,9 @@ class AuditLog:
 
     async def archive(self, data_dir: Path) -> ArchiveEntry | None:
         """Move records older than ``retention_online_days`` (up to a checkpoint) into a sealed segment."""
+        if self._feed is not None:  # the owner archives: only the writer may prune its store
+            archived = await self._feed.archive()
+            return None if archived is None else ArchiveEntry(*archived)
         await self.checkpoint()
         now_us = int(self._clock() * 1_000_000)
         cutoff = online_cutoff_us(now_us, self.config.retention_online_days)

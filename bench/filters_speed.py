@@ -7,7 +7,8 @@
 - Presidio's pattern recognizers (credit card, e-mail, IBAN, IP, US SSN) on the same prompt;
 - keyword matching, 10,000 terms, mixed Chinese text: chars/s for ahocorasick_rs and
   pyahocorasick automata, and for our KeywordDetector (normalization and skeleton included);
-- the stream filter: added time per chunk (4-character chunks) and the hold-back length.
+- the stream filter: added time per chunk (4-character chunks) and the hold-back length, and
+  per delta size against the windowed filter it replaced (``bench.filters_stream``).
 """
 
 from __future__ import annotations
@@ -184,6 +185,9 @@ def main() -> None:
     result["presidio_2kb"] = bench_presidio(prompt)
     result["keywords"] = bench_keywords(rng)
     result["stream"] = bench_stream(pipeline, prompt)
+    from bench.filters_stream import filter_costs  # imports this module: not at the top
+
+    result["stream_by_delta"] = filter_costs(pipeline, prompt, repeat=3)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "filters_speed.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(result, indent=2, ensure_ascii=False))

@@ -268,6 +268,46 @@ async def _measure(
     return rows
 
 
+def bench_env(data_dir: Path, engine_token: str, engine_port: int) -> dict[str, str]:
+    """The environment of a benchmarked gateway over the stub engine at ``engine_port``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
+    env.update(
+        {
+            "STRONGROOM_DATA_DIR": str(data_dir),
+            "STRONGROOM_ENGINE_TOKEN": engine_token,
+            "STRONGROOM_SERVER__ENGINE_URLS": f'["http://127.0.0.1:{engine_port}"]',
+            # The default per-subject limits would cap a load test; overhead is what we measure.
+            "STRONGROOM_QUOTA__DEFAULT": "{ requests_per_minute = 100000000, tokens_per_minute = 1000000000, concurrent_requests = 100000, max_tokens_ceiling = 4096 }",
+        }
+    )
+    return env
+
+
+def write_record(
+    benchmark: str,
+    load_before: tuple[float, ...],
+    config: dict[str, Any],
+    result: dict[str, Any],
+    output: Path | None,
+) -> Path:
+    """The result with its provenance, as JSON (default: bench/results/<benchmark>_<time>.json)."""
+    stamp = datetime.now(UTC)
+    record = {
+        "benchmark": benchmark,
+        "command": " ".join(["strongroom", "bench", "gateway", *sys.argv[3:]]),
+        "git_commit": git_commit(),
+        "machine": machine("cpu"),
+        "date": stamp.isoformat(timespec="seconds"),
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
+        "config": config,
+        **result,
+    }
+    out = output or RESULTS / f"{benchmark}_{stamp:%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    return out
+
+
 def run(
     levels: list[int],
     duration_s: float,
@@ -278,19 +318,10 @@ def run(
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Start a stub engine and a gateway, then measure; ``progress`` is told (runs done, runs in all)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     engine_token = secrets.token_urlsafe(24)
     engine_port, gw_port = _free_port(), _free_port()
-    env.update(
-        {
-            "STRONGROOM_DATA_DIR": str(data_dir),
-            "STRONGROOM_ENGINE_TOKEN": engine_token,
-            "STRONGROOM_SERVER__PORT": str(gw_port),
-            "STRONGROOM_SERVER__ENGINE_URLS": f'["http://127.0.0.1:{engine_port}"]',
-            # The default per-subject limits would cap a load test; overhead is what we measure.
-            "STRONGROOM_QUOTA__DEFAULT": "{ requests_per_minute = 100000000, tokens_per_minute = 1000000000, concurrent_requests = 100000, max_tokens_ceiling = 4096 }",
-        }
-    )
+    env = bench_env(data_dir, engine_token, engine_port)
+    env["STRONGROOM_SERVER__PORT"] = str(gw_port)
     cmd = [sys.executable, "-m", "strongroom"]
     procs = [
         subprocess.Popen(
@@ -369,33 +400,38 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="JSON file (default bench/results/)."
 )
+@click.option(
+    "--workers",
+    "worker_counts",
+    default=None,
+    help="Instead: requests/s and CPU per request and token at these gateway worker counts, in one "
+    'run (comma-separated; "all" is one per core), e.g. "1,2,all". Needs Redis on 127.0.0.1:6379.',
+)
 def gateway(
-    levels: tuple[int, ...], duration_s: float, rounds: int, max_tokens: int, output: Path | None
+    levels: tuple[int, ...],
+    duration_s: float,
+    rounds: int,
+    max_tokens: int,
+    output: Path | None,
+    worker_counts: str | None,
 ) -> None:
     """Added latency and sustained requests/s of the full gateway over a stub engine."""
+    if worker_counts is not None:
+        from bench.gateway_scaling import scaling
+
+        scaling(worker_counts, list(levels), duration_s, rounds, max_tokens, output)
+        return
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:
         result = run(list(levels), duration_s, max_tokens, Path(tmp), rounds=rounds, progress=bar)
-    stamp = datetime.now(UTC)
-    record = {
-        "benchmark": "gateway_overhead",
-        "command": " ".join(["strongroom", "bench", "gateway", *sys.argv[3:]]),
-        "git_commit": git_commit(),
-        "machine": machine("cpu"),
-        "date": stamp.isoformat(timespec="seconds"),
-        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
-        "config": {
-            "levels": list(levels),
-            "duration_s": duration_s,
-            "max_tokens": max_tokens,
-            "rounds": rounds,
-            "load_generator": "closed loop, one keep-alive HTTP/1.1 connection per concurrent caller",
-            "path": "JWT (EdDSA) + RBAC + quota (in-process) + request/response filters + audit (SQLite)",
-        },
-        **result,
+    config = {
+        "levels": list(levels),
+        "duration_s": duration_s,
+        "max_tokens": max_tokens,
+        "rounds": rounds,
+        "load_generator": "closed loop, one keep-alive HTTP/1.1 connection per concurrent caller",
+        "path": "JWT (EdDSA) + RBAC + quota (in-process) + request/response filters + audit (SQLite)",
     }
     click.echo(format_rows(result["rows"]))
-    out = output or RESULTS / f"gateway_overhead_{stamp:%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    out = write_record("gateway_overhead", load_before, config, result, output)
     click.echo(f"wrote {out}")

@@ -32,7 +32,7 @@ from engine.errors import (
 )
 from engine.loading.hosted_model import HostedModel
 from engine.loading.model_source import DirectorySource, ModelSource
-from engine.sampling import Sampler
+from engine.sampling import GrammarCompiler, GrammarMatcher, Sampler
 from engine.sequence_output import SequenceOutput
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 from engine.worker.inflight_step import InflightStep, SampledRow
@@ -107,6 +107,8 @@ class LLMEngine:
         }
         self._cache_scopes = {spec.name: spec.prefix_cache_scope for spec in config.models}
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
+        self._grammars: dict[str, GrammarCompiler] = {}
+        """Per model, made at its first structured request."""
         self._requests: dict[str, list[Sequence]] = {}
         self._outputs: dict[int, SequenceOutput] = {}
         self._arrivals = 0
@@ -189,6 +191,7 @@ class LLMEngine:
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
         hosted = self.model(model)
+        grammars = self._grammar_matchers(model, params)  # an invalid schema raises before queueing
         salt = cache_salt(self._cache_scopes[model], tenant, subject)
         self._arrivals += 1
         seqs = [
@@ -211,10 +214,24 @@ class LLMEngine:
                 eos_token_ids=hosted.eos_token_ids,
                 max_model_len=hosted.max_model_len,
                 device=self.device,
+                grammar=grammars[seq.index] if grammars else None,
             )
             self.scheduler.add(seq)
         self._requests[request_id] = seqs
         return seqs
+
+    def _grammar_matchers(self, model: str, params: SamplingParams) -> list[GrammarMatcher]:
+        """One matcher per sequence of a structured request; none otherwise."""
+        if params.structured is None:
+            return []
+        compiler = self._grammars.get(model)
+        if compiler is None:
+            hosted = self.models[model]
+            compiler = GrammarCompiler(
+                hosted.tokenizer.hf.to_str(), hosted.config.vocab_size, hosted.eos_token_ids
+            )
+            self._grammars[model] = compiler
+        return [compiler.matcher(params.structured) for _ in range(params.n)]
 
     def abort(self, request_id: str) -> list[tuple[str, StreamDelta]]:
         """End a request now, freeing its blocks; the closing "abort" delta of each live sequence."""
@@ -329,11 +346,26 @@ class LLMEngine:
         seqs = [item.seq for item in items if item.is_sampling]
         if not seqs:
             return [], None
+        if prev is not None:
+            self._catch_up_grammars(seqs, prev)
         # Only penalties read the tokens so far; other rows skip copying them (and never see a
         # placeholder: a row with penalties always has its tokens on the host).
         rows = [self._outputs[s.seq_id].sampling_row() for s in seqs]
         result = self.sampler(out.logits, rows, out.argmax)
         return [SampledRow(s, lp) for s, lp in zip(seqs, result.logprobs, strict=True)], result.token_ids
+
+    def _catch_up_grammars(self, seqs: list[Sequence], prev: InflightStep) -> None:
+        """Constrained rows launched past their last token: their masks need it. Wait for the
+        previous step's tokens now, while the forward pass just queued keeps the device busy."""
+        outputs = self._outputs
+        behind = [s for s in seqs if s.num_pending_tokens and outputs[s.seq_id].grammar is not None]
+        if not behind:
+            return
+        tokens = prev.token_ids()
+        for seq in behind:
+            grammar = outputs[seq.seq_id].grammar
+            assert grammar is not None
+            grammar.advance_to(seq.num_output_tokens, tokens[prev.row_of[seq.seq_id]])
 
     def _forget_if_done(self, request_id: str) -> None:
         seqs = self._requests.get(request_id)

@@ -1,7 +1,8 @@
 """Turns each sampled token into a client-visible delta: detokenize, check stops, attach logprobs.
 
-One ``SequenceOutput`` per sequence holds its incremental detokenizer, its stop checker and its
-random generator (the sampler's per-request seed), so a preempted sequence resumes where it was.
+One ``SequenceOutput`` per sequence holds its incremental detokenizer, its stop checker, its
+random generator (the sampler's per-request seed) and its grammar matcher (structured output), so
+a preempted sequence resumes where it was.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 
 from engine.core.outputs import StreamDelta, TokenLogprob
 from engine.core.sequence import Sequence, SequenceStatus
-from engine.sampling import SamplingRow, TokenLogprobs, make_generator
+from engine.sampling import GrammarMatcher, SamplingRow, TokenLogprobs, make_generator
 from engine.text.detokenizer import IncrementalDetokenizer
 from engine.text.stop_checker import StopChecker
 from engine.text.tokenizer import Tokenizer
@@ -30,6 +31,7 @@ class SequenceOutput:
         eos_token_ids: frozenset[int],
         max_model_len: int,
         device: torch.device,
+        grammar: GrammarMatcher | None = None,
     ) -> None:
         self.seq = seq
         self._tokenizer = tokenizer
@@ -46,6 +48,7 @@ class SequenceOutput:
         """With text read only at the end: the output ids not decoded yet (one decode at the end
         instead of two per token)."""
         self.generator = make_generator(seq.params.seed, seq.index, device)
+        self.grammar = grammar
         self._row: SamplingRow | None = None
 
     def sampling_row(self) -> SamplingRow:
@@ -58,10 +61,15 @@ class SequenceOutput:
                 prompt_token_ids=seq.prompt_token_ids,
                 output_token_ids=seq.output_token_ids,
                 generator=self.generator,
+                grammar=self.grammar,
             )
         if self._row is None:
             self._row = SamplingRow(
-                params=seq.params, prompt_token_ids=(), output_token_ids=(), generator=self.generator
+                params=seq.params,
+                prompt_token_ids=(),
+                output_token_ids=(),
+                generator=self.generator,
+                grammar=self.grammar,
             )
         return self._row
 
@@ -69,6 +77,8 @@ class SequenceOutput:
         self, token_id: int, logprobs: TokenLogprobs | None
     ) -> tuple[StreamDelta, SequenceStatus | None]:
         """The delta for one new token (already appended to the sequence), and the finish status if any."""
+        if self.grammar is not None:
+            self.grammar.advance_to(self.seq.num_output_tokens, token_id)
         if self._final_ids is not None:
             return self._on_token_final(token_id, logprobs)
         # A stop token left out of the output is not decoded either, or flushing after it could

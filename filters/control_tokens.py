@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 
 from filters.detectors.pattern_detector import PatternDetector
+from filters.holdback import RunRule
 
 __all__ = ["ControlTokenDetector"]
 
@@ -34,6 +35,13 @@ class ControlTokenDetector(PatternDetector):
     name = "control_token"
     max_match_len = 44
     priority = 4
+    stream_rule = RunRule(
+        "<>[]/|_abcdefghijklmnopqrstuvwxyz0123456789",
+        re.compile(r"[<\[]"),
+        44,
+        trigger=re.compile(r"[<\[]"),
+        wake=frozenset("<["),
+    )
     pattern = re.compile(
         r"<\|[a-z0-9_]{1,40}\|>"
         rf"|\[/?(?:{_MISTRAL})\]"

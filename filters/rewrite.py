@@ -24,23 +24,28 @@ def rewrite(norm: NormalizedText, matches: Iterable[Match], begin: int = 0, end:
     replaced, and a masked part keeps no edge. Blocked values are redacted too, so the result is
     always safe.
     """
-    original = norm.original
-    stop = len(original) if end is None else end
+    spans = [(*norm.to_original(m.start, m.end), m.detector, m.action) for m in matches if m.action.rewrites]
+    return rewrite_original(norm.original, spans, begin, len(norm.original) if end is None else end)
+
+
+def rewrite_original(
+    original: str, spans: Iterable[tuple[int, int, str, Action]], begin: int, end: int, offset: int = 0
+) -> str:
+    """``rewrite`` for spans already in original offsets; ``original`` starts at ``offset``."""
     pieces: list[str] = []
     pos = begin
-    for match in matches:
-        if match.action is Action.FLAG:
+    for start, finish, detector, action in spans:
+        if not action.rewrites:
             continue
-        start, finish = norm.to_original(match.start, match.end)
-        is_whole = begin <= start and finish <= stop
-        start, finish = max(start, pos), min(finish, stop)
+        is_whole = begin <= start and finish <= end
+        start, finish = max(start, pos), min(finish, end)
         if finish <= start:
             continue
-        pieces.append(original[pos:start])
-        if match.action is Action.MASK:
-            pieces.append(mask(match.detector, original[start:finish], is_whole=is_whole))
+        pieces.append(original[pos - offset : start - offset])
+        if action is Action.MASK:
+            pieces.append(mask(detector, original[start - offset : finish - offset], is_whole=is_whole))
         else:
-            pieces.append(placeholder(match.detector))
+            pieces.append(placeholder(detector))
         pos = finish
-    pieces.append(original[pos:stop])
+    pieces.append(original[pos - offset : end - offset])
     return "".join(pieces)

@@ -68,13 +68,26 @@ class Scanner:
             try:
                 spans = detector.scan(text)
             except Exception:
-                self._failures.add(1, {"detector": detector.name, "reason": "error"})
+                self.count_failure(detector.name)
                 return ScanOutcome([], detector.name)
             found.extend((start, end, detector.priority, detector.name, action) for start, end in spans)
         return ScanOutcome(_settle(found), None)
 
+    @staticmethod
+    def settle(found: list[Candidate]) -> list[Match]:
+        """Settle overlaps among spans found piece by piece (the stream filter's)."""
+        return _settle(found)
 
-def _settle(found: list[tuple[int, int, int, str, Action]]) -> list[Match]:
+    def count_failure(self, detector: str) -> None:
+        """A detector raised (the stream filter runs detectors itself, and reports here)."""
+        self._failures.add(1, {"detector": detector, "reason": "error"})
+
+
+Candidate = tuple[int, int, int, str, Action]
+"""(start, end, priority, detector, action) of one span before overlaps are settled."""
+
+
+def _settle(found: list[Candidate]) -> list[Match]:
     """Keep the higher-priority, then longer, span wherever two overlap.
 
     Candidates are taken in that order and kept when none of their characters is taken yet: one

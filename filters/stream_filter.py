@@ -1,18 +1,28 @@
-"""Filtering a streamed response without ever sending a matched character.
+"""Filtering a streamed response without ever sending a matched character, at a cost per delta
+that grows with the delta, not with what is held back.
 
-Invariant: a character is released only when no match can still include it. With L the
-longest match of any detector that rewrites text (block, redact, mask), the last L-1
-normalized characters are always held back, and so is every match that reaches into them:
+Invariant: a character is released only when no match can still include it. Each active
+detector has a ``DetectorCursor`` whose hold point says from where its matches could still
+change (``filters.holdback``: the trailing digits of a card, the word an address could begin
+with, the start of an unfinished keyword); the stream releases up to the earliest hold point of
+the detectors that rewrite text (block, redact, mask), moved left so that no match straddles it
+and it starts an original character:
 
-    buffer    | context (released) | released now            | held back (>= L-1)  |
-              0                    ctx                       release               n
+    normalized  | context | released now                   | held back                |
+                base      released                         release = min hold        n
+                                 final matches start here -^ (found once, by each cursor)
 
-A future match must contain a character not yet received, and spans at most L characters,
-so it cannot reach left of ``release``. Matches ending in [ctx, release) are final: their
-action is applied once and counted once. Up to L_all (the longest match of any active
-detector, flag-only ones included) normalized characters before ``release`` stay in the
-buffer as left context, so lookbehinds and keyword prefixes see what they saw before; a match
-lying wholly in the context was handled in an earlier step and is skipped.
+So clean prose is released as it arrives, and a detector that could still match holds back only
+what it could still match, never more than its ``max_match_len - 1`` characters (an open
+private-key block excepted: it runs to its ``END`` line). A cursor scans only the text after
+its previous hold point, and not at all when nothing there could match, so a delta costs about
+its own length. Matches become final in order; they are settled against each other (priority,
+then length, as ``Scanner`` does), counted once and applied once. Normalization is per
+character (``filters.normalized``), so each delta is normalized on its own.
+
+Context: characters before ``released`` stay in the buffer while a cursor may still read them
+(its ``lookbehind``) and for at least the longest match, so look-behinds see what they would
+in the whole text.
 
 Blocking: once a final match's action is block, the step returns ``blocked`` and nothing
 more is released, ever. A detector failure fails closed the same way (``on_error = block``),
@@ -21,19 +31,24 @@ or replaces everything held with a placeholder (``redact``).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping
 
 from common.finding import Finding
 from filters.action import Action, Direction
 from filters.context import StreamStep
+from filters.detector_cursor import DetectorCursor
 from filters.finding_tally import FindingTally
-from filters.normalized import NormalizedText, normalize
-from filters.rewrite import FAILED_PLACEHOLDER, rewrite
-from filters.scanner import Match, Scanner
+from filters.normalized import normalize
+from filters.rewrite import FAILED_PLACEHOLDER, rewrite_original
+from filters.scanner import Candidate, Match, Scanner
 from filters.windowed_scan import SEGMENT_CHARS
 
+__all__ = ["StreamFilter"]
+
 _BLOCKED = StreamStep(release="", blocked=True)
+_RECENT = 8
+_TRIM_CHARS = 4096
+"""Dead characters at the head of the buffer before it is cut (so cutting is amortized)."""
 
 
 class StreamFilter:
@@ -42,17 +57,39 @@ class StreamFilter:
         self._actions = actions
         self._on_error = on_error
         self.hold_len = scanner.max_match_len(actions, rewriting_only=True) - 1
-        """Normalized characters always held back (L - 1)."""
+        """The most normalized characters any rewriting detector holds back (L - 1)."""
         self._context_len = max(scanner.max_match_len(actions, rewriting_only=False), self.hold_len + 1)
-        self._buffer = ""
-        self._released = 0
-        """Original characters at the head of the buffer that are already handled."""
         self._tally = FindingTally(Direction.RESPONSE)
         self._blocked = False
         self._finished = False
+        self._start_over()
+
+    def _start_over(self) -> None:
+        self._cursors = [
+            DetectorCursor(d, self._actions[d.name])
+            for d in self._scanner.detectors
+            if self._actions[d.name] is not Action.OFF
+        ]
+        self._rewriting = [c for c in self._cursors if c.action.rewrites]
+        self._flagging = [c for c in self._cursors if not c.action.rewrites]
+        self._recent: list[Candidate] = []
+        """The last matches applied, for settling a flag-only match that became final late."""
+        self._original = ""
+        self._original_base = 0
+        """Absolute original index of ``_original[0]``."""
+        self._text = ""
+        self._base = 0
+        """Absolute normalized index of ``_text[0]``."""
+        self._starts: list[int] = []
+        """Absolute original index of each character of ``_text``."""
+        self._released = 0
+        self._released_original = 0
+        self._pending: list[Candidate] = []
+        """Final matches not yet released: they start at or after ``_released``."""
 
     def __repr__(self) -> str:
-        return f"StreamFilter(held={len(self._buffer) - self._released}, blocked={self._blocked})"
+        held = self._base + len(self._text) - self._released
+        return f"StreamFilter(held={held}, blocked={self._blocked})"
 
     @property
     def blocked(self) -> bool:
@@ -62,15 +99,29 @@ class StreamFilter:
     def findings(self) -> tuple[Finding, ...]:
         return self._tally.findings()
 
+    @property
+    def num_held(self) -> int:
+        """Normalized characters received and not yet released."""
+        return self._base + len(self._text) - self._released
+
+    @property
+    def num_scanned(self) -> int:
+        """Characters handed to detectors so far, over all of them: the filter's work."""
+        return sum(c.num_scanned for c in self._cursors)
+
+    def holds(self) -> dict[str, int]:
+        """Per active detector: normalized characters it holds back now."""
+        n = self._base + len(self._text)
+        return {c.detector.name: n - c.hold for c in self._cursors}
+
     def feed(self, delta: str) -> StreamStep:
-        """Each step scans what is held back plus the new text; a long delta is taken in pieces
-        of ``SEGMENT_CHARS`` so that one step's cost stays bounded whatever the engine sends."""
+        """Take the new text; a long delta is taken in pieces of ``SEGMENT_CHARS`` so that one
+        step's cost stays bounded whatever the engine sends."""
         if self._blocked or self._finished:
             return _BLOCKED if self._blocked else StreamStep(release="", blocked=False)
         released: list[str] = []
-        for begin in range(0, max(1, len(delta)), SEGMENT_CHARS):
-            self._buffer += delta[begin : begin + SEGMENT_CHARS]
-            step = self._advance(final=False)
+        for begin in range(0, len(delta), SEGMENT_CHARS):
+            step = self._advance(delta[begin : begin + SEGMENT_CHARS], final=False)
             if step.blocked:
                 return step
             released.append(step.release)
@@ -80,66 +131,138 @@ class StreamFilter:
         """Flush what is held back at the end of the stream."""
         if self._blocked or self._finished:
             return _BLOCKED if self._blocked else StreamStep(release="", blocked=False)
-        step = self._advance(final=True)
+        step = self._advance("", final=True)
         self._finished = True
         return step
 
-    def _advance(self, *, final: bool) -> StreamStep:
-        norm = normalize(self._buffer)
-        outcome = self._scanner.scan(norm.text, self._actions)
-        if outcome.failed is not None:
-            return self._fail(outcome.failed)
-        n = len(norm.text)
-        ctx = _normalized_index(norm, self._released)
-        release = n if final else self._release_point(norm, outcome.matches, ctx, max(ctx, n - self.hold_len))
-        final_matches = []
-        for match in outcome.matches:
-            if ctx < match.end <= release:
-                final_matches.append(match)
-                self._tally.add(match.detector, match.action)
-        if any(m.action is Action.BLOCK for m in final_matches):
+    def _advance(self, piece: str, *, final: bool) -> StreamStep:
+        begin = self._append(piece)
+        n = self._base + len(self._text)
+        chars = frozenset(self._text[begin - self._base :])
+        for cursor in self._cursors:
+            wake = None if final else cursor.wake
+            if wake is not None and cursor.hold == begin and chars.isdisjoint(wake):
+                cursor.skip(n)
+                continue
+            try:
+                spans = cursor.advance(self._text, self._base, begin, final=final)
+            except Exception:
+                self._scanner.count_failure(cursor.detector.name)
+                return self._fail(cursor.detector.name)
+            if spans:
+                detector = cursor.detector
+                self._pending.extend(
+                    (s, e, detector.priority, detector.name, cursor.action) for s, e in spans
+                )
+        release = n if final else self._hold_point(n)
+        release = self._release_point(max(release, self._released))
+        matches = self._take_final(release)
+        for match in matches:
+            self._tally.add(match.detector, match.action)
+        if any(m.action is Action.BLOCK for m in matches):
             self._blocked = True
-            self._buffer = ""
+            self._original = self._text = ""
             return _BLOCKED
-        release_at = norm.original_index(release) if release < n else len(self._buffer)
-        text = rewrite(norm, final_matches, self._released, release_at)
-        self._keep_context(norm, release, release_at)
+        release_at = self._original_index(release)
+        text = self._rewrite(matches, release_at)
+        self._released, self._released_original = release, release_at
+        self._trim()
         return StreamStep(release=text, blocked=False)
 
-    @staticmethod
-    def _release_point(norm: NormalizedText, matches: list[Match], ctx: int, release: int) -> int:
-        """Move ``release`` left until no match straddles it and it starts an original character
-        (one character can expand to several normalized ones: "ﬁ" -> "fi")."""
+    def _hold_point(self, n: int) -> int:
+        """The earliest hold point of the rewriting detectors, and of the flag-only ones as far
+        as ``hold_len`` allows: a flag-only match found in time is settled against the others
+        (a flagged secret around a card number leaves the number alone) and counted as the
+        whole text would count it, without letting a long flag-only detector hold text back."""
+        hold = min((c.hold for c in self._rewriting), default=n)
+        if self._flagging:
+            hold = min(hold, max(n - self.hold_len, min(c.hold for c in self._flagging)))
+        return hold
+
+    def _append(self, piece: str) -> int:
+        """Add the piece and its normalized form; return where its normalized text begins."""
+        begin = self._base + len(self._text)
+        offset = self._original_base + len(self._original)
+        norm = normalize(piece)
+        self._original += piece
+        self._text += norm.text
+        if norm.starts is None:
+            self._starts.extend(range(offset, offset + len(piece)))
+        else:
+            self._starts.extend([offset + s for s in norm.starts])
+        return begin
+
+    def _original_index(self, index: int) -> int:
+        if index - self._base < len(self._starts):
+            return self._starts[index - self._base]
+        return self._original_base + len(self._original)
+
+    def _release_point(self, release: int) -> int:
+        """Move ``release`` left until no pending match straddles it and it starts an original
+        character (one character can expand to several normalized ones: "ﬁ" -> "fi")."""
+        starts, base, floor = self._starts, self._base, self._released
         while True:
             moved = release
-            if norm.starts is not None and release < len(norm.text):
-                moved = max(ctx, bisect.bisect_left(norm.starts, norm.starts[release]))
-            for match in matches:
-                if match.end > ctx and match.start < moved < match.end:
-                    moved = max(ctx, match.start)
+            i = moved - base
+            if i < len(starts):
+                while i > floor - base and starts[i - 1] == starts[i]:
+                    i -= 1
+                moved = base + i
+            for start, end, *_ in self._pending:
+                if start < moved < end:
+                    moved = max(floor, start)
             if moved == release:
                 return release
             release = moved
 
-    def _keep_context(self, norm: NormalizedText, release: int, release_at: int) -> None:
-        keep_from = norm.original_index(max(0, release - self._context_len))
-        self._buffer = self._buffer[keep_from:]
-        self._released = release_at - keep_from
+    def _take_final(self, release: int) -> list[Match]:
+        """Settle and remove the pending matches that lie before ``release``. A match found after
+        its text left (only a flag-only detector's can be) is counted, not applied."""
+        if not self._pending:
+            return []
+        for late in (c for c in self._pending if c[0] < self._released):
+            start, end, priority, name, action = late
+            if not any(s < end and start < e and p >= priority for s, e, p, _, _ in self._recent):
+                self._tally.add(name, action)
+        now = [c for c in self._pending if self._released <= c[0] < release]
+        self._pending = [c for c in self._pending if c[0] >= release]
+        if not now:
+            return []
+        settled = self._scanner.settle(now)
+        kept = {(m.start, m.detector) for m in settled}
+        self._recent = [*self._recent, *(c for c in now if (c[0], c[3]) in kept)][-_RECENT:]
+        return settled
+
+    def _rewrite(self, matches: list[Match], release_at: int) -> str:
+        begin, offset = self._released_original, self._original_base
+        if not matches:
+            return self._original[begin - offset : release_at - offset]
+        spans = [
+            (self._original_index(m.start), self._original_index(m.end - 1) + 1, m.detector, m.action)
+            for m in matches
+        ]
+        return rewrite_original(self._original, spans, begin, release_at, offset)
+
+    def _trim(self) -> None:
+        if len(self._text) < _TRIM_CHARS:
+            return
+        keep_from = min([self._released - self._context_len, *(c.keep_from for c in self._cursors)])
+        cut = keep_from - self._base
+        if cut < _TRIM_CHARS:
+            return
+        original_cut = self._original_index(keep_from) - self._original_base
+        self._text = self._text[cut:]
+        self._starts = self._starts[cut:]
+        self._base += cut
+        self._original = self._original[original_cut:]
+        self._original_base += original_cut
 
     def _fail(self, detector: str) -> StreamStep:
         self._tally.add(f"detector_failed:{detector}", self._on_error)
         if self._on_error is Action.BLOCK:
             self._blocked = True
-            self._buffer = ""
+            self._original = self._text = ""
             return _BLOCKED
-        held = len(self._buffer) > self._released
-        self._buffer = ""
-        self._released = 0
+        held = self._original_base + len(self._original) > self._released_original
+        self._start_over()
         return StreamStep(release=FAILED_PLACEHOLDER if held else "", blocked=False)
-
-
-def _normalized_index(norm: NormalizedText, original_index: int) -> int:
-    """First normalized character that comes from original_index or later."""
-    if norm.starts is None:
-        return original_index
-    return bisect.bisect_left(norm.starts, original_index)

@@ -39,6 +39,12 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     terminate TLS here or in a proxy on the same host before binding off loopback."""
     limits: ConnectionLimits = msgspec.field(default_factory=ConnectionLimits)
     """Header and body read timeouts and connection caps of the gateway's listener."""
+    workers: int = 0
+    """Gateway processes ``serve`` runs on the one listening socket. 0: one per CPU core when
+    ``redis_url`` is set, else 1 (quotas live in Redis only; without it each process would keep
+    its own). More than 1 needs ``redis_url``. Workers share the audit log through the
+    supervisor, which is its one writer; a policy change made through one worker is in force on
+    all within ``access.poll_interval_s``. Connection limits apply per worker."""
     max_body_bytes: int = 1_048_576
     """Largest accepted request body; larger bodies get 413 before they are parsed."""
     engine_urls: tuple[str, ...] = ()
@@ -82,6 +88,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("server.engine_heartbeat_s and engine_heartbeat_timeout_s must be positive")
         if self.engine_heartbeat_misses < 1:
             raise ConfigError("server.engine_heartbeat_misses must be at least 1")
+        if self.workers < 0:
+            raise ConfigError(f"server.workers must be 0 (one per core) or more, not {self.workers}")
         if self.drain_s < 0:
             raise ConfigError("server.drain_s must not be negative")
         for url in self.engine_urls:

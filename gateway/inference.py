@@ -27,6 +27,7 @@ from audit.record import AuditContent
 from common.audit_event import Decision, EventType
 from common.finding import Finding
 from engine.core.sampling_params import SamplingParams
+from engine.core.structured_output import StructuredOutput
 from engine.errors import EngineError, EngineUnavailableError
 from engine.serving.client import EngineClient
 from engine.serving.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
@@ -43,7 +44,7 @@ from gateway.errors import (
     http_error_of,
     recorded_reason,
 )
-from gateway.openai_types import ChatCompletionRequest, CompletionRequest
+from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ResponseFormat
 from gateway.quota import QuotaLease, Quotas
 from gateway.request_context import RequestContext
 from gateway.response_shape import ResponseShape
@@ -244,6 +245,7 @@ class InferenceService:
                 # A plain answer is read whole, after the response filters: the engine decodes its
                 # text once at the end instead of every step (the same text, less engine host time).
                 output_text="delta" if body.stream else "final",
+                structured=_structured(body.response_format),
             )
         except EngineError as exc:
             raise BadRequestError(exc.message, param=exc.param) from None
@@ -537,6 +539,22 @@ def _content(body: ChatCompletionRequest | CompletionRequest, texts: dict[int, s
 def _filter_context(prep: Prepared) -> FilterContext:
     roles = prep.ctx.principal.roles if prep.ctx.principal else ()
     return FilterContext(roles=roles, model=prep.body.model)
+
+
+def _structured(fmt: ResponseFormat | None) -> StructuredOutput | None:
+    """The engine's grammar for an OpenAI ``response_format`` (the schema itself is checked by the
+    engine, which compiles it: an invalid one is a 400 naming ``response_format``)."""
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return StructuredOutput.json_object()
+    if fmt.json_schema is None:
+        raise BadRequestError(
+            "response_format json_schema needs a json_schema object", param="response_format"
+        )
+    if fmt.json_schema.schema is None:
+        return StructuredOutput.json_object()
+    return StructuredOutput.json_schema(fmt.json_schema.schema)
 
 
 def _absent(model: str) -> ModelNotFoundError:

@@ -21,6 +21,7 @@ __all__ = [
     "CompletionRequest",
     "ModelList",
     "ModelObject",
+    "ResponseFormat",
     "Usage",
 ]
 
@@ -70,6 +71,20 @@ class ChatMessageIn(msgspec.Struct, frozen=True, kw_only=True):
         return f"ChatMessageIn(role={self.role!r}, content=<{len(self.text())} chars>)"
 
 
+class JsonSchemaFormat(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    schema: dict[str, Any] | None = None
+    """None: any JSON object."""
+    strict: bool | None = None
+    """Enforced either way: the engine decodes under the schema's grammar."""
+    description: str | None = None
+
+
+class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     stream: bool = False
@@ -86,6 +101,7 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     repetition_penalty: float | None = None
     ignore_eos: bool = False
     user: str | None = None
+    response_format: ResponseFormat | None = None
 
     @property
     def stop_list(self) -> tuple[str, ...]:

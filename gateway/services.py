@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -28,7 +29,7 @@ from gateway.tls_context import engine_client_context
 from policies import Authorizer, PolicyTamperedError
 from policies.policy_seal import PolicySeal, tamper_event
 
-__all__ = ["Services"]
+__all__ = ["Services", "open_authorizer"]
 
 _REDIS_PROBE_TIMEOUT_S = 0.5
 """A readiness probe answers within this even when Redis hangs."""
@@ -45,7 +46,7 @@ def _redis_client(url: str) -> Redis:
     )
 
 
-async def _open_authorizer(settings: GatewaySettings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
+async def open_authorizer(settings: GatewaySettings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
     """The policy, sealed with the audit signing key; a store that fails its seal stops start-up
     (there is no verified policy to serve) and the refusal is audited."""
     try:
@@ -101,9 +102,13 @@ class Services:
         engine_urls: tuple[str, ...] | None = None,
         *,
         is_process_alive: ProcessProbe | None = None,
+        audit_feed: Path | None = None,
+        records_engine_events: bool = True,
     ) -> Services:
         """Open every component; ``engine_urls`` overrides the configured pool (local engine), whose
-        supervisor answers ``is_process_alive``."""
+        supervisor answers ``is_process_alive``. A gateway worker (``strongroom.gateway_workers``)
+        appends through its supervisor's ``audit_feed`` instead of writing the log itself, and only
+        one worker copies the engines' key operations into the log (``records_engine_events``)."""
         data_dir = settings.data_path
         telemetry = Telemetry.install(settings.telemetry)
         redis = _redis_client(settings.redis_url) if settings.redis_url else None
@@ -114,14 +119,17 @@ class Services:
         if not token:
             raise ConfigError(f"${settings.server.engine_token_env} must hold the engine token")
         metrics_access = MetricsAccess(settings.telemetry, settings.server, os.environ)
-        audit_log = await AuditLog.open(settings.audit, data_dir)
+        if audit_feed is not None:
+            audit_log = await AuditLog.join(settings.audit, data_dir, audit_feed)
+        else:
+            audit_log = await AuditLog.open(settings.audit, data_dir)
         writer_socket = None
-        if settings.audit.backend == "sqlite":
+        if settings.audit.backend == "sqlite" and audit_feed is None:
             # Operator commands beside this gateway append through it: it holds the writer lock.
             db_path = settings.audit.resolve(data_dir, settings.audit.sqlite_path)
             writer_socket = await WriterSocket.start(audit_log, db_path, data_dir)
         verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
-        authorizer = await _open_authorizer(settings, audit_log, redis)
+        authorizer = await open_authorizer(settings, audit_log, redis)
         await authorizer.start()
         quotas = Quotas(settings.quota, redis=redis)
         filters = FilterPipeline.from_config(settings.filters, data_dir)
@@ -147,7 +155,7 @@ class Services:
                 misses=server.engine_heartbeat_misses,
             ),
             is_process_alive=is_process_alive,
-            audit=audit_log,
+            audit=audit_log if records_engine_events else None,
         )
         await engines.start()
         telemetry.count_in_flight(engines.num_in_flight)

@@ -42,7 +42,9 @@ class _Choice:
         self.filter = sf
         self.finished = False
         self.num_output_tokens = 0
-        self.fed: list[str] = []
+        self.unreleased = ""
+        """The engine's text after what was released unchanged: what the next release should
+        start with while nothing is rewritten (held back by the filter, so short)."""
         self.num_fed = 0
         self.released: list[str] = []
         self.num_released = 0
@@ -51,7 +53,8 @@ class _Choice:
         self.rewritten = False
 
     def feed(self, text: str, logprobs: list[LogprobEntry] | None) -> None:
-        self.fed.append(text)
+        if not self.rewritten:
+            self.unreleased += text
         self.num_fed += len(text)
         if logprobs:
             self.pending_logprobs.append((self.num_fed, logprobs))
@@ -66,9 +69,11 @@ class _Choice:
         self.released.append(text)
         self.num_released += len(text)
         if not self.rewritten:
-            original = "".join(self.fed)
-            if original[: self.num_released] != "".join(self.released):
+            if self.unreleased.startswith(text):
+                self.unreleased = self.unreleased[len(text) :]
+            else:
                 self.rewritten = True
+                self.unreleased = ""
         if self.rewritten:
             self.pending_logprobs.clear()
             return []

@@ -15,6 +15,7 @@ call (~7 µs here), a dict increment costs a fraction of that. Exported series a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 from opentelemetry import metrics, trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -28,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from gateway.serving_metrics import ServingMetrics
 from gateway.telemetry_config import TelemetryConfig
+from gateway.worker_metrics import WorkerMetrics
 
 __all__ = ["CountsByLabels", "Telemetry"]
 
@@ -88,6 +90,7 @@ class Telemetry:
             "strongroom.requests", [self.requests.observe], description="Requests by endpoint and status"
         )
         self.serving = ServingMetrics()
+        self._workers: WorkerMetrics | None = None
         self._in_flight: Callable[[], int] = lambda: 0
         # The queue a HorizontalPodAutoscaler scales gateways on (deploy/helm: strongroom_requests_in_flight).
         meter.create_observable_gauge(
@@ -113,9 +116,18 @@ class Telemetry:
             metrics.set_meter_provider(_installed.meter_provider)
         return _installed
 
+    def identify_worker(self, index: int, run_dir: Path) -> WorkerMetrics:
+        """This process is gateway worker ``index``: /metrics shows every worker's series."""
+        self._workers = WorkerMetrics(index, run_dir, self._own_text)
+        return self._workers
+
+    def _own_text(self) -> bytes:
+        return generate_latest(REGISTRY) + generate_latest(self.serving.registry)
+
     def prometheus_text(self) -> tuple[bytes, str]:
         """The exposition text and its one Content-Type value (charset included once)."""
-        return generate_latest(REGISTRY) + generate_latest(self.serving.registry), CONTENT_TYPE_LATEST
+        text = self._own_text() if self._workers is None else self._workers.merged_text()
+        return text, CONTENT_TYPE_LATEST
 
     def shutdown(self) -> None:
         self.tracer_provider.shutdown()

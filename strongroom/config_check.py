@@ -129,6 +129,11 @@ class ConfigCheck:
         except ConfigError as exc:
             yield f"server.host: {exc}"
         yield from self._tls("server.tls", s.server.tls)
+        if s.server.workers > 1 and s.redis_url is None:
+            yield (
+                f"server.workers: {s.server.workers} workers need redis_url: quotas would otherwise "
+                "be counted by each worker apart (set workers = 1, or 0 for one per core with Redis)"
+            )
         yield from self._engine_client()
         for i, issuer in enumerate(s.auth.issuers):
             for path in issuer.key_files:

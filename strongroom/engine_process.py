@@ -21,7 +21,7 @@ from strongroom.config import Settings
 
 log = logging.getLogger("strongroom.engine")
 
-__all__ = ["KeyOperationLog", "build_backend", "ensure_demo_models", "run_engine"]
+__all__ = ["KeyOperationLog", "build_backend", "end_with_parent", "ensure_demo_models", "run_engine"]
 
 
 def _provider(settings: Settings, *, create: bool) -> Any:
@@ -164,9 +164,10 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
     return LoadedEngine(engine, failed, key_operations, manifests)
 
 
-def _end_with_parent() -> None:
-    """A supervised engine (started by ``serve``) gets SIGTERM when its gateway dies, however it
-    dies (SIGKILL, a crash): an orphaned engine would keep the GPU's memory. Linux only."""
+def end_with_parent() -> None:
+    """A supervised engine or gateway worker (started by ``serve``) gets SIGTERM when its parent
+    dies, however it dies (SIGKILL, a crash): an orphaned engine would keep the GPU's memory, an
+    orphaned worker the port. Linux only."""
     import ctypes
     import signal
     import sys
@@ -197,7 +198,7 @@ def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub
     tls = cfg.tls if fd is None else TlsConfig()
     listener = Listener(tls, cfg.limits, resolve=settings.resolve, where="engine_listener")
     if fd is not None:
-        _end_with_parent()
+        end_with_parent()
     backend = build_backend(settings, stub=stub)
     server = EngineServer(
         backend.engine,

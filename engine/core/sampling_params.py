@@ -6,6 +6,7 @@ from typing import Literal
 
 import msgspec
 
+from engine.core.structured_output import StructuredOutput
 from engine.errors import InvalidRequestError
 
 
@@ -38,6 +39,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     n: int = 1
     """Number of independent completions for the prompt."""
     include_stop_str_in_output: bool = False
+    structured: StructuredOutput | None = None
+    """Constrain the output to a JSON object, a JSON schema or a grammar (constrained decoding)."""
     output_text: Literal["delta", "final"] = "delta"
     """"delta": each delta carries the text its token completes (streaming). "final": the whole
     text comes in the closing delta, decoded once; earlier deltas carry token ids only. A
@@ -67,6 +70,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidRequestError("logprobs must be in [0, 20]", param="logprobs")
         if not 1 <= self.n <= 16:
             raise InvalidRequestError("n must be in [1, 16]", param="n")
+        if self.structured is not None and self.ignore_eos:
+            raise InvalidRequestError(
+                "ignore_eos cannot be combined with structured output", param="ignore_eos"
+            )
         if len(self.stop) > 16:
             raise InvalidRequestError("at most 16 stop strings", param="stop")
 

@@ -79,7 +79,8 @@ class Sequence:
         self.params = params
         self.needs_host_tokens = params.logprobs is not None or params.uses_penalties
         """Sampling it reads back logprobs or the output so far: no step may be launched past it
-        before its tokens are on the host (asynchronous scheduling)."""
+        before its tokens are on the host (asynchronous scheduling). A grammar mask needs its last
+        token too, but only after the next forward pass is queued (``LLMEngine._catch_up_grammars``)."""
         self.cache_salt = cache_salt
         """Starts its block-hash chain: only sequences with the same salt share cached blocks."""
         self.priority = priority

@@ -11,6 +11,7 @@ Public interface (stable; the model runner codes against it)::
             prompt_token_ids=seq.prompt_token_ids,   # Sequence[int]
             output_token_ids=seq.output_token_ids,   # Sequence[int], generated so far
             generator=seq.generator,                 # torch.Generator | None (None: unseeded)
+            grammar=seq.grammar,                     # GrammarMatcher | None (structured output)
         )
         for seq in batch
     ]
@@ -25,13 +26,15 @@ Each step, the logits of every row go through, in this order (as vLLM and HF gen
 
     raw logits ──► logprobs (log_softmax of the raw logits, before anything below)
         │
+        ├─ grammar mask         (constrained rows only: disallowed tokens -> -inf, in place)
         ├─ repetition penalty   (HF: prompt + output tokens; logit>0 → /p, else ×p)
         ├─ frequency, presence  (OpenAI: output tokens only; logit -= count·f + [count>0]·p)
         │
         ├─ temperature == 0 ──► argmax                          (greedy; no randomness drawn)
         └─ / temperature ─► top-k ─► top-p ─► softmax ─► min-p ─► argmax(probs / q), q ~ Exp(1)
 
-Logprobs are those of the model's raw distribution (vLLM's default ``raw_logprobs`` mode; what
+The sampler owns the logits it is given: the grammar mask writes into them. Logprobs are those of
+the model's raw distribution (vLLM's default ``raw_logprobs`` mode; what
 OpenAI reports): penalties, temperature and truncation do not change them. Greedy with no penalties
 is exactly ``argmax`` of the raw logits (first index on ties).
 
@@ -54,6 +57,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.core.sampling_params import SamplingParams
+from engine.sampling.grammar_mask import GrammarMask
+from engine.sampling.grammar_matcher import GrammarMatcher
 from engine.sampling.logprobs import TokenLogprobs, gather_logprobs
 from engine.sampling.penalties import apply_penalties
 from engine.sampling.truncation import apply_min_p, apply_top_k_top_p
@@ -75,6 +80,8 @@ class SamplingRow:
     output_token_ids: Sequence[int]
     generator: torch.Generator | None = None
     """The sequence's own generator when it is seeded; None draws from the sampler's generator."""
+    grammar: GrammarMatcher | None = None
+    """The sequence's place in its grammar when its output is constrained (structured output)."""
 
     def __repr__(self) -> str:
         # Token ids are prompt content: log lengths only.
@@ -104,6 +111,7 @@ class Sampler:
     def __init__(self, generator: torch.Generator | None = None) -> None:
         self._generator = generator
         self._keys: torch.Generator | None = None
+        self._mask = GrammarMask()
 
     def __call__(
         self, logits: torch.Tensor, rows: Sequence[SamplingRow], argmax: torch.Tensor | None = None
@@ -119,6 +127,10 @@ class Sampler:
         raw_logprobs = None
         if any(n is not None for n in num_logprobs):
             raw_logprobs = torch.log_softmax(logits.float(), dim=-1)
+        constrained = self._mask.apply(logits, [row.grammar for row in rows])
+        if constrained is not None and argmax is not None:
+            argmax = argmax.clone()
+            argmax[constrained] = logits[constrained].argmax(dim=-1)
         penalized = apply_penalties(logits, rows)
         is_greedy = [row.params.is_greedy for row in rows]
         if all(is_greedy):

@@ -62,6 +62,6 @@ class InflightStep:
         if self._ready is not None:
             start = time.perf_counter()
             self._ready.synchronize()
-            self.wait_s = time.perf_counter() - start
+            self.wait_s += time.perf_counter() - start
         values: list[int] = self._host.tolist()
         return values

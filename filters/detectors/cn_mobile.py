@@ -13,30 +13,55 @@ from filters.detectors.digit_run import (
     LOOKAROUND,
     MAX_SEPARATOR_RUN,
     MIN_TYPED_GROUP,
+    RUN_CONTEXT,
     DigitRun,
     Window,
     glued,
+    run_rule,
+    run_start,
     scan_windows,
     window_digits,
     window_span,
 )
+from filters.holdback import Holdback, RunHoldback
 
 _MOBILE = re.compile(r"1[3-9][0-9]{9}")
 _MAX_DIGITS = len("0086") + 11
+_MAX_MATCH_LEN = 1 + _MAX_DIGITS + (_MAX_DIGITS - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
+_RULE = run_rule(_MAX_MATCH_LEN, extra="+", marker="[0-9+]")  # "+86 …" starts at the "+"
 
 
 class CnMobileDetector:
     name = "cn_mobile"
-    max_match_len = 1 + _MAX_DIGITS + (_MAX_DIGITS - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
+    max_match_len = _MAX_MATCH_LEN
     priority = 40
+    lookbehind = RUN_CONTEXT + 1
 
     def __repr__(self) -> str:
         return f"CnMobileDetector(name={self.name!r})"
 
     def scan(self, text: str) -> list[Span]:
-        return scan_windows(
-            text, 11, _MAX_DIGITS, lambda run, window: self._accept(text, run, window), in_uniform_runs=False
+        return self.scan_from(text, 0)
+
+    def scan_from(self, text: str, start: int) -> list[Span]:
+        """A ``+`` just before ``start`` belongs to the run: scanned from there, kept from ``start``."""
+        spans = scan_windows(
+            text,
+            11,
+            _MAX_DIGITS,
+            lambda run, window: self._accept(text, run, window),
+            in_uniform_runs=False,
+            start=start,
         )
+        return [span for span in spans if span[0] >= start]
+
+    @staticmethod
+    def scan_start(text: str, start: int) -> int:
+        """Where ``scan_from(text, start)`` begins reading: its run, and what decides it before."""
+        return run_start(text, start) - 1
+
+    def holdback(self) -> Holdback:
+        return RunHoldback(_RULE)
 
     @staticmethod
     def _accept(text: str, run: DigitRun, window: Window) -> Span | None:

@@ -22,18 +22,24 @@ from filters.detectors.digit_run import (
     ASCII_ALNUM,
     LOOKAROUND,
     MAX_SEPARATOR_RUN,
+    RUN_CONTEXT,
     DigitRun,
     Window,
+    run_rule,
+    run_start,
     scan_windows,
     window_digits,
     window_span,
 )
+from filters.holdback import Holdback, RunHoldback
 
 PROVINCES = frozenset(
     (11, 12, 13, 14, 15, 21, 22, 23, 31, 32, 33, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46,
      50, 51, 52, 53, 54, 61, 62, 63, 64, 65, 71, 81, 82, 83, 91)
 )  # fmt: skip
 _LENGTH = 18
+_MAX_MATCH_LEN = _LENGTH + (_LENGTH - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
+_RULE = run_rule(_MAX_MATCH_LEN, extra="x")  # the check character, and the one after it decides
 
 
 def is_issuable(value: str, today: datetime.date | None = None) -> bool:
@@ -49,20 +55,33 @@ def is_issuable(value: str, today: datetime.date | None = None) -> bool:
 
 class CnResidentIdDetector:
     name = "cn_resident_id"
-    max_match_len = _LENGTH + (_LENGTH - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
+    max_match_len = _MAX_MATCH_LEN
     priority = 60
+    lookbehind = RUN_CONTEXT + 1
 
     def __repr__(self) -> str:
         return f"CnResidentIdDetector(name={self.name!r})"
 
     def scan(self, text: str) -> list[Span]:
+        return self.scan_from(text, 0)
+
+    def scan_from(self, text: str, start: int) -> list[Span]:
         return scan_windows(
             text,
             _LENGTH - 1,
             _LENGTH,
             lambda run, window: self._accept(text, run, window),
             in_uniform_runs=True,
+            start=start,
         )
+
+    @staticmethod
+    def scan_start(text: str, start: int) -> int:
+        """Where ``scan_from(text, start)`` begins reading: its run, and what decides it before."""
+        return run_start(text, start) - 1
+
+    def holdback(self) -> Holdback:
+        return RunHoldback(_RULE)
 
     @staticmethod
     def _accept(text: str, run: DigitRun, window: Window) -> Span | None:

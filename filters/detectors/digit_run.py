@@ -27,6 +27,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from filters.holdback import WHITESPACE, RunRule
+
 MAX_SEPARATOR_RUN = 4
 LOOKAROUND = MAX_SEPARATOR_RUN + 1
 MIN_TYPED_GROUP = 3
@@ -35,6 +37,26 @@ _RUN = re.compile(rf"[0-9]+(?:{_SEPARATOR}{{1,{MAX_SEPARATOR_RUN}}}[0-9]+)*+")
 _GROUP = re.compile(r"[0-9]+")
 _LETTER = frozenset("abcdefghijklmnopqrstuvwxyz")
 ASCII_ALNUM = frozenset("0123456789abcdefghijklmnopqrstuvwxyz")
+SEPARATOR_CHARS = WHITESPACE + "._/\\-"
+"""Every character ``_SEPARATOR`` matches."""
+_RUN_CHARS = "0123456789" + SEPARATOR_CHARS
+RUN_CONTEXT = 256
+"""How far before ``start`` a scan from ``start`` looks for the beginning of the run it starts
+in: a run's groups and whether it is uniform depend on all of it. A longer run is read from
+there on, as a window of the whole-text scan (``filters.windowed_scan``) reads it."""
+
+
+def run_rule(max_match_len: int, extra: str = "", marker: str = "[0-9]") -> RunRule:
+    """How a stream holds back for a detector of digit runs: from the first digit (or ``extra``
+    marker) of the trailing stretch of digits, separators and ``extra`` characters, since a run
+    and the character that ends it consist of nothing else (``filters.holdback``)."""
+    return RunRule(
+        members="0123456789" + SEPARATOR_CHARS + extra,
+        marker=re.compile(marker),
+        max_match_len=max_match_len,
+        trigger=re.compile("[0-9]"),
+        wake=frozenset("0123456789" + ("+" if "+" in marker else "")),
+    )
 
 
 class DigitRun(NamedTuple):
@@ -74,10 +96,12 @@ class Window(NamedTuple):
 
 
 @functools.lru_cache(maxsize=2)
-def digit_runs(text: str) -> tuple[DigitRun, ...]:
-    """Every run in the text (cached: four detectors read the same runs in turn)."""
+def digit_runs(text: str, start: int = 0) -> tuple[DigitRun, ...]:
+    """Every run in the text that starts at or after ``start`` (cached: four detectors read the
+    same runs in turn). ``start`` must not fall inside a run; the stream filter starts at a run's
+    first digit or where no run is open (``run_rule``)."""
     runs = []
-    for match in _RUN.finditer(text):
+    for match in _RUN.finditer(text, start):
         start, end = match.span()
         groups = [m.span() for m in _GROUP.finditer(text, start, end)]
         separators = {text[a:b] for (_, a), (b, _) in itertools.pairwise(groups)}
@@ -139,14 +163,23 @@ def scan_windows(
     accept: Callable[[DigitRun, Window], tuple[int, int] | None],
     *,
     in_uniform_runs: bool,
+    start: int = 0,
 ) -> list[tuple[int, int]]:
-    """Spans of the windows ``accept`` takes; a run taken whole is not searched further."""
+    """Spans of the windows ``accept`` takes that start at ``start`` or later, the runs read
+    whole (``run_start``); a run taken whole is not searched further."""
     spans = []
-    for run in digit_runs(text):
+    for run in digit_runs(text, run_start(text, start)):
         for window in windows(run, min_digits, max_digits, in_uniform_runs=in_uniform_runs):
             span = accept(run, window)
             if span is not None:
-                spans.append(span)
+                if span[0] >= start:
+                    spans.append(span)
                 if window.is_whole_run:
                     break
     return spans
+
+
+def run_start(text: str, start: int) -> int:
+    """Where the run (or the stretch of separators) that ``start`` lies in begins."""
+    head = text[max(0, start - RUN_CONTEXT) : start]
+    return start - (len(head) - len(head.rstrip(_RUN_CHARS)))

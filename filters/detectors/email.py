@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 
 from filters.detector import Span
+from filters.detectors.email_holdback import EmailHoldback
 from filters.detectors.pattern_detector import PatternDetector
+from filters.holdback import Holdback
 
 _MAX_LEN = 254  # RFC 5321 path limit, of the address itself
 _OPEN, _CLOSE = r"[\[({<]", r"[\])}>]"
@@ -33,6 +35,9 @@ class EmailDetector(PatternDetector):
         rf"(?<![a-z0-9._%+-])(?P<local>[a-z0-9_%+-][a-z0-9._%+-]{{0,63}}){_AT}"
         rf"(?P<domain>(?:{_LABEL}{_DOT}){{1,8}}[a-z]{{2,24}})(?![a-z0-9-])"
     )
+
+    def holdback(self) -> Holdback:
+        return EmailHoldback(self.max_match_len)
 
     def scan(self, text: str) -> list[Span]:
         """Like ``PatternDetector.scan``, but a refused match gives its text back: in "me at

@@ -11,6 +11,7 @@ import re
 from filters.checksum import iban_valid
 from filters.detector import Span
 from filters.detectors.pattern_detector import PatternDetector
+from filters.holdback import RunRule
 
 # SWIFT IBAN registry, release 2024: country -> total length.
 IBAN_LENGTHS: dict[str, int] = {
@@ -31,8 +32,24 @@ _GROUPS = re.compile(r"[0-9A-Za-z]+(?: [0-9A-Za-z]+)*")
 
 class IbanDetector(PatternDetector):
     name = "iban"
-    max_match_len = _MAX_LEN + _MAX_LEN // 4
+    # The registered length with a single space between any two characters after the check
+    # digits (``_GROUPS``), and the character after it that says whether a group runs on.
+    max_match_len = 4 + 2 * (_MAX_LEN - 4) + 1
     priority = 50
+    # A candidate of ``pattern`` is two digits, looking back at two letters; ``accept`` reads one
+    # more character back and the rest forward. So a candidate cut at the start of the context
+    # ends long before ``start``, and eight characters of it are enough.
+    lookbehind = 8
+    # An IBAN is letters, digits and single spaces, from a country code and two check digits on.
+    stream_rule = RunRule(
+        "abcdefghijklmnopqrstuvwxyz0123456789 ",
+        re.compile("[a-z]{2}[0-9]{2}"),
+        4 + 2 * (_MAX_LEN - 4) + 1,
+        marker_len=4,
+        partial=re.compile(r"(?:[a-z]{1,2}|[a-z]{2}[0-9])\Z"),
+        trigger=re.compile("[0-9]"),
+        wake=frozenset("0123456789"),
+    )
     pattern = re.compile(r"[0-9]{2}(?<=[a-z]{2}[0-9]{2})(?= ?[0-9a-z])")
 
     def accept(self, match: re.Match[str]) -> Span | None:

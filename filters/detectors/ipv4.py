@@ -6,12 +6,20 @@ import re
 
 from filters.detector import Span
 from filters.detectors.pattern_detector import PatternDetector
+from filters.holdback import RunRule
 
 
 class Ipv4Detector(PatternDetector):
     name = "ipv4"
-    max_match_len = 15
+    max_match_len = 15 + 2  # and ".5" after it, which makes it part of a longer dotted number
     priority = 25
+    stream_rule = RunRule(
+        "0123456789.",
+        re.compile("[0-9]"),
+        15 + 2,
+        trigger=re.compile("[0-9]"),
+        wake=frozenset("0123456789"),
+    )
     # Shape first (fast), octet ranges in accept().
     pattern = re.compile(r"[0-9](?<![0-9.][0-9])[0-9]{0,2}(?:\.[0-9]{1,3}){3}(?![0-9]|\.[0-9])")
 

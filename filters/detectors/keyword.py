@@ -23,6 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from filters.detector import Span
+from filters.detectors.keyword_holdback import KeywordHoldback
+from filters.detectors.term_automaton import TermAutomaton
 from filters.errors import PolicyError
 from filters.normalized import normalize
 
@@ -80,6 +82,8 @@ class KeywordDetector:
         self._automaton = ahocorasick_rs.AhoCorasick(unique) if unique else None
         longest = max((len(t) for t in unique), default=1)
         self._max_match_len = longest + (longest - 1) * max_gap
+        self._stream_automaton: TermAutomaton | None = None
+        """Built on the first stream (a Python automaton costs more to build than the Rust one)."""
 
     @property
     def name(self) -> str:
@@ -97,8 +101,23 @@ class KeywordDetector:
     def num_terms(self) -> int:
         return len(self._terms)
 
+    @property
+    def lookbehind(self) -> int:
+        return 1  # the word boundary before an ASCII term
+
     def __repr__(self) -> str:
         return f"KeywordDetector(name={self._name!r}, num_terms={len(self._terms)})"
+
+    def holdback(self) -> KeywordHoldback:
+        if self._stream_automaton is None:
+            self._stream_automaton = TermAutomaton(self._terms)
+        return KeywordHoldback(self._stream_automaton, self._max_match_len)
+
+    def scan_from(self, text: str, start: int) -> list[Span]:
+        """Skeleton hits are found wherever they are, so scanning from the character before
+        ``start`` (its word boundary) finds every span that starts at ``start`` or later."""
+        lo = max(0, start - 1)
+        return [(s + lo, e + lo) for s, e in self.scan(text[lo:]) if s + lo >= start]
 
     def scan(self, text: str) -> list[Span]:
         if self._automaton is None:

@@ -17,13 +17,17 @@ from filters.detectors.card_scheme import MAX_LEN, MIN_LEN, is_issuable
 from filters.detectors.digit_run import (
     LOOKAROUND,
     MAX_SEPARATOR_RUN,
+    RUN_CONTEXT,
     DigitRun,
     Window,
     glued,
+    run_rule,
+    run_start,
     scan_windows,
     window_digits,
     window_span,
 )
+from filters.holdback import Holdback, RunHoldback
 
 # "GB74 HYRE 9238 …": digits continuing the groups of an IBAN-shaped code are not a card.
 # Shape: (?<![0-9a-z])[a-z]{2}[0-9]{2}(?: [0-9a-z]{4})* right before the card, then one space.
@@ -55,18 +59,40 @@ def follows_grouped_code(text: str, start: int) -> bool:
     return False
 
 
+_MAX_MATCH_LEN = MAX_LEN + (MAX_LEN - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
+_RULE = run_rule(_MAX_MATCH_LEN)
+
+
 class PaymentCardDetector:
     name = "payment_card"
-    max_match_len = MAX_LEN + (MAX_LEN - 1) * MAX_SEPARATOR_RUN + LOOKAROUND
+    max_match_len = _MAX_MATCH_LEN
     priority = 50
+    lookbehind = RUN_CONTEXT + 2 + _MAX_IBAN_GROUPS * 5
+    """The run's beginning, and one IBAN's worth of groups before it (``follows_grouped_code``)."""
 
     def __repr__(self) -> str:
         return f"PaymentCardDetector(name={self.name!r})"
 
     def scan(self, text: str) -> list[Span]:
+        return self.scan_from(text, 0)
+
+    def scan_from(self, text: str, start: int) -> list[Span]:
         return scan_windows(
-            text, MIN_LEN, MAX_LEN, lambda run, window: self._accept(text, run, window), in_uniform_runs=False
+            text,
+            MIN_LEN,
+            MAX_LEN,
+            lambda run, window: self._accept(text, run, window),
+            in_uniform_runs=False,
+            start=start,
         )
+
+    @staticmethod
+    def scan_start(text: str, start: int) -> int:
+        """Where ``scan_from(text, start)`` begins reading: its run, and what decides it before."""
+        return run_start(text, start) - (2 + _MAX_IBAN_GROUPS * 5)
+
+    def holdback(self) -> Holdback:
+        return RunHoldback(_RULE)
 
     @staticmethod
     def _accept(text: str, run: DigitRun, window: Window) -> Span | None:

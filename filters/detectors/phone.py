@@ -12,6 +12,7 @@ import re
 
 from filters.detector import Span
 from filters.detectors.pattern_detector import PatternDetector
+from filters.holdback import RunRule
 
 _NANP = (
     r"(?:(?:\+1|001|1(?=[ .-]))[ .-]?)?(?:\([2-9][0-9]{2}\)|[2-9][0-9]{2})[ .-]?[2-9][0-9]{2}[ .-]?[0-9]{4}"
@@ -25,6 +26,14 @@ class PhoneDetector(PatternDetector):
     name = "phone"
     max_match_len = 56
     priority = 20
+    # Digits, the separators, brackets and "+" of the forms above, and the letters of "ext".
+    stream_rule = RunRule(
+        "0123456789 .-()+xet",
+        re.compile(r"[0-9+(]"),
+        56,
+        trigger=re.compile("[0-9]"),
+        wake=frozenset("0123456789+("),
+    )
     pattern = re.compile(rf"(?<![0-9a-z+.-])(?:{_NANP}|{_INTL}){_EXT}(?![0-9a-z])")
 
     def accept(self, match: re.Match[str]) -> Span | None:

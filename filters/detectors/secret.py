@@ -15,6 +15,8 @@ from collections import Counter
 
 from filters.detector import Span
 from filters.detectors.pattern_detector import PatternDetector
+from filters.detectors.secret_holdback import SecretHoldback, SecretShape
+from filters.holdback import Holdback
 
 _PRIVATE_KEY = (
     r"-----begin [a-z0-9 ]{0,24}private key-----"
@@ -33,11 +35,17 @@ _TOKENS = (
     r"|ltai[0-9a-z]{12,20}"  # Alibaba Cloud AccessKey ids
     r")(?![a-z0-9])"
 )
-_ASSIGN = r"[a-z0-9_-]{0,16}[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
-_PASSWORD = rf"(?:passw(?:or)?d|pwd|口令|密码){_ASSIGN}([^\s\"']{{6,128}})"
-_ASSIGNED = (
-    rf"(?:api[_-]?key|secret|token|access[_-]?key|auth|credential|密钥){_ASSIGN}([a-z0-9+/=_.~-]{{16,128}})"
-)
+_ASSIGN_KEY = r"[a-z0-9_-]{0,16}[\"']?[ \t]{0,3}[:=]"
+_ASSIGN = rf"{_ASSIGN_KEY}[ \t]{{0,3}}[\"']?"
+_PW_NAMES = r"(?:passw(?:or)?d|pwd|口令|密码)"
+_KEY_NAMES = r"(?:api[_-]?key|secret|token|access[_-]?key|auth|credential|密钥)"
+_PASSWORD = rf"{_PW_NAMES}{_ASSIGN}([^\s\"']{{6,128}})"
+_ASSIGNED = rf"{_KEY_NAMES}{_ASSIGN}([a-z0-9+/=_.~-]{{16,128}})"
+_TOKEN_PREFIXES = (
+    "akia", "asia", "abia", "acca", *(f"gh{c}_" for c in "pousr"), "github_pat_", "glpat-",
+    *(f"xox{c}-" for c in "abposr"), "sk-", "sk_", "aiza", "ltai",
+)  # fmt: skip
+_ASSIGNMENT = rf"{_PW_NAMES}{_ASSIGN_KEY}|{_KEY_NAMES}{_ASSIGN_KEY}"
 _MIN_ENTROPY_BITS = 3.0
 _HEADER_LEN = len("-----begin ") + 24 + len(" private key-----")
 
@@ -53,6 +61,8 @@ class SecretDetector(PatternDetector):
     # The longest key name, its assignment and a 128-character value (left context included).
     max_match_len = max(_HEADER_LEN, len("github_pat_") + 82, len("credential") + 16 + 9 + 128)
     priority = 70
+    span_lead = len("credential") + 16 + 9
+    """An assigned value is reported without its key and the ``=`` before it."""
     # Three passes, each starting on a literal so re's prefix scan can skip ahead.
     private_key = re.compile(_PRIVATE_KEY, re.DOTALL)
     token = re.compile(_TOKENS)
@@ -67,6 +77,9 @@ class SecretDetector(PatternDetector):
         spans.extend(super().scan(text))
         return spans
 
+    def holdback(self) -> Holdback:
+        return SecretHoldback(_SHAPE)
+
     def accept(self, match: re.Match[str]) -> Span | None:
         if match.group(1) is not None:
             return match.span(1)
@@ -76,3 +89,12 @@ class SecretDetector(PatternDetector):
         if has_digit and has_alpha and shannon_entropy(value) >= _MIN_ENTROPY_BITS:
             return match.span(2)
         return None
+
+
+_SHAPE = SecretShape(
+    assignment=re.compile(_ASSIGNMENT),
+    assignment_len=len("credential") + 16 + 1 + 3 + 1,
+    lead=SecretDetector.span_lead,
+    token_prefixes=_TOKEN_PREFIXES,
+    max_match_len=SecretDetector.max_match_len,
+)

@@ -62,6 +62,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
     from gateway.services import Services
     from gateway.telemetry import Telemetry
     from strongroom.banner import banner
+    from strongroom.gateway_worker import num_workers
     from strongroom.listener import Listener, check_gateway_exposure
     from strongroom.supervisor import EngineSupervisor
 
@@ -89,6 +90,18 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
         supervisor.start()
         urls = (supervisor.url,)
     try:
+        workers = num_workers(settings)
+        if workers > 1:
+            from strongroom.gateway_workers import serve_workers
+
+            click.echo(
+                banner(settings, server.host, server.port, scheme=listener.scheme, config_path=config_path)
+            )
+            try:
+                serve_workers(settings, config_path, num_workers=workers, engine_urls=urls, engine=supervisor)
+            except RuntimeError as exc:  # a worker that could not start
+                raise click.ClickException(str(exc)) from None
+            return
         telemetry = Telemetry.install(settings.telemetry)
         alive = supervisor.is_alive if supervisor is not None else None
         app = build_app(
@@ -145,6 +158,28 @@ def _exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+@main.command(hidden=True)
+@config_option
+@click.option("--fd", type=int, required=True, help="The listening socket `serve` passes down.")
+@click.option("--index", type=int, required=True, help="This worker's number, 0..workers-1.")
+@click.option(
+    "--run-dir", type=click.Path(file_okay=False), required=True, help="The supervisor's run folder."
+)
+@click.option(
+    "--engine-url", "engine_urls", multiple=True, help="The supervised engine (when serve runs one)."
+)
+def worker(config_path: str | None, fd: int, index: int, run_dir: str, engine_urls: tuple[str, ...]) -> None:
+    """One gateway worker of `strongroom serve` (server.workers > 1); not for direct use."""
+    from pathlib import Path
+
+    from strongroom.gateway_worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    _exit_on_sigterm()
+    run_worker(load_settings(config_path), fd=fd, index=index, run_dir=Path(run_dir), engine_urls=engine_urls)
 
 
 @main.command(hidden=False)

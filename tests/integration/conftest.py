@@ -89,6 +89,8 @@ def served_gateway(
             "STRONGROOM_DATA_DIR": str(data_dir),
             "STRONGROOM_SERVER__PORT": str(port),
             "STRONGROOM_ENGINE__NUM_THREADS": "1",
+            # One gateway process unless a test asks for more (tests/integration/gateway/test_workers.py).
+            "STRONGROOM_SERVER__WORKERS": "1",
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
         }

@@ -269,7 +269,10 @@ def _process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
                 proc.wait()
 
 
-def test_served_gateway_on_https_reaches_its_engine_over_mutual_tls(pki: Pki, tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_served_gateway_on_https_reaches_its_engine_over_mutual_tls(
+    pki: Pki, tmp_path: Path, workers: int
+) -> None:
     engine_port, gateway_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     env |= {
@@ -293,7 +296,12 @@ def test_served_gateway_on_https_reaches_its_engine_over_mutual_tls(pki: Pki, tm
         ),
         # The gateway's own listener: the same server certificate (valid for 127.0.0.1).
         "STRONGROOM_SERVER__TLS": _inline(cert_file=str(pki.server_cert), key_file=str(pki.server_key)),
+        # Two: each worker serves TLS on its own socket (several workers need Redis for quotas).
+        "STRONGROOM_SERVER__WORKERS": str(workers),
     }
+    if workers > 1:
+        gateway_env["STRONGROOM_REDIS_URL"] = "redis://127.0.0.1:6379/0"
+        gateway_env["STRONGROOM_QUOTA__KEY_PREFIX"] = f"test-{engine_port}-{gateway_port}:quota"
     base = f"https://127.0.0.1:{gateway_port}"
     verify = ssl.create_default_context(cafile=pki.ca)
     with (

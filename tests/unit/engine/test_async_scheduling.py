@@ -16,6 +16,7 @@ import pytest
 from engine.config import EngineConfig, ModelSpec
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import ScheduledSeq
+from engine.core.structured_output import StructuredOutput
 from engine.llm_engine import LLMEngine
 from engine.worker.model_runner import RunnerOutput
 
@@ -47,11 +48,42 @@ _REQUESTS = {
 }
 
 
+# Constrained rows are looked ahead too: their masks wait for the previous step's token.
+_CONSTRAINED = {
+    "greedy": _REQUESTS["greedy"],
+    "json": (
+        "q",
+        [0, 14, 15],
+        SamplingParams(temperature=0.9, seed=5, max_tokens=24, structured=StructuredOutput.json_object()),
+    ),
+    "enum": (
+        "l",
+        [0, 16],
+        SamplingParams(
+            temperature=0, max_tokens=24, structured=StructuredOutput.json_schema({"enum": ["yes", "no"]})
+        ),
+    ),
+    "array": (
+        "q",
+        [0, 17],
+        SamplingParams(
+            temperature=0,
+            max_tokens=12,
+            structured=StructuredOutput.json_schema({"type": "array", "items": {"type": "integer"}}),
+        ),
+    ),
+}
+
+
 def _run(
-    model_dirs: dict[str, Path], *, overlap: bool, **options: int
+    model_dirs: dict[str, Path],
+    *,
+    overlap: bool,
+    requests: dict[str, tuple[str, list[int], SamplingParams]] = _REQUESTS,
+    **options: int,
 ) -> dict[str, tuple[list[int], str, str | None]]:
     e = _engine({"l": model_dirs["llama"], "q": model_dirs["qwen3"]}, overlap=overlap, **options)
-    for rid, (model, prompt, params) in _REQUESTS.items():
+    for rid, (model, prompt, params) in requests.items():
         e.add_request(rid, model, prompt, params)
     got = _drain(e)
     assert e.block_pool.num_free_blocks == e.block_pool.num_blocks
@@ -88,6 +120,24 @@ def test_a_token_in_flight_is_a_held_place_never_a_fake_id(model_dirs: dict[str,
     assert [ids for _, ids in held] == [prompt + got["a"][0][:k] for k in range(5)]
     assert all(pending == 1 for pending, _ in held)
     assert all(min(ids) >= 0 for *_, ids in seen)
+
+
+@pytest.mark.parametrize("options", [{}, {"kv_cache_bytes": 14 * 2048, "max_num_batched_tokens": 8}])
+def test_constrained_rows_give_the_same_outputs(model_dirs: dict[str, Path], options: dict[str, int]) -> None:
+    plain = _run(model_dirs, overlap=False, requests=_CONSTRAINED, **options)
+    assert _run(model_dirs, overlap=True, requests=_CONSTRAINED, **options) == plain
+    assert plain["enum"][1] in ('"yes"', '"no"') and plain["enum"][2] == "stop"
+
+
+def test_constrained_rows_do_not_stop_the_look_ahead(model_dirs: dict[str, Path]) -> None:
+    e = _engine({"l": model_dirs["llama"]}, overlap=True)
+    spec = StructuredOutput.json_schema({"type": "array", "items": {"type": "boolean"}, "minItems": 6})
+    e.add_request("c", "l", [0, 7, 8], SamplingParams(temperature=0, max_tokens=8, structured=spec))
+    e.add_request("f", "l", [0, 9, 10], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+    e.step()
+    e.step()
+    assert e._inflight is not None  # launched past both rows' unread tokens
+    assert _drain(e)["c"][2] == "length"
 
 
 def test_same_outputs_under_preemption_and_chunked_prefill(model_dirs: dict[str, Path]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -242,3 +243,16 @@ def test_json_lists_the_same_problems_one_object_a_line(tmp_path: Path) -> None:
     assert done.exit_code == text.exit_code == 1
     assert {r["severity"] for r in rows} == {"error", "warning"}
     assert [f"{r['severity']}: {r['problem']}" for r in rows] == text.stderr.splitlines()
+
+
+def test_several_workers_need_redis_and_workers_resolve_from_cores(tmp_path: Path) -> None:
+    from strongroom.gateway_worker import num_workers
+
+    problems = _check(tmp_path, "[server]\nworkers = 2\n")
+    assert any(p.startswith("server.workers: 2 workers need redis_url") for p in problems)
+    assert _check(tmp_path, 'redis_url = "redis://127.0.0.1:6379/0"\n[server]\nworkers = 2\n') == []
+    cfg = tmp_path / "auto.toml"
+    cfg.write_text('redis_url = "redis://127.0.0.1:6379/0"\n')
+    assert num_workers(load_settings(cfg, environ={})) == (os.cpu_count() or 1)
+    assert num_workers(load_settings(None, environ={})) == 1  # no Redis: one process
+    assert num_workers(load_settings(None, environ={"STRONGROOM_SERVER__WORKERS": "3"})) == 3

@@ -1,0 +1,138 @@
+"""How far a stream holds back for the secret detector.
+
+Four shapes, and the hold point is the earliest of them:
+
+- a token (``akia…``, ``sk-…``, ``ghp_…``): a run of ``[0-9a-z_-]`` that starts with a known
+  prefix, held from the prefix (or from a cut-off prefix at the end: ``sk``);
+- an assigned value (``password = hunter22``, ``api_key: "…"``): the reported span is the word
+  after a key and its ``=``, so the trailing word is held while it may be that value;
+- a private-key header still being written: from a ``-----`` (or a cut-off ``-``) in the
+  trailing run of header characters;
+- an open private-key block: its match runs from the header to the ``END`` line, or to the end
+  of the stream while that line has not arrived, so everything from the header is held,
+  however long, until the block closes.
+
+So prose, Chinese text without spaces included, is held for at most a cut-off prefix. Each
+call reads the new characters and at most one header's length before them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from filters.holdback import Holdback, RunHoldback, RunRule, TriggerWatch
+
+__all__ = ["SecretHoldback", "SecretShape"]
+
+_HEADER_LEN = len("-----begin ") + 24 + len(" private key-----")
+_HEADER = re.compile(r"-----begin [a-z0-9 ]{0,24}private key-----")
+_END = re.compile(r"-----end [a-z0-9 ]{0,24}private key-----")
+_LAST_WORD_STOP = re.compile(r"[\s\"'](?=[^\s\"']*\Z)")
+"""The space or quote before the last word (each candidate looks ahead one word: linear)."""
+_HEADER_RULE = RunRule(
+    members="-abcdefghijklmnopqrstuvwxyz0123456789 ",
+    marker=re.compile("-----"),
+    max_match_len=_HEADER_LEN,
+    marker_len=5,
+    partial=re.compile(r"-{1,4}\Z"),
+    wake=frozenset("-"),
+)
+_VALUE_GAP = 4
+"""Characters between a key's ``=`` and its value: ``[ \\t]{0,3}`` and a quote."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecretShape:
+    """The parts of the secret detector's patterns a stream needs (``filters.detectors.secret``)."""
+
+    assignment: re.Pattern[str]
+    """A key and its ``=``."""
+    assignment_len: int
+    """The longest text ``assignment`` matches."""
+    lead: int
+    """How far before its value a key can start."""
+    token_prefixes: tuple[str, ...]
+    """Every literal a token starts with (character classes spelled out)."""
+    max_match_len: int
+
+    def token_rule(self) -> RunRule:
+        alternatives = "|".join(map(re.escape, self.token_prefixes))
+        cut = {p[:k] for p in self.token_prefixes for k in range(1, len(p))}
+        return RunRule(
+            members="0123456789abcdefghijklmnopqrstuvwxyz_-",
+            marker=re.compile(rf"(?<![a-z0-9])(?:{alternatives})"),
+            max_match_len=self.max_match_len,
+            marker_len=max(map(len, self.token_prefixes)),
+            partial=re.compile(rf"(?<![a-z0-9])(?:{'|'.join(map(re.escape, sorted(cut)))})\Z"),
+        )
+
+
+class SecretHoldback:
+    __slots__ = (
+        "_assignment",
+        "_block_start",
+        "_header",
+        "_header_from",
+        "_lead",
+        "_max_keep",
+        "_token",
+        "_word_start",
+    )
+
+    def __init__(self, shape: SecretShape) -> None:
+        self._lead = shape.lead
+        self._assignment = TriggerWatch(shape.assignment, shape.assignment_len)
+        self._max_keep = shape.max_match_len - 1
+        self._word_start = 0
+        self._token: Holdback = RunHoldback(shape.token_rule())
+        self._header: Holdback = RunHoldback(_HEADER_RULE)
+        self._block_start: int | None = None
+        self._header_from = 0
+        """Headers before this were read already (or lie inside a closed block)."""
+
+    def advance(self, text: str, base: int, begin: int) -> int:
+        n = base + len(text)
+        if text.find(":", begin - base) != -1 or text.find("=", begin - base) != -1:
+            self._assignment.read(text, base, begin)  # a new one ends in the new text, at its [:=]
+        last_stop = _LAST_WORD_STOP.search(text, begin - base)
+        if last_stop is not None:
+            self._word_start = base + last_stop.end()
+        hold = self._token.advance(text, base, begin)
+        assigned = self._assignment.latest
+        if assigned >= 0 and self._word_start <= assigned + self._lead + _VALUE_GAP:
+            # The last word may be the value of that key (or hold the key itself).
+            hold = min(hold, max(self._word_start, assigned, n - self._max_keep))
+        hold = min(hold, self._header.advance(text, base, begin))
+        if self._block_start is not None or self._header.may_match(begin - _HEADER_LEN):
+            self._track_block(text, base, begin)  # a header can only end where dashes began one
+        if self._block_start is not None:
+            hold = min(hold, self._block_start)
+        return hold
+
+    def _track_block(self, text: str, base: int, begin: int) -> None:
+        while True:
+            if self._block_start is None:
+                lo = max(self._header_from, begin - _HEADER_LEN, base)
+                header = _HEADER.search(text, lo - base)
+                if header is None:
+                    return
+                self._block_start = base + header.start()
+                self._header_from = base + header.end()
+            lo = max(self._header_from, begin - _HEADER_LEN, base)
+            end = _END.search(text, lo - base)
+            if end is None:
+                return
+            self._block_start = None
+            self._header_from = base + end.end()
+
+    @property
+    def wake(self) -> frozenset[str] | None:
+        return None
+
+    def may_match(self, start: int) -> bool:
+        """A token starts at its prefix, a block at its header's dashes, a value after its key."""
+        if self._token.may_match(start) or self._header.may_match(start):
+            return True
+        assigned = self._assignment.latest
+        return assigned >= 0 and assigned >= start - self._lead

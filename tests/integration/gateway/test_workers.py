@@ -1,0 +1,207 @@
+"""``server.workers = 2``: one ``strongroom serve``, two gateway processes, one audit writer.
+
+Real processes on loopback with the shared Redis: which worker answered is read from /metrics
+(every series carries ``worker``, and ``strongroom_gateway_worker_info`` its pid).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.integration
+
+LIMIT = 5
+_BODY = {"model": "demo-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory, serve: Any) -> Iterator[Any]:
+    try:
+        redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=1).ping()
+    except redis.RedisError as exc:
+        raise AssertionError(f"these tests need Redis on 127.0.0.1:6379 ({exc})") from exc
+    prefix = f"test-{uuid.uuid4().hex}"
+    env = {
+        "STRONGROOM_SERVER__WORKERS": "2",
+        "STRONGROOM_REDIS_URL": "redis://127.0.0.1:6379/0",
+        "STRONGROOM_QUOTA__KEY_PREFIX": f"{prefix}:quota",
+        "STRONGROOM_AUTH__REVOCATION_KEY_PREFIX": f"{prefix}:revoked:",
+        "STRONGROOM_ACCESS__CHANNEL": f"{prefix}:policy",
+        "STRONGROOM_QUOTA__ROLES": f"{{ limited = {{ requests_per_minute = {LIMIT} }} }}",
+    }
+    with serve(tmp_path_factory.mktemp("workers"), args=("--stub-engine",), extra_env=env) as gw:
+        yield gw
+
+
+def _per_worker(gw: Any) -> tuple[dict[str, int], dict[str, float]]:
+    """pid and answered requests of each worker, from a /metrics every worker published just now."""
+    time.sleep(1.2)  # each worker republishes its series every second
+    text = httpx.get(f"{gw.base_url}/metrics", timeout=10).text
+    pids: dict[str, int] = {}
+    answered: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            worker = sample.labels.get("worker", "")
+            if sample.name == "strongroom_gateway_worker_info":
+                pids[worker] = int(sample.labels["pid"])
+            elif sample.name == "strongroom_requests_total" and sample.labels["route"].startswith("/v1/"):
+                answered[worker] = answered.get(worker, 0.0) + sample.value
+    return pids, answered
+
+
+def _parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rpartition(")")[2].split()[1])
+
+
+def _chat(gw: Any, token: str) -> httpx.Response:
+    # A client per call: a new connection each time, as the kernel spreads connections, not requests.
+    return httpx.post(
+        f"{gw.v1}/chat/completions", json=_BODY, headers={"authorization": f"Bearer {token}"}, timeout=60
+    )
+
+
+def test_requests_spread_over_both_worker_processes(workers: Any) -> None:
+    token = workers.token("spread", "analyst")
+    _, before = _per_worker(workers)
+    for _ in range(16):
+        assert _chat(workers, token).status_code == 200
+    pids, after = _per_worker(workers)
+    assert sorted(pids) == ["0", "1"] and len(set(pids.values())) == 2
+    assert all(_parent_of(pid) == workers.proc.pid for pid in pids.values())
+    assert all(after.get(w, 0) > before.get(w, 0) for w in ("0", "1")), (before, after)
+
+
+def test_concurrent_requests_through_both_workers_leave_one_verified_chain(workers: Any) -> None:
+    token = workers.token("chain", "analyst")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(lambda _: _chat(workers, token), range(32)))
+    assert [r.status_code for r in responses] == [200] * 32
+    by_request: dict[str, int] = {}
+    for record in workers.audit_records(400):
+        rid = record["event"].get("request_id")  # type: ignore[attr-defined]
+        by_request[rid] = by_request.get(rid, 0) + 1
+    assert all(by_request.get(r.headers["x-request-id"]) == 1 for r in responses)
+    seqs = [r["seq"] for r in workers.audit_records(400)]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # one chain, no gap, no duplicate
+    verify = workers.cli("audit", "verify", check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_quota_is_counted_once_across_workers(workers: Any) -> None:
+    token = workers.token("quota-user", "limited", "analyst")
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        statuses = sorted(r.status_code for r in pool.map(lambda _: _chat(workers, token), range(12)))
+    assert statuses == [200] * LIMIT + [429] * (12 - LIMIT)
+
+
+def test_a_grant_through_one_worker_is_in_force_on_both_within_a_second(workers: Any) -> None:
+    admin = {"authorization": f"Bearer {workers.token('root', 'admin')}"}
+    dave = {"authorization": f"Bearer {workers.token('dave', 'trader')}"}
+
+    def visible() -> list[list[str]]:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = pool.map(
+                lambda _: httpx.get(f"{workers.v1}/models", headers=dave, timeout=10), range(8)
+            )
+            return [[m["id"] for m in r.json()["data"]] for r in answers]
+
+    assert visible() == [[]] * 8
+    grant = httpx.post(
+        f"{workers.base_url}/admin/grants",
+        json={"role": "trader", "pattern": "demo-base", "action": "chat"},
+        headers=admin,
+        timeout=10,
+    )
+    assert grant.status_code == 201, grant.text
+    deadline = time.monotonic() + 1.0  # access.poll_interval_s (0.5 s) bounds it; Redis makes it sooner
+    while visible() != [["demo-base"]] * 8:
+        assert time.monotonic() < deadline, "a worker did not see the grant within 1 s"
+    _, before = _per_worker(workers)
+    assert visible() == [["demo-base"]] * 8
+    _, after = _per_worker(workers)
+    assert all(after[w] > before[w] for w in ("0", "1")), "both workers answered the checks"
+
+
+def test_kill_9_of_a_worker_under_load_loses_no_answered_record(workers: Any) -> None:
+    token = workers.token("killed", "analyst")
+    pids, _ = _per_worker(workers)
+    victim = pids["1"]
+    answered: list[str] = []
+    num_failed = 0
+
+    def load(_: int) -> None:
+        nonlocal num_failed
+        for _ in range(15):
+            try:
+                response = _chat(workers, token)
+            except httpx.HTTPError:
+                num_failed += 1  # in flight at the killed worker: never answered
+                continue
+            if response.status_code == 200:
+                answered.append(response.headers["x-request-id"])
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        running = [pool.submit(load, i) for i in range(4)]
+        time.sleep(0.5)
+        os.kill(victim, signal.SIGKILL)
+        for future in running:
+            future.result()
+    assert len(answered) >= 30
+    recorded = {r["event"].get("request_id") for r in workers.audit_records(1000)}  # type: ignore[attr-defined]
+    assert set(answered) <= recorded, f"answered without a record: {sorted(set(answered) - recorded)[:5]}"
+    verify = workers.cli("audit", "verify", check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    deadline = time.monotonic() + 30
+    while True:  # the supervisor started a new worker 1
+        pids, _ = _per_worker(workers)
+        if pids.get("1") not in (None, victim) and _parent_of(pids["1"]) == workers.proc.pid:
+            break
+        assert time.monotonic() < deadline, "the killed worker was not restarted"
+    assert httpx.get(f"{workers.base_url}/readyz", timeout=10).status_code == 200
+    assert "gateway worker 1" in workers.log()
+
+
+def test_every_worker_takes_a_dead_engine_out_of_service_at_once(workers: Any) -> None:
+    children = Path(f"/proc/{workers.proc.pid}/task/{workers.proc.pid}/children").read_text().split()
+    (engine,) = [
+        int(p)
+        for p in children
+        if b" engine " in Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")
+    ]
+    os.kill(engine, signal.SIGKILL)
+    deadline = time.monotonic() + 1.5  # supervisor tick (0.1 s) + one heartbeat (0.25 s), with margin
+    while True:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: httpx.get(f"{workers.base_url}/readyz", timeout=10), range(8)))
+        if all(a.status_code == 503 and a.json()["engine"] is False for a in answers):
+            break
+        assert time.monotonic() < deadline, [a.json() for a in answers]
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{workers.base_url}/readyz", timeout=10).status_code != 200:  # the restarted engine
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_sigterm_drains_every_worker_and_closes_the_log(workers: Any) -> None:
+    """Last: it stops the module's gateway."""
+    pids, _ = _per_worker(workers)
+    workers.proc.send_signal(signal.SIGTERM)
+    assert workers.proc.wait(timeout=30) == 0
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids.values())
+    records = workers.audit_records(20)
+    assert records[-1]["event"]["event_type"] == "service_stop"
+    verify = workers.cli("audit", "verify", check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
