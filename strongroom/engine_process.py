@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from common.audit_event import AuditEvent
 from engine.loading.model_source import ModelSource
+from engine.serving.backend import EngineBackend
 from engine.serving.protocol import KeyOperationEvent
 from keys.key_audit import KeyOperation
 from strongroom.config import Settings
@@ -131,7 +132,8 @@ class KeyOperationLog:
 
 
 class LoadedEngine(NamedTuple):
-    engine: Any
+    engine: EngineBackend
+    """The real ``AsyncEngine`` or the ``StubEngine``: mypy holds both to the server's seam here."""
     failed: dict[str, str]
     """Model name -> why it is out of service."""
     key_operations: list[KeyOperationEvent]
