@@ -41,9 +41,10 @@ services:  ## make sure Redis and PostgreSQL answer on 127.0.0.1
 serve: install  ## start the gateway and its engine with embedded defaults on 127.0.0.1:8000
 	$(VENV)/bin/strongroom serve
 
-lint: install  ## ruff
+lint: install  ## ruff, and the import layers between packages (import-linter, pyproject.toml)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: install  ## mypy (strict on gateway, policies, filters, keys, audit, strongroom)
 	$(VENV)/bin/mypy
@@ -76,4 +77,4 @@ k8s-manifests: install  ## re-render deploy/kubernetes/strongroom.yaml from the 
 	$(PY) scripts/render_kubernetes.py
 
 clean:  ## remove the venv and caches (keeps ./data)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

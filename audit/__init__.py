@@ -3,11 +3,9 @@
 from audit.aggregates import AuditAggregates
 from audit.config import AuditConfig, ContentRule
 from audit.errors import AuditError, AuditUnavailableError
-from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.log import AuditLog
 from audit.query import AuditPage, AuditQuery
 from audit.record import AuditContent, AuditRecord
-from audit.sink import AuditSink
 from audit.verifier import VerifyReport
 
 __all__ = [
@@ -15,16 +13,11 @@ __all__ = [
     "AuditConfig",
     "AuditContent",
     "AuditError",
-    "AuditEvent",
     "AuditLog",
     "AuditPage",
     "AuditQuery",
     "AuditRecord",
-    "AuditSink",
     "AuditUnavailableError",
     "ContentRule",
-    "Decision",
-    "EventType",
-    "Finding",
     "VerifyReport",
 ]

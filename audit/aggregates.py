@@ -10,8 +10,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from audit.event import Decision, EventType
 from audit.record import AuditRecord
+from common.audit_event import Decision, EventType
 
 
 class UsageRow(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,11 +16,11 @@ from audit.checkpoint import Checkpoint, checkpoint_genesis
 from audit.config import AuditConfig
 from audit.content_guard import ContentGuard
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent, Decision, EventType
 from audit.record import AuditContent, EncodedEvent, RecordRow, encode_event, seal_row, us_to_iso
 from audit.signer import CheckpointSigner
 from audit.store import AuditStore, SharedAuditStore, StoreConflictError, StoreHead
 from audit.witness import Witness
+from common.audit_event import AuditEvent, Decision, EventType
 
 _MAX_CONFLICT_RETRIES = 5
 

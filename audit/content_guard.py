@@ -24,9 +24,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from audit.canonical import canonical_json
 from audit.config import AuditConfig, ContentMode
 from audit.errors import AuditConfigError, AuditIntegrityError
-from audit.event import AuditEvent
 from audit.record import AuditContent, StoredContent
 from audit.signer import write_secret_file
+from common.audit_event import AuditEvent
 
 
 class ContentKeyProvider(Protocol):

@@ -1,20 +1,23 @@
-"""The audit package's errors. Each carries the HTTP status and OpenAI-style code the gateway maps."""
+"""The audit package's errors. Each carries the HTTP status and OpenAI-style code the gateway maps.
+
+``AuditError`` and ``AuditUnavailableError`` are defined with the ``AuditSink`` seam in ``common``
+(every producer of events catches them); the rest are the audit package's own.
+"""
 
 from __future__ import annotations
 
+from common.audit_sink import AuditError, AuditUnavailableError
 
-class AuditError(Exception):
-    """Base of every audit error."""
-
-    status_code: int = 500
-    code: str = "audit_error"
-
-
-class AuditUnavailableError(AuditError):
-    """The record could not be made durable; the caller must fail closed."""
-
-    status_code = 503
-    code = "audit_unavailable"
+__all__ = [
+    "AuditConfigError",
+    "AuditError",
+    "AuditForbiddenError",
+    "AuditIntegrityError",
+    "AuditNotFoundError",
+    "AuditQueryError",
+    "AuditUnavailableError",
+    "AuditWriterBusyError",
+]
 
 
 class AuditWriterBusyError(AuditUnavailableError):

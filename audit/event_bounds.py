@@ -13,7 +13,7 @@ import re
 
 import msgspec
 
-from audit.event import AuditEvent
+from common.audit_event import AuditEvent
 
 __all__ = ["MAX_ROLES", "bounded_event", "bounded_text"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent
+from common.audit_event import AuditEvent
 
 
 class FileSink:

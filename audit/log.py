@@ -40,7 +40,6 @@ from audit.errors import (
     AuditQueryError,
     AuditUnavailableError,
 )
-from audit.event import AuditEvent, Decision, EventType
 from audit.event_bounds import bounded_event
 from audit.feed import AuditFeed
 from audit.group_commit import BatchTiming, GroupCommit
@@ -48,12 +47,13 @@ from audit.query import MAX_LIMIT, AuditPage, AuditQuery, decode_cursor, encode_
 from audit.record import AuditContent, AuditRecord, encode_event, record_from_row
 from audit.recovery import recover
 from audit.signer import CheckpointSigner
-from audit.sink import AuditSink
 from audit.store import ArchiveEntry, AuditStore, open_store
 from audit.trusted_key import TrustedKey, trusted_key
 from audit.verification import verify_log
 from audit.verifier import VerifyReport
 from audit.witness import Witness, open_witness
+from common.audit_event import AuditEvent, Decision, EventType
+from common.audit_sink import AuditSink
 
 _log = logging.getLogger(__name__)
 P = ParamSpec("P")

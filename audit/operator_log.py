@@ -24,7 +24,6 @@ from audit.archive import ArchiveReport, verify_archives
 from audit.bundle import export_bundle, export_csv
 from audit.config import AuditConfig
 from audit.errors import AuditQueryError, AuditWriterBusyError
-from audit.event import AuditEvent
 from audit.export_progress import Progress
 from audit.log import AuditLog
 from audit.query import AuditPage, AuditQuery, decode_cursor, encode_cursor
@@ -37,6 +36,7 @@ from audit.verification import verify_log
 from audit.verifier import VerifyReport
 from audit.witness import open_witness
 from audit.writer_socket import WriterRequest, ask_writer
+from common.audit_event import AuditEvent
 
 __all__ = ["OperatorLog"]
 

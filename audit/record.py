@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from audit.canonical import canonical_json
-from audit.event import AuditEvent
+from common.audit_event import AuditEvent
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from audit.bundle import iter_rows
 from audit.errors import AuditIntegrityError
-from audit.event import AuditEvent, Decision, EventType
 from audit.record import genesis_hash
 from audit.signer import CheckpointVerifier
 from audit.store import AuditStore, StoreHead
 from audit.verifier import ChainVerifier, _Bad
+from common.audit_event import AuditEvent, Decision, EventType
 
 __all__ = ["recover"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 
 from audit.config import AuditConfig
-from audit.event import AuditEvent
+from common.audit_event import AuditEvent
 
 __all__ = ["OperatorSink", "local_identity", "operator_event", "record_operations"]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent, Decision, EventType, Finding
+from common.audit_event import AuditEvent, Decision, EventType
+from common.finding import Finding
 
 
 class MemorySink:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from audit.errors import AuditError, AuditUnavailableError
-from audit.event import AuditEvent, EventType
+from common.audit_event import AuditEvent, EventType
 
 if TYPE_CHECKING:
     from audit.log import AuditLog

@@ -44,13 +44,14 @@ from pathlib import Path
 
 from audit.checkpoint import Checkpoint
 from audit.config import AuditConfig
-from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.group_commit import BatchTiming
 from audit.log import AuditLog
 from audit.postgres_store import PostgresStore
 from audit.record import RecordRow
 from audit.sqlite_store import SqliteStore
 from audit.store import AuditStore, SealBatch, StoreHead
+from common.audit_event import AuditEvent, Decision, EventType
+from common.finding import Finding
 
 COMMIT = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 IS_DIRTY = bool(

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.provenance import provenance
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from policies import AccessConfig, Assignment, Authorizer, Grant, Policy, PolicyStore
 from policies.enforcer import PolicyEnforcer
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 
-from audit.event import Finding
+from common.finding import Finding
 from filters.action import Action, Direction
 from filters.context import StreamStep
 from filters.finding_tally import FindingTally

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from audit.event import Finding
+from common.finding import Finding
 
 
 class FilterContext(msgspec.Struct, frozen=True, kw_only=True):

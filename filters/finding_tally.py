@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from audit.event import Finding
+from common.finding import Finding
 from filters.action import Action, Direction
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from audit.event import Finding
+from common.finding import Finding
 from filters.action import Action, Direction
 from filters.context import StreamStep
 from filters.detector_cursor import DetectorCursor

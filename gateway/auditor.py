@@ -9,8 +9,9 @@ from typing import Protocol
 import msgspec
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.record import AuditContent
+from common.audit_event import AuditEvent, Decision, EventType
+from common.finding import Finding
 from gateway.errors import AuditUnavailable
 from gateway.request_context import RequestContext
 

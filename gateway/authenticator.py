@@ -13,10 +13,10 @@ from typing import Any
 
 from litestar.connection import ASGIConnection
 
-from audit.event import Decision, EventType
+from common.audit_event import Decision, EventType
+from common.principal import Principal
 from gateway.auditor import Auditor
 from gateway.auth import AuthenticationError, RevocationUnavailableError, TokenVerifier
-from gateway.auth.principal import Principal
 from gateway.errors import UnauthenticatedError
 from gateway.metrics_access import MetricsAccess
 from gateway.request_context import RequestContext, request_context

@@ -18,8 +18,9 @@ import logging
 import anyio
 import msgspec
 
-from audit.event import Decision, EventType, Finding
 from audit.record import AuditContent
+from common.audit_event import Decision, EventType
+from common.finding import Finding
 from engine.errors import EngineError, EngineUnavailableError
 from engine.serving.protocol import EmbedRequest
 from filters import FilterContext, ScanBudgetError

@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterator, Sequence
 import msgspec
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent
-from audit.sink import AuditSink
+from common.audit_event import AuditEvent
+from common.audit_sink import AuditSink
 from engine.errors import EngineError
 from engine.serving.client import EngineClient
-from engine.serving.protocol import ModelCard
+from engine.serving.protocol import KeyOperationEvent, ModelCard
+from keys.key_audit import KeyOperation
 
 log = logging.getLogger("strongroom.gateway")
 
@@ -145,7 +146,7 @@ class EnginePool:
             return  # out of service: only the heartbeat brings it back
         if info.instance_id != member.instance_id:
             member.num_audited = 0
-        await self._record_engine_events(member, info.instance_id, info.audit_events)
+        await self._record_engine_events(member, info.instance_id, info.key_operations)
         member.models = {card.name: card for card in info.models}
         member.failed_models = dict(info.failed_models)
         member.instance_id = info.instance_id
@@ -153,16 +154,14 @@ class EnginePool:
         member.healthy = True
 
     async def _record_engine_events(
-        self, member: _Member, instance_id: str, events: list[AuditEvent]
+        self, member: _Member, instance_id: str, events: list[KeyOperationEvent]
     ) -> None:
         """Copy the engine's key operations (model unseals) into the audit log, each once."""
         if self._audit is None:
             return
         for event in events[member.num_audited :]:
             try:
-                await self._audit.append(
-                    msgspec.structs.replace(event, engine_instance=event.engine_instance or instance_id)
-                )
+                await self._audit.append(_key_operation_record(event, instance_id))
             except AuditUnavailableError:
                 return  # retried on the next refresh
             member.num_audited += 1
@@ -229,3 +228,17 @@ class EnginePool:
             }
             for m in self._members
         ]
+
+
+def _key_operation_record(event: KeyOperationEvent, instance_id: str) -> AuditEvent:
+    """The audit record of an engine's key operation: the one the keys package writes for it."""
+    operation = KeyOperation(
+        operation=event.operation,
+        key_id=event.key_id,
+        key_version=event.key_version,
+        model=event.model,
+        process=event.process,
+        provider=event.provider,
+    )
+    record = operation.audit_event(error=event.error)
+    return msgspec.structs.replace(record, engine_instance=record.engine_instance or instance_id)

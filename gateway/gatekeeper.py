@@ -22,9 +22,9 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.handlers.base import BaseRouteHandler
 
-from audit.event import Decision, EventType
+from common.audit_event import Decision, EventType
+from common.principal import Principal
 from gateway.auditor import Auditor
-from gateway.auth.principal import Principal
 from gateway.authenticator import Authenticator
 from gateway.permission import Connection, Permission
 from gateway.request_context import request_context

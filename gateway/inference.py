@@ -24,8 +24,9 @@ from typing import Any
 import anyio
 import msgspec
 
-from audit.event import Decision, EventType, Finding
 from audit.record import AuditContent
+from common.audit_event import Decision, EventType
+from common.finding import Finding
 from engine.core.sampling_params import SamplingParams
 from engine.core.structured_output import StructuredOutput
 from engine.errors import EngineError, EngineUnavailableError

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from audit.event import AuditEvent
-from gateway.auth.principal import Principal
+from common.audit_event import AuditEvent
+from common.principal import Principal
 
 __all__ = ["RequestContext", "new_request_id", "request_context"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -25,13 +24,11 @@ from gateway.errors import ConfigError
 from gateway.inference import InferenceService
 from gateway.metrics_access import MetricsAccess
 from gateway.quota import Quotas
+from gateway.settings import GatewaySettings
 from gateway.telemetry import Telemetry
 from gateway.tls_context import engine_client_context
 from policies import Authorizer, PolicyTamperedError
 from policies.policy_seal import PolicySeal, tamper_event
-
-if TYPE_CHECKING:
-    from strongroom.config import Settings
 
 __all__ = ["Services", "open_authorizer"]
 
@@ -50,7 +47,7 @@ def _redis_client(url: str) -> Redis:
     )
 
 
-async def open_authorizer(settings: Settings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
+async def open_authorizer(settings: GatewaySettings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
     """The policy, sealed with the audit signing key; a store that fails its seal stops start-up
     (there is no verified policy to serve) and the refusal is audited."""
     try:
@@ -73,7 +70,7 @@ class Services:
     def __init__(
         self,
         *,
-        settings: Settings,
+        settings: GatewaySettings,
         telemetry: Telemetry,
         redis: Redis | None,
         audit_log: AuditLog,
@@ -105,7 +102,7 @@ class Services:
     @classmethod
     async def create(
         cls,
-        settings: Settings,
+        settings: GatewaySettings,
         engine_urls: tuple[str, ...] | None = None,
         *,
         is_process_alive: ProcessProbe | None = None,

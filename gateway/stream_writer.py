@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from audit.event import Finding
+from common.finding import Finding
 from engine.serving.protocol import DeltaEvent, LogprobEntry
 from filters import FilterContext, FilterPipeline, StreamFilter
 from gateway.completion_builder import chat_logprobs, completion_logprobs

@@ -2,6 +2,11 @@
 
 Errors raised while opening or reading a sealed model also subclass the engine's ``ModelLoadError``,
 so the engine keeps that one model out of service and goes on serving the others.
+
+The dependency runs one way, keys to engine, and only through the engine's loading seam:
+``SealedSource`` is an ``engine.loading.model_source.ModelSource``, whose reads raise
+``ModelLoadError``. Those two modules are all of the engine that keys imports, and the engine
+never imports keys (import-linter contracts ``layers`` and ``keys-engine-seam``).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from audit.event import AuditEvent
-from audit.sink import AuditSink
+from common.audit_event import AuditEvent
+from common.audit_sink import AuditSink
 from keys.errors import KeysError
 from keys.key_audit import key_event, record_all
 from keys.manifest import SIGNATURE_NAME, encode_signature, read_verified_manifest

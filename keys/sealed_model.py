@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from audit.event import AuditEvent
-from audit.sink import AuditSink
+from common.audit_event import AuditEvent
+from common.audit_sink import AuditSink
 from engine.loading.model_source import DirectorySource, ModelSource
 from keys import _crypto
 from keys.chunk_cipher import ChunkCipher

@@ -16,9 +16,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from audit.event import AuditEvent, Decision, EventType
-from audit.sink import AuditSink
-from gateway.auth.principal import Principal
+from common.audit_event import AuditEvent, Decision, EventType
+from common.audit_sink import AuditSink
+from common.principal import Principal
 from policies.config import AccessConfig
 from policies.control_scope import ControlScope
 from policies.decision_table import DecisionTable

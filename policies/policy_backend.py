@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from audit.sink import AuditSink
+from common.audit_sink import AuditSink
 from policies.config import AccessConfig
 from policies.policy import Policy
 from policies.policy_change import PolicyChange

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.event import AuditEvent, Decision, EventType
 from audit.signer import CheckpointSigner
+from common.audit_event import AuditEvent, Decision, EventType
 from policies.errors import PolicyTamperedError
 from policies.policy import Policy
 

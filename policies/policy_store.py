@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from audit.canonical import canonical_json
-from audit.event import AuditEvent, Decision, EventType
-from audit.sink import AuditSink
+from common.audit_event import AuditEvent, Decision, EventType
+from common.audit_sink import AuditSink
 from policies.errors import PolicyTamperedError, PolicyUnavailableError
 from policies.policy import Assignment, Grant, Policy
 from policies.policy_change import PolicyChange, apply_changes

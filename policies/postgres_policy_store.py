@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 import psycopg
 from psycopg import sql
 
-from audit.sink import AuditSink
+from common.audit_sink import AuditSink
 from policies.errors import PolicyUnavailableError
 from policies.policy import Assignment, Grant, Policy
 from policies.policy_change import PolicyChange, apply_changes

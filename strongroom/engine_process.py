@@ -14,13 +14,16 @@ import signal
 import socket
 from typing import Any, NamedTuple
 
+from common.audit_event import AuditEvent
 from engine.loading.model_source import ModelSource
 from engine.serving.backend import EngineBackend
+from engine.serving.protocol import KeyOperationEvent
+from keys.key_audit import KeyOperation
 from strongroom.config import Settings
 
 log = logging.getLogger("strongroom.engine")
 
-__all__ = ["build_backend", "end_with_parent", "ensure_demo_models", "run_engine"]
+__all__ = ["KeyOperationLog", "build_backend", "end_with_parent", "ensure_demo_models", "run_engine"]
 
 
 def _provider(settings: Settings, *, create: bool) -> Any:
@@ -74,7 +77,9 @@ def ensure_demo_models(settings: Settings) -> None:
         log.info("wrote demo model %s to %s", spec.name, dst)
 
 
-def _sources(settings: Settings, audit_events: list[Any]) -> tuple[dict[str, ModelSource], dict[str, str]]:
+def _sources(
+    settings: Settings, key_operations: list[KeyOperationEvent]
+) -> tuple[dict[str, ModelSource], dict[str, str]]:
     from keys import model_source, seal_registry
 
     sources: dict[str, ModelSource] = {}
@@ -91,7 +96,7 @@ def _sources(settings: Settings, audit_events: list[Any]) -> tuple[dict[str, Mod
                 settings.resolve(spec.path),
                 settings.keys,
                 provider,
-                audit=_ListSink(audit_events),
+                audit=KeyOperationLog(key_operations),
                 process=f"engine pid {os.getpid()}",
                 sealed_as=spec.sealed_model_id or spec.name,
                 registry=registry,
@@ -103,15 +108,28 @@ def _sources(settings: Settings, audit_events: list[Any]) -> tuple[dict[str, Mod
     return sources, failed
 
 
-class _ListSink:
-    """Collects key-operation events; the gateway copies them into the audit log."""
+class KeyOperationLog:
+    """The engine process's ``AuditSink``. It keeps no audit log of its own: the key operations of
+    opening its models (KEY_OPERATION events from ``keys``) become ``EngineInfo.key_operations``,
+    and the gateway's engine pool writes each into its log, the same record ``keys`` made."""
 
-    def __init__(self, events: list[Any]) -> None:
-        self._events = events
+    def __init__(self, operations: list[KeyOperationEvent]) -> None:
+        self._operations = operations
 
-    async def append(self, event: Any, *, served: bool = False) -> int:
-        self._events.append(event)
-        return len(self._events)
+    async def append(self, event: AuditEvent, *, served: bool = False) -> int:
+        operation = KeyOperation.of(event)
+        self._operations.append(
+            KeyOperationEvent(
+                operation=operation.operation,
+                key_id=operation.key_id,
+                key_version=operation.key_version,
+                model=operation.model,
+                process=operation.process,
+                provider=operation.provider,
+                error=event.reason,
+            )
+        )
+        return len(self._operations)
 
 
 class LoadedEngine(NamedTuple):
@@ -119,13 +137,13 @@ class LoadedEngine(NamedTuple):
     """The real ``AsyncEngine`` or the ``StubEngine``: mypy holds both to the server's seam here."""
     failed: dict[str, str]
     """Model name -> why it is out of service."""
-    audit_events: list[Any]
+    key_operations: list[KeyOperationEvent]
     manifests: dict[str, str]
     """Model name -> SHA-256 of its sealed manifest (absent for plaintext models)."""
 
 
 def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
-    audit_events: list[Any] = []
+    key_operations: list[KeyOperationEvent] = []
     if stub:
         from engine.serving.stub_engine import StubEngine
 
@@ -134,9 +152,9 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
             tuple(m.name for m in models if m.kind != "embedding"),
             embedding_models=tuple(m.name for m in models if m.kind == "embedding"),
         )
-        return LoadedEngine(stub_engine, {}, audit_events, {})
+        return LoadedEngine(stub_engine, {}, key_operations, {})
     ensure_demo_models(settings)
-    sources, failed = _sources(settings, audit_events)
+    sources, failed = _sources(settings, key_operations)
     manifests = {name: str(getattr(s, "manifest_sha256", "")) for name, s in sources.items()}
     manifests = {name: digest for name, digest in manifests.items() if digest}
     from engine import AsyncEngine
@@ -146,7 +164,7 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
         from engine.serving.stub_engine import StubEngine
 
         # Nothing loadable: serve no model rather than crash, so /readyz explains why.
-        return LoadedEngine(StubEngine(()), failed, audit_events, {})
+        return LoadedEngine(StubEngine(()), failed, key_operations, {})
     import msgspec
 
     config = msgspec.structs.replace(settings.engine, models=models)
@@ -157,7 +175,7 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
         skip_failed_models=True,
         on_fatal=_exit_for_restart,
     )
-    return LoadedEngine(engine, failed, audit_events, manifests)
+    return LoadedEngine(engine, failed, key_operations, manifests)
 
 
 def _exit_for_restart(exc: Exception) -> None:
@@ -207,7 +225,7 @@ def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub
         backend.engine,
         token,
         failed_models=backend.failed,
-        audit_events=backend.audit_events,
+        key_operations=backend.key_operations,
         manifests=backend.manifests,
     )
     sock = socket.socket(fileno=fd) if fd is not None else None

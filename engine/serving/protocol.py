@@ -42,7 +42,6 @@ from typing import Any
 
 import msgspec
 
-from audit.event import AuditEvent
 from engine.core.sampling_params import SamplingParams
 
 __all__ = [
@@ -56,6 +55,7 @@ __all__ = [
     "EngineInfo",
     "ErrorEvent",
     "GenerateRequest",
+    "KeyOperationEvent",
     "LogprobEntry",
     "ModelCard",
     "TokenCount",
@@ -185,11 +185,29 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
     """Hash of the sealed model's signed manifest; empty for plaintext models."""
 
 
+class KeyOperationEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """A key operation this instance carried out while opening its models (a sealed model's data
+    key unwrapped, or refused): key id and version, never key material. The engine keeps them for
+    ``EngineInfo``; the gateway's engine pool writes each once into its audit log."""
+
+    operation: str
+    """What was done with the key ("unwrap")."""
+    key_id: str
+    key_version: int
+    model: str
+    process: str
+    """Which engine process did it ("engine pid 4711")."""
+    provider: str
+    """The key provider's kind ("file", "pkcs11")."""
+    error: str = ""
+    """Why the operation failed; empty when it succeeded."""
+
+
 class EngineInfo(msgspec.Struct, frozen=True, kw_only=True):
     instance_id: str
     models: list[ModelCard]
     failed_models: dict[str, str] = {}
     """Models that could not be loaded, with the reason (they are out of service)."""
     stats: dict[str, float] = {}
-    audit_events: list[AuditEvent] = []
+    key_operations: list[KeyOperationEvent] = []
     """Key operations (model unseals) of this instance since it started, for the gateway to record."""

@@ -21,7 +21,6 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.response import Stream
 from litestar.status_codes import HTTP_200_OK
 
-from audit.event import AuditEvent
 from engine.core.outputs import StreamDelta
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError, UnknownModelError
 from engine.serving.backend import EngineBackend
@@ -33,6 +32,7 @@ from engine.serving.protocol import (
     EngineInfo,
     ErrorEvent,
     GenerateRequest,
+    KeyOperationEvent,
     ModelCard,
     TokenCount,
 )
@@ -92,7 +92,7 @@ class EngineServer:
         token: str,
         *,
         failed_models: dict[str, str] | None = None,
-        audit_events: list[AuditEvent] | None = None,
+        key_operations: list[KeyOperationEvent] | None = None,
         manifests: dict[str, str] | None = None,
     ):
         """``manifests``: model name -> SHA-256 of its sealed manifest, carried into every record."""
@@ -102,7 +102,7 @@ class EngineServer:
         self.instance_id = f"engine-{uuid.uuid4().hex[:12]}"
         self._token = token.encode()
         self._failed = dict(failed_models or {})
-        self._audit_events = audit_events if audit_events is not None else []
+        self._key_operations = key_operations if key_operations is not None else []
         self._manifests = dict(manifests or {})
         self._ready = False
 
@@ -140,7 +140,7 @@ class EngineServer:
             models=cards,
             failed_models=self._failed,
             stats=stats,
-            audit_events=list(self._audit_events),
+            key_operations=list(self._key_operations),
         )
 
     async def _frames(

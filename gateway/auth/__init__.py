@@ -3,7 +3,6 @@
 from gateway.auth.config import AuthConfig, IssuerConfig
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.errors import AuthConfigError, AuthenticationError, RevocationUnavailableError
-from gateway.auth.principal import Principal
 from gateway.auth.revocation import RevocationList
 from gateway.auth.token_verifier import TokenVerifier
 
@@ -13,7 +12,6 @@ __all__ = [
     "AuthenticationError",
     "DevIssuer",
     "IssuerConfig",
-    "Principal",
     "RevocationList",
     "RevocationUnavailableError",
     "TokenVerifier",

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from common.principal import Principal
 from gateway.auth.config import AuthConfig, IssuerConfig
 from gateway.auth.errors import AuthenticationError
-from gateway.auth.principal import Principal
 
 __all__ = ["ClaimRules", "read_claim"]
 

@@ -28,12 +28,12 @@ import jwt
 from opentelemetry import metrics
 from redis.asyncio import Redis
 
+from common.principal import Principal
 from gateway.auth.claim_rules import ClaimRules
 from gateway.auth.config import AuthConfig
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.errors import AuthConfigError, AuthenticationError, RevocationUnavailableError
 from gateway.auth.issuer_keys import IssuerKeys
-from gateway.auth.principal import Principal
 from gateway.auth.revocation import RevocationList
 from gateway.auth.verified_tokens import VerifiedTokens
 

@@ -18,7 +18,7 @@ from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 from litestar_htmx import HTMXRequest
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.console.console import Console
 from gateway.console.language import text
 from gateway.console.policy_history import PolicyHistory

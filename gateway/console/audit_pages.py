@@ -21,10 +21,10 @@ from litestar_htmx import HTMXRequest, HTMXTemplate
 
 from audit.bundle import write_csv
 from audit.errors import AuditError, AuditNotFoundError, AuditQueryError
-from audit.event import Decision, EventType
 from audit.query import AuditQuery
 from audit.record import AuditRecord
 from audit.selection_bundle import Selection, export_selection, matching_rows
+from common.audit_event import Decision, EventType
 from gateway.console.console import Console
 from gateway.console.errors import PageForbiddenError, PageNotFoundError
 from gateway.console.language import text

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import Request
 
-from audit.event import Decision, EventType
+from common.audit_event import Decision, EventType
 from gateway.console.config import ConsoleConfig
 from gateway.console.errors import CsrfError, NotSignedInError, PageForbiddenError, PageNotFoundError
 from gateway.console.language import text
@@ -27,7 +27,7 @@ from gateway.console.session_store import ConsoleSession, SessionStore, open_ses
 from gateway.request_context import request_context
 
 if TYPE_CHECKING:
-    from gateway.auth.principal import Principal
+    from common.principal import Principal
     from gateway.services import Services
     from policies.control_scope import ControlScope
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from litestar import get, post
@@ -22,11 +23,11 @@ from gateway.console.errors import RotationNotConfirmedError
 from gateway.console.key_rotation import OfficerSink, rotate_master_key
 from gateway.console.language import text
 from gateway.console.session_store import ConsoleSession
+from keys.config import KeysConfig
 from keys.errors import KeysError
 from keys.factory import build_provider, seal_registry
 from keys.provider import KeyVersionInfo
 from keys.seal_registry import Sealing
-from strongroom.config import Settings
 
 __all__ = ["KEY_PAGES", "KeyInventory"]
 
@@ -44,14 +45,14 @@ class KeyInventory:
     """Why the provider or the registry could not be read; the lists are then empty."""
 
     @classmethod
-    def read(cls, settings: Settings) -> KeyInventory:
+    def read(cls, config: KeysConfig, data_path: Path) -> KeyInventory:
         """Blocking (a passphrase's scrypt, an HSM session): run it off the event loop."""
         try:
-            provider = build_provider(settings.keys, settings.data_path)
+            provider = build_provider(config, data_path)
         except KeysError as exc:
             return cls(problem=text("The key provider cannot be opened: {reason}", reason=str(exc)))
         try:
-            registry = seal_registry(settings.keys, settings.data_path, provider)
+            registry = seal_registry(config, data_path, provider)
             versions = provider.versions()
             try:
                 body = registry.read()
@@ -80,11 +81,16 @@ def _context(console: Console, session: ConsoleSession, **extra: Any) -> dict[st
     }
 
 
+async def _inventory(console: Console) -> KeyInventory:
+    settings = console.services.settings
+    return await asyncio.to_thread(KeyInventory.read, settings.keys, settings.data_path)
+
+
 @get("/admin/keys")
 async def keys_page(request: HTMXRequest) -> Template:
     console = Console.of(request)
     session = await console.page(request, _KEYS, "console keys", every_tenant=True)
-    inventory = await asyncio.to_thread(KeyInventory.read, console.services.settings)
+    inventory = await _inventory(console)
     return Template(template_name="keys.html", context=_context(console, session, inventory=inventory))
 
 
@@ -93,7 +99,7 @@ async def rotate_page(request: HTMXRequest) -> Template:
     """What rotation does, the current version, and the field to type it into."""
     console = Console.of(request)
     session = await console.page(request, _KEYS, "console key rotation page", every_tenant=True)
-    inventory = await asyncio.to_thread(KeyInventory.read, console.services.settings)
+    inventory = await _inventory(console)
     return Template(template_name="keys_rotate.html", context=_context(console, session, inventory=inventory))
 
 
@@ -107,13 +113,15 @@ async def rotate_key(request: HTMXRequest) -> Template:
     sink = OfficerSink(console.services.audit_log, session.principal, asyncio.get_running_loop())
     try:
         async with console.key_rotation:
-            report = await asyncio.to_thread(rotate_master_key, settings, typed, sink)
+            report = await asyncio.to_thread(
+                rotate_master_key, settings.keys, settings.data_path, typed, sink
+            )
     except (RotationNotConfirmedError, KeysError) as exc:
         status = 400 if isinstance(exc, RotationNotConfirmedError) else 500
-        inventory = await asyncio.to_thread(KeyInventory.read, settings)
+        inventory = await _inventory(console)
         context = _context(console, session, inventory=inventory, problem=str(exc))
         return Template(template_name="keys_rotate.html", context=context, status_code=status)
-    inventory = await asyncio.to_thread(KeyInventory.read, settings)
+    inventory = await _inventory(console)
     notice = text(
         "Now {key}: {rewrapped} model(s) rewrapped, retired: {retired}.",
         key=str(report.new_key),

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from audit.event import AuditEvent
+from common.audit_event import AuditEvent
 from gateway.console.errors import RotationNotConfirmedError
 from gateway.console.language import text
+from keys.config import KeysConfig
 from keys.factory import build_provider, seal_registry
 from keys.provider import KeyStatus
 from keys.report import RotationReport
@@ -28,8 +30,7 @@ from keys.rotation import default_model_dirs, rotate
 
 if TYPE_CHECKING:
     from audit.log import AuditLog
-    from gateway.auth.principal import Principal
-    from strongroom.config import Settings
+    from common.principal import Principal
 
 __all__ = ["OfficerSink", "rotate_master_key"]
 
@@ -52,10 +53,12 @@ class OfficerSink:
         return await asyncio.wrap_future(done)
 
 
-def rotate_master_key(settings: Settings, typed_version: str, sink: OfficerSink) -> RotationReport:
+def rotate_master_key(
+    config: KeysConfig, data_path: Path, typed_version: str, sink: OfficerSink
+) -> RotationReport:
     """Blocking: rotate when ``typed_version`` names the current version. Raises ``KeysError``
     (``RotationNotConfirmedError`` when the confirmation does not match)."""
-    provider = build_provider(settings.keys, settings.data_path)
+    provider = build_provider(config, data_path)
     try:
         current = next((v.ref for v in provider.versions() if v.status is KeyStatus.CURRENT), None)
         if current is None:
@@ -66,10 +69,10 @@ def rotate_master_key(settings: Settings, typed_version: str, sink: OfficerSink)
             )
         return rotate(
             provider,
-            default_model_dirs(settings.data_path),
+            default_model_dirs(data_path),
             audit=sink,
             process=f"console-rotate:{os.getpid()}",
-            registry=seal_registry(settings.keys, settings.data_path, provider),
+            registry=seal_registry(config, data_path, provider),
         )
     finally:
         close = getattr(provider, "close", None)  # a PKCS#11 session; a key file holds none

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.console.session_store import ConsoleSession, new_session, session_key
 
 __all__ = ["MemorySessions"]

@@ -18,9 +18,9 @@ import httpx
 import jwt
 import msgspec
 
+from common.principal import Principal
 from gateway.auth.config import AuthConfig
 from gateway.auth.errors import AuthenticationError
-from gateway.auth.principal import Principal
 from gateway.auth.token_verifier import TokenVerifier
 from gateway.console.config import ConsoleConfig, is_safe_url
 from gateway.console.pending_sign_ins import PendingSignIn

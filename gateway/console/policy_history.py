@@ -13,10 +13,10 @@ import json
 from collections import deque
 from dataclasses import dataclass
 
-from audit.event import Decision, EventType
 from audit.log import AuditLog
 from audit.query import MAX_LIMIT, AuditQuery
 from audit.record import AuditRecord
+from common.audit_event import Decision, EventType
 from policies.control_scope import ControlScope
 
 QUOTA_CHANGE_PREFIX = "quota "

@@ -18,7 +18,7 @@ import msgspec
 import psycopg
 from psycopg import sql
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.console.errors import SessionsUnavailableError
 from gateway.console.language import text
 from gateway.console.session_store import ConsoleSession, new_session, session_key

@@ -18,7 +18,7 @@ from litestar import get, post
 from litestar.response import Template
 from litestar_htmx import HTMXRequest
 
-from audit.event import Decision, EventType
+from common.audit_event import Decision, EventType
 from gateway.console.console import Console
 from gateway.console.language import text
 from gateway.console.policy_history import QUOTA_CHANGE_PREFIX

@@ -15,7 +15,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.console.errors import SessionsUnavailableError
 from gateway.console.language import text
 from gateway.console.session_store import ConsoleSession, new_session, session_key

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

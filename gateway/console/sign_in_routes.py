@@ -17,10 +17,10 @@ from litestar.datastructures import Cookie
 from litestar.params import FromQuery, QueryParameter
 from litestar.response import Redirect, Template
 
-from audit.event import Decision, EventType
+from common.audit_event import Decision, EventType
+from common.principal import Principal
 from gateway.auth.dev_issuer import DEV_ISSUER
 from gateway.auth.errors import AuthenticationError
-from gateway.auth.principal import Principal
 from gateway.console.console import SESSION_COOKIE, STATE_COOKIE, Console, check_csrf
 from gateway.console.errors import NotSignedInError, PageNotFoundError
 from gateway.console.language import text

@@ -18,7 +18,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.quota.backend import QuotaBackend, QuotaKeys, ResolvedLimits
 from gateway.quota.config import QuotaConfig, QuotaLimits
 from gateway.quota.errors import MaxTokensCeilingError, QuotaExceededError, QuotaUnavailableError

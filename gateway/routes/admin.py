@@ -18,8 +18,8 @@ from litestar import Request, Router, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
 
-from audit.sink import AuditSink
-from gateway.auth.principal import Principal
+from common.audit_sink import AuditSink
+from common.principal import Principal
 from gateway.gatekeeper import Gatekeeper, requires
 from gateway.permission import Permission
 from policies.authorizer import Authorizer

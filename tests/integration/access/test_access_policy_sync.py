@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aredis
 
-from audit.event import AuditEvent
-from gateway.auth.principal import Principal
+from common.audit_event import AuditEvent
+from common.principal import Principal
 from policies import AccessConfig, Assignment, Authorizer, PolicyChange
 
 pytestmark = pytest.mark.integration

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from audit.event import AuditEvent, EventType
 from audit.signer import CheckpointSigner
-from gateway.auth.principal import Principal
+from common.audit_event import AuditEvent, EventType
+from common.principal import Principal
 from policies import AccessConfig, Assignment, Authorizer, Grant, PolicyChange, PolicyTamperedError
 from policies.policy_seal import PolicySeal
 

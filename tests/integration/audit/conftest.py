@@ -13,11 +13,11 @@ import psycopg
 import pytest
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.postgres_store import grant_append_only, install_schema
 from audit.query import AuditQuery
 from audit.store import AuditStore
+from common.audit_event import AuditEvent, Decision, EventType
 
 
 async def _load(

@@ -14,12 +14,12 @@ import pytest
 
 from audit.checkpoint import Checkpoint
 from audit.config import AuditConfig
-from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.postgres_store import PostgresStore
 from audit.record import RecordRow, encode_event, seal_row
 from audit.store import StoreConflictError, StoreHead
 from audit.testing import sample_event
+from common.audit_event import AuditEvent, Decision, EventType
 
 pytestmark = pytest.mark.integration
 

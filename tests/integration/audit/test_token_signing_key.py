@@ -20,7 +20,7 @@ import asyncio, os, sys
 from pathlib import Path
 from audit.config import AuditConfig
 from audit.errors import AuditConfigError, AuditUnavailableError
-from audit.event import AuditEvent, Decision, EventType
+from common.audit_event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.signer import CheckpointSigner
 from keys import Pkcs11Provider, Secret

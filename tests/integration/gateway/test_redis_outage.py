@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from common.principal import Principal
 from gateway.auth.dev_issuer import DevIssuer
-from gateway.auth.principal import Principal
 from gateway.quota import QuotaConfig, QuotaExceededError, QuotaLimits, Quotas, QuotaUnavailableError
 from gateway.services import _redis_client
 

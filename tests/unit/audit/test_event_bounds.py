@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from audit.event import AuditEvent, Decision, EventType
 from audit.event_bounds import MAX_ROLES, bounded_event, bounded_text
 from audit.query import AuditQuery
+from common.audit_event import AuditEvent, Decision, EventType
 
 
 def test_long_values_are_cut_visibly_and_control_characters_escaped() -> None:

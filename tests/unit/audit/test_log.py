@@ -8,10 +8,10 @@ import pytest
 
 from audit.config import AuditConfig, ContentRule
 from audit.errors import AuditConfigError, AuditIntegrityError, AuditNotFoundError, AuditUnavailableError
-from audit.event import Decision, EventType
 from audit.query import AuditQuery
 from audit.record import AuditContent
 from audit.testing import sample_event as event
+from common.audit_event import Decision, EventType
 
 
 def test_append_returns_consecutive_seqs_and_tail_reads_them(open_log) -> None:

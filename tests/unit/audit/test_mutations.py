@@ -287,7 +287,7 @@ def _seed_cli(tmp_path: Path, *, pinned: bool) -> tuple[Path, Path]:
 def _cli_verify(config: Path, *extra: str):
     from click.testing import CliRunner
 
-    from audit.cli import audit
+    from strongroom.cli.audit import audit
 
     return CliRunner().invoke(audit, ["verify", "--config", str(config), *extra])
 

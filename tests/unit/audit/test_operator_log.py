@@ -9,13 +9,13 @@ import pytest
 
 from audit.config import AuditConfig
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.operator_log import OperatorLog
 from audit.query import AuditQuery
 from audit.sqlite_store import SqliteStore
 from audit.testing import sample_event
 from audit.writer_socket import WriterSocket
+from common.audit_event import AuditEvent, Decision, EventType
 
 pytestmark = pytest.mark.anyio
 

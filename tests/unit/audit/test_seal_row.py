@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.record import (
     StoredContent,
     encode_event,
@@ -16,6 +15,8 @@ from audit.record import (
     us_to_iso,
 )
 from audit.testing import sample_event
+from common.audit_event import AuditEvent, Decision, EventType
+from common.finding import Finding
 
 PREV = "9f" * 32
 TIME_US = 1_796_000_000_123_456

@@ -10,10 +10,10 @@ import socket
 from pathlib import Path
 
 from audit.config import AuditConfig
-from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.security_operation import record_operations
 from audit.writer_socket import WriterSocket
+from common.audit_event import AuditEvent, Decision, EventType
 
 IDENTITY = f"{pwd.getpwuid(os.getuid()).pw_name}@{socket.gethostname()}"
 

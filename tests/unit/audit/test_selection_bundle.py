@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from audit.bundle import verify_bundle
-from audit.cli import audit
 from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.selection_bundle import Selection, export_selection
 from audit.signer import CheckpointVerifier
 from audit.testing import sample_event as event
+from strongroom.cli.audit import audit
 
 
 def _export(tmp_path: Path, selection: Selection) -> tuple[Path, Path, list[int]]:

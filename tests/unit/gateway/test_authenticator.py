@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from audit.event import AuditEvent, Decision, EventType
+from common.audit_event import AuditEvent, Decision, EventType
 from gateway.auditor import Auditor
 from gateway.auth import AuthConfig, DevIssuer, RevocationUnavailableError, TokenVerifier
 from gateway.authenticator import Authenticator

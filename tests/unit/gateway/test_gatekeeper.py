@@ -11,7 +11,7 @@ from litestar import Litestar, Request, Response, get
 from litestar.di import NamedDependency
 from litestar.testing import AsyncTestClient
 
-from audit.event import AuditEvent, Decision, EventType
+from common.audit_event import AuditEvent, Decision, EventType
 from gateway.errors import PermissionDeniedError, response_parts
 from gateway.gatekeeper import Gatekeeper, requires
 from gateway.permission import Permission

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import uvicorn
 
-from audit.event import AuditEvent, Decision, EventType
+from common.audit_event import AuditEvent, Decision, EventType
+from common.principal import Principal
 from engine.serving.client import EngineClient
 from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 from filters import FilterConfig, FilterPipeline
 from gateway.auditor import Auditor
-from gateway.auth.principal import Principal
 from gateway.engine_pool import EnginePool
 from gateway.errors import BadRequestError, ContentPolicyError, ModelNotFoundError
 from gateway.inference import InferenceService

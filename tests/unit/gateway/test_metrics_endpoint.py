@@ -10,7 +10,7 @@ from litestar import Litestar, Request, Response
 from litestar.di import Provide
 from litestar.testing import AsyncTestClient
 
-from audit.event import AuditEvent, EventType
+from common.audit_event import AuditEvent, EventType
 from gateway.app import metrics_endpoint
 from gateway.auditor import Auditor
 from gateway.auth import AuthConfig, TokenVerifier

@@ -9,9 +9,9 @@ import httpx
 from litestar import Litestar, Request, get
 from litestar.exceptions import NotFoundException
 
-from audit.event import AuditEvent, Decision, EventType
 from audit.record import AuditContent
 from audit.testing import MemorySink
+from common.audit_event import AuditEvent, Decision, EventType
 from gateway.auditor import Auditor, RequestSink
 from gateway.request_context import request_context
 from gateway.request_middleware import RequestMiddleware

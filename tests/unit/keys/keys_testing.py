@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent
+from common.audit_event import AuditEvent
 
 CHUNK = 64
 

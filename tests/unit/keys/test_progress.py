@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from keys_testing import CHUNK
 
 from keys import KeyFileProvider, seal_model, verify_model
-from keys.cli import keys, models
 from keys.rotation import rotate
 from keys.sealed_model import unseal_model
+from strongroom.cli.keys import keys, models
 from tests.terminal import run_on_terminal
 
 REPO = Path(__file__).resolve().parents[3]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from keys_testing import CHUNK, ListSink
 
-from audit.event import Decision, EventType
+from common.audit_event import Decision, EventType
 from engine.loading.model_source import DirectorySource, ModelSource
 from keys import (
     AuditRequiredError,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent
+from common.audit_event import AuditEvent
 from policies import AccessConfig, Authorizer
 
 

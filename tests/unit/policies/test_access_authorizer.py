@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from audit.errors import AuditUnavailableError
-from audit.event import EventType
-from gateway.auth.principal import Principal
+from common.audit_event import EventType
+from common.principal import Principal
 from policies import AccessConfig, Assignment, Authorizer, Grant, PolicyChange
 from policies.errors import PolicyConflictError
 

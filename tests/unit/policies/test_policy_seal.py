@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from audit.event import EventType
 from audit.signer import CheckpointSigner
-from gateway.auth.principal import Principal
+from common.audit_event import EventType
+from common.principal import Principal
 from policies import AccessConfig, Authorizer, Grant, PolicyChange, PolicyTamperedError
 from policies.policy_seal import PolicySeal
 

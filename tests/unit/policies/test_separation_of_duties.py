@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from policies import AccessConfig, Authorizer
 from policies.policy import CONTROL_ACTIONS
 

@@ -15,10 +15,11 @@ import redis.asyncio
 from litestar import Litestar
 
 from audit.config import AuditConfig
-from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.log import AuditLog
 from audit.query import AuditQuery
 from audit.record import AuditContent
+from common.audit_event import AuditEvent, Decision, EventType
+from common.finding import Finding
 from gateway.auditor import Auditor
 from gateway.auth.config import AuthConfig, IssuerConfig
 from gateway.auth.dev_issuer import DevIssuer

@@ -11,11 +11,11 @@ from typing import Any
 from litestar.testing import AsyncTestClient
 
 from audit.config import AuditConfig
-from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
 from audit.query import AuditQuery
+from common.audit_event import AuditEvent, Decision, EventType
+from common.principal import Principal
 from gateway.auth.dev_issuer import DevIssuer
-from gateway.auth.principal import Principal
 from gateway.console.console import Console
 from gateway.console.router import CSP
 from policies.authorizer import Authorizer

@@ -14,10 +14,10 @@ from typing import Any
 from click.testing import CliRunner
 from litestar.testing import AsyncTestClient
 
-from audit.cli import audit
-from audit.event import AuditEvent, Decision, EventType
 from audit.log import AuditLog
+from common.audit_event import AuditEvent, Decision, EventType
 from policies.authorizer import Authorizer
+from strongroom.cli.audit import audit
 from tests.unit.gateway.console.console_app import XSS, console_app, details, sign_in
 
 

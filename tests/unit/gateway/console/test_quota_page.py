@@ -17,7 +17,7 @@ from litestar.testing import AsyncTestClient
 
 from audit.log import AuditLog
 from audit.query import AuditQuery
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from policies.authorizer import Authorizer
 from policies.policy import Grant
 from policies.policy_change import PolicyChange

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import redis.asyncio
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.console.config import ConsoleConfig
 from gateway.console.errors import SessionsUnavailableError
 from gateway.console.memory_sessions import MemorySessions

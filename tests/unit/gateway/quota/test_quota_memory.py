@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.quota import QuotaConfig, QuotaExceededError, QuotaLimits, Quotas
 
 

@@ -10,7 +10,7 @@ import uuid
 import pytest
 import redis.asyncio as aredis
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.errors import ConfigError
 from gateway.quota import QuotaConfig, QuotaExceededError, QuotaLimits, Quotas
 from gateway.quota.quota_overrides import QuotaOverride, QuotaOverrides

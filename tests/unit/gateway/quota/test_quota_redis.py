@@ -14,7 +14,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.quota import QuotaConfig, QuotaExceededError, QuotaLimits, Quotas, QuotaUnavailableError
 
 URL = "redis://127.0.0.1:6379/0"
@@ -50,7 +50,7 @@ ALICE = Principal(subject="alice", roles=(), issuer="https://idp")
 _BURST = """
 import asyncio, json, sys, time
 import redis.asyncio as aredis
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from gateway.quota import QuotaConfig, QuotaExceededError, QuotaLimits, Quotas
 prefix, start_at, n, rpm, conc = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 async def main():

@@ -10,7 +10,7 @@ from litestar.di import Provide
 from litestar.testing import AsyncTestClient
 
 from audit.errors import AuditUnavailableError
-from audit.event import AuditEvent, EventType
+from common.audit_event import AuditEvent, EventType
 from gateway.errors import response_parts
 from gateway.routes.admin import build_admin_router
 from policies import AccessConfig, Authorizer

@@ -14,10 +14,11 @@ from litestar.testing import AsyncTestClient
 from audit.bundle import verify_bundle
 from audit.config import AuditConfig
 from audit.errors import AuditError
-from audit.event import AuditEvent, Decision, EventType, Finding
 from audit.log import AuditLog
 from audit.record import AuditContent
 from audit.signer import CheckpointVerifier
+from common.audit_event import AuditEvent, Decision, EventType
+from common.finding import Finding
 from gateway.routes.audit import build_audit_router
 from policies.authorizer import Authorizer
 from policies.config import AccessConfig

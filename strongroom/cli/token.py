@@ -1,4 +1,4 @@
-"""CLI commands of the auth layer: ``strongroom token`` and ``strongroom admin revoke``.
+"""``strongroom token`` and ``strongroom admin revoke``: the auth layer's stores, from a shell.
 
 Both read the settings through ``strongroom.config.load_settings`` and work on the same stores
 as the server: the dev key under ``<data_dir>/keys`` and the revocation list in Redis (when
@@ -16,8 +16,8 @@ import click
 import redis.asyncio
 
 from audit.errors import AuditError
-from audit.event import AuditEvent, Decision, EventType
 from audit.security_operation import record_operations
+from common.audit_event import AuditEvent, Decision, EventType
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.errors import RevocationUnavailableError
 from gateway.auth.revocation import RevocationList

@@ -11,8 +11,9 @@ import pytest
 import redis.asyncio
 from click.testing import CliRunner
 
-from gateway.auth import AuthConfig, AuthenticationError, Principal, TokenVerifier
-from gateway.auth.cli import revoke, token
+from common.principal import Principal
+from gateway.auth import AuthConfig, AuthenticationError, TokenVerifier
+from strongroom.cli.token import revoke, token
 from strongroom.config import load_settings
 
 

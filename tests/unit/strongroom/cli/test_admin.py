@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from policies.cli import admin
+from strongroom.cli.admin import admin
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from filter_fixtures import write_policy
 
-from filters.cli import filters
+from strongroom.cli.filters import filters
 
 
 def test_scan_prints_positions_and_actions_without_values(tmp_path: Path) -> None:

@@ -1,11 +1,10 @@
-"""The ``strongroom`` command: serve, engine, token, admin, audit, filters, keys, models, bench, config."""
+"""The ``strongroom`` group and its own commands (serve, engine, config); the other groups are mounted."""
 
 from __future__ import annotations
 
 import importlib
 import logging
 import os
-import sys
 from typing import Any
 
 import click
@@ -282,19 +281,16 @@ def _mount(group: click.Group, module: str, attr: str, name: str | None = None) 
 
 
 def _build() -> None:
-    _mount(main, "gateway.auth.cli", "token")
-    _mount(main, "policies.cli", "admin")
+    _mount(main, "strongroom.cli.token", "token")
+    _mount(main, "strongroom.cli.admin", "admin")
     admin = main.commands.get("admin")
     if isinstance(admin, click.Group):
-        _mount(admin, "gateway.auth.cli", "revoke")
-    _mount(main, "audit.cli", "audit")
-    _mount(main, "filters.cli", "filters")
-    _mount(main, "keys.cli", "keys")
-    _mount(main, "keys.cli", "models")
+        _mount(admin, "strongroom.cli.token", "revoke")
+    _mount(main, "strongroom.cli.audit", "audit")
+    _mount(main, "strongroom.cli.filters", "filters")
+    _mount(main, "strongroom.cli.keys", "keys")
+    _mount(main, "strongroom.cli.keys", "models")
     _mount(main, "bench.cli", "bench")
 
 
 _build()
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,6 +11,8 @@ import enum
 
 import msgspec
 
+from common.finding import Finding
+
 
 class EventType(enum.StrEnum):
     INFERENCE = "inference"
@@ -37,15 +39,6 @@ class Decision(enum.StrEnum):
     ALLOW = "allow"
     DENY = "deny"
     ERROR = "error"
-
-
-class Finding(msgspec.Struct, frozen=True, kw_only=True):
-    """A content-filter finding: never the matched value itself."""
-
-    type: str
-    count: int
-    action: str
-    direction: str = "request"
 
 
 class AuditEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from audit.cli import audit
 from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.operator_log import OperatorLog
 from audit.testing import sample_event as event
+from strongroom.cli.audit import audit
 
 
 def _seed(tmp_path: Path) -> Path:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from audit.config import AuditConfig
 from audit.log import AuditLog
-from keys.cli import keys, models
+from strongroom.cli.keys import keys, models
 
 
 @pytest.fixture

@@ -22,12 +22,13 @@ import msgspec
 from audit.bundle import verify_bundle
 from audit.config import AuditConfig
 from audit.errors import AuditConfigError, AuditIntegrityError, AuditUnavailableError
-from audit.event import AuditEvent, Decision, EventType
 from audit.operator_log import OperatorLog
 from audit.query import AuditQuery
 from audit.record import AuditRecord, iso_to_us
 from audit.signer import CheckpointVerifier
 from audit.verifier import VerifyReport
+from common.audit_event import AuditEvent, Decision, EventType
+from strongroom.config import load_settings
 from strongroom.progress_bar import ProgressBar
 
 T = TypeVar("T")
@@ -38,8 +39,6 @@ config_option = click.option(
 
 
 def _settings(config_path: str | None) -> tuple[AuditConfig, Path]:
-    from strongroom.config import load_settings
-
     settings = load_settings(config_path)
     return settings.audit, settings.data_path
 

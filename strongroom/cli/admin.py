@@ -17,11 +17,12 @@ from typing import Any
 import click
 
 from audit.errors import AuditError
-from gateway.auth.principal import Principal
+from common.principal import Principal
 from policies.authorizer import Authorizer
 from policies.errors import PolicyError
 from policies.policy import ALL_DOMAINS, CONTROL_RESOURCE, Assignment, Grant, user_member
 from policies.policy_change import PolicyChange
+from strongroom.config import load_settings
 
 __all__ = ["admin"]
 
@@ -37,7 +38,6 @@ actor_option = click.option(
 def _open(config_path: str | None) -> tuple[Any, Authorizer]:
     from audit.signer import CheckpointSigner
     from policies.policy_seal import PolicySeal
-    from strongroom.config import load_settings
 
     settings = load_settings(config_path)
     seal = PolicySeal(CheckpointSigner.open(settings.audit, settings.data_path))

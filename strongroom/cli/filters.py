@@ -18,6 +18,7 @@ from filters.action import Direction
 from filters.context import FilterContext
 from filters.errors import PolicyError
 from filters.pipeline import FilterPipeline
+from strongroom.config import load_settings
 
 
 @click.group("filters")
@@ -40,8 +41,6 @@ def scan(
     config_path: str | None, policy: Path | None, direction: str, roles: tuple[str, ...], model: str
 ) -> None:
     """Read text on stdin and print the findings as JSON under the active (or draft) policy."""
-    from strongroom.config import load_settings
-
     settings = load_settings(config_path)
     config = settings.filters
     if policy is not None:

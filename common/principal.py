@@ -1,4 +1,4 @@
-"""The authenticated caller, as every other part of the gateway sees it."""
+"""The authenticated caller, as the gateway, the access policies and the audit trail see it."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ from keys.seal_registry import SealRegistry
 from keys.sealed_model import admission, unseal_model, verify_model
 from keys.sealer import seal_model
 from keys.secret import Secret
+from strongroom.config import load_settings
 from strongroom.progress_bar import ProgressBar
 
 _config_option = click.option(
@@ -41,9 +42,7 @@ _config_option = click.option(
 
 
 def load_keys_settings(config_path: str | None) -> tuple[Path, KeysConfig]:
-    """(data_dir, [keys] section) through the lead's ``strongroom.config.load_settings``."""
-    from strongroom.config import load_settings
-
+    """(data_dir, [keys] section) of the settings."""
     settings = load_settings(config_path)
     return Path(settings.data_dir), settings.keys
 
@@ -58,8 +57,6 @@ def _provider(config_path: str | None) -> KeyProvider:
 
 
 def _operator_sink(config_path: str | None) -> OperatorSink:
-    from strongroom.config import load_settings
-
     settings = load_settings(config_path)
     return OperatorSink(settings.audit, settings.data_path)
 
@@ -92,8 +89,6 @@ def _operator() -> str:
 
 def _configured_name(config_path: str | None, model_dir: str) -> str | None:
     """The name a configured model serves ``model_dir`` under (what the engine would bind it to)."""
-    from strongroom.config import load_settings
-
     settings = load_settings(config_path)
     target = Path(model_dir).resolve()
     for spec in settings.engine.models:
