@@ -38,6 +38,9 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     scale per output channel; activations and the KV cache stay in ``dtype``. None serves the
     checkpoint as it is (a checkpoint quantized as FP8 or compressed-tensors 8-bit loads
     quantized by itself; asking for a quantization of one is an error)."""
+    kind: str | None = None
+    """"chat" (generates text: chat and completions) or "embedding" (``/v1/embeddings`` only, no
+    KV cache); None reads it from the checkpoint (``engine.loading.model_kind``)."""
     sealed_model_id: str | None = None
     """A sealed checkpoint serves only under the model id it was sealed as; None requires that id
     to equal ``name``. Set it to serve a sealing under another name on purpose."""
@@ -56,6 +59,8 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise EngineConfigError(
                 f"model {self.name}: quantization must be one of {QUANTIZATIONS}, not {self.quantization!r}"
             )
+        if self.kind is not None and self.kind not in ("chat", "embedding"):
+            raise EngineConfigError(f"model {self.name}: kind must be chat or embedding, not {self.kind!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise EngineConfigError(f"model {self.name}: max_model_len must be >= 2")
 
@@ -63,6 +68,7 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
 _DEMO_MODELS = (
     ModelSpec(name="demo-chat", path="models/demo-chat"),
     ModelSpec(name="demo-base", path="models/demo-base"),
+    ModelSpec(name="demo-embed", path="models/demo-embed", kind="embedding"),
 )
 
 

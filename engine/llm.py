@@ -4,6 +4,7 @@ from engine import LLM, SamplingParams
 llm = LLM("path/to/model", dtype="float32", device="cpu")   # or LLM(models={"a": path_a, "b": path_b})
 outs = llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=16))
 outs[0].text, outs[0].token_ids, outs[0].finish_reason
+vectors = LLM("path/to/Qwen3-Embedding").embed(["a query", "a passage"])   # unit-norm lists
 
 LLM(path, tensor_parallel_size=2) splits every model over two processes (one per GPU on CUDA);
 ``close()`` (or leaving a ``with LLM(...) as llm:`` block) stops them.
@@ -40,13 +41,15 @@ class LLM:
         device: str = "cpu",
         max_model_len: int | None = None,
         quantization: str | None = None,
+        kind: str | None = None,
         tuning: CudaTuning = DEFAULT_TUNING,
         **engine_options: Any,
     ) -> None:
         """``model`` is one checkpoint directory (hosted under its directory name); ``models`` maps
         names to directories. ``quantization`` ("fp8" | "int8") quantizes every model's linear
-        weights as they load (``ModelSpec.quantization``). ``engine_options`` are further ``EngineConfig`` fields; ``tuning``
-        the CUDA path's (``engine.tuning``)."""
+        weights as they load (``ModelSpec.quantization``); ``kind`` declares every model's kind
+        ("chat" or "embedding"; None reads it from each checkpoint). ``engine_options`` are further
+        ``EngineConfig`` fields; ``tuning`` the CUDA path's (``engine.tuning``)."""
         paths = dict(models or {})
         if model is not None:
             paths[Path(model).name or "model"] = model
@@ -59,6 +62,7 @@ class LLM:
                 dtype=dtype,
                 max_model_len=max_model_len,
                 quantization=quantization,
+                kind=kind,
             )
             for name, p in paths.items()
         )
@@ -107,6 +111,24 @@ class LLM:
         for conversation in conversations:
             prompts.append(hosted.tokenizer.encode_chat(conversation, add_special_tokens=False))  # type: ignore[arg-type]
         return self._run(prompts, params or SamplingParams(), name)
+
+    def embed(
+        self,
+        texts: str | list[str] | list[list[int]],
+        *,
+        model: str | None = None,
+        dimensions: int | None = None,
+    ) -> list[list[float]]:
+        """One unit-norm vector per text (a list of ints is one token-id input), in order;
+        ``dimensions`` keeps that many leading values, re-normalised."""
+        name = self._model(model)
+        inputs = [self.engine.embedding_token_ids(name, t) for t in _as_prompt_list(texts)]
+        request_id = str(next(self._ids))
+        self.engine.add_embedding(request_id, name, inputs, dimensions=dimensions)
+        while self.engine.has_work:
+            self.engine.step()
+        (job,) = [j for j in self.engine.take_embeddings() if j.request_id == request_id]
+        return job.vectors
 
     def _model(self, model: str | None) -> str:
         return model if model is not None else next(iter(self.engine.models))

@@ -3,7 +3,9 @@
 ``step()`` schedules one iteration across all models, runs each model on its share, samples,
 and returns the deltas it produced. On CUDA with ``async_scheduling`` it first launches the
 next iteration, so the GPU computes step N+1 while the host turns step N's tokens into deltas
-(see ``engine.worker.inflight_step``). It is not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
+(see ``engine.worker.inflight_step``). Embedding models take no part in the KV pool or the
+scheduler: one bounded batch of their requests runs before each step (``engine.embedder``). It is
+not thread-safe; ``AsyncEngine`` and ``LLM`` drive it
 from a single thread (``AsyncEngine`` under its lock).
 """
 
@@ -18,11 +20,13 @@ import torch
 from engine.config import EngineConfig
 from engine.core.block_pool import BlockPool
 from engine.core.cache_scope import cache_salt
+from engine.core.embedding_queue import EmbeddingJob
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.outputs import StreamDelta
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from engine.core.sequence import Sequence, SequenceStatus
+from engine.embedder import Embedder
 from engine.errors import (
     EngineConfigError,
     InvalidRequestError,
@@ -80,9 +84,13 @@ class LLMEngine:
             raise
 
     def _build(self, config: EngineConfig, tuning: CudaTuning) -> None:
-        hosted = list(self.models.values())
-        block_bytes = KVCache.block_bytes_for(hosted, config.block_size)
-        num_blocks = KVCache.num_blocks_for(config, hosted, block_bytes, self.device)
+        hosted = [m for m in self.models.values() if not m.is_embedding]
+        if self.ranks is not None and len(hosted) < len(self.models):
+            # The embedding path runs on this rank alone; sharded weights need every rank.
+            raise EngineConfigError("embedding models are not served with tensor_parallel_size > 1")
+        block_bytes = KVCache.block_bytes_for(hosted or list(self.models.values()), config.block_size)
+        # Only embedding models: nothing is ever cached, one block keeps the pool well-formed.
+        num_blocks = KVCache.num_blocks_for(config, hosted, block_bytes, self.device) if hosted else 1
         if self.ranks is not None:  # every rank's pool has as many blocks as the smallest one's
             num_blocks = self.ranks.agree(list(self.models), num_blocks)
         self.kv_cache = KVCache(num_blocks, block_bytes, config.block_size, self.device)
@@ -94,7 +102,7 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(
             self.kv_manager,
-            list(self.models),
+            [m.name for m in hosted],
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
@@ -110,7 +118,13 @@ class LLMEngine:
                 tuning=tuning,
             )
             for name, m in self.models.items()
+            if not m.is_embedding
         }
+        self.embedder = Embedder(
+            [m for m in self.models.values() if m.is_embedding],
+            self.device,
+            max_batch_tokens=config.max_num_batched_tokens,
+        )
         self._cache_scopes = {spec.name: spec.prefix_cache_scope for spec in config.models}
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))
         self._grammars: dict[str, GrammarCompiler] = {}
@@ -138,9 +152,17 @@ class LLMEngine:
             raise UnknownModelError(f"model {name!r} is not hosted by this engine", param="model")
         return hosted
 
+    def generative_model(self, name: str) -> HostedModel:
+        hosted = self.model(name)
+        if hosted.is_embedding:
+            raise InvalidRequestError(
+                f"model {name!r} is an embedding model: it serves /v1/embeddings only", param="model"
+            )
+        return hosted
+
     def prompt_token_ids(self, model: str, prompt: str | list[int]) -> list[int]:
         """Tokenize and validate a prompt; raises before anything is queued."""
-        hosted = self.model(model)
+        hosted = self.generative_model(model)
         ids = hosted.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids and isinstance(prompt, str):
             # OpenAI's empty prompt is its default, <|endoftext|>: the document boundary, which is
@@ -198,7 +220,7 @@ class LLMEngine:
         """``tenant`` and ``subject`` pick the prefix cache the request may share (``engine.core.cache_scope``)."""
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
-        hosted = self.model(model)
+        hosted = self.generative_model(model)
         vocab = hosted.config.vocab_size
         if any(token_id >= vocab for token_id, _ in params.logit_bias):
             raise InvalidRequestError(f"logit_bias token ids must be in [0, {vocab})", param="logit_bias")
@@ -244,8 +266,35 @@ class LLMEngine:
             self._grammars[model] = compiler
         return [compiler.matcher(params.structured) for _ in range(params.n)]
 
+    def embedding_model(self, name: str) -> HostedModel:
+        hosted = self.model(name)
+        if not hosted.is_embedding:
+            raise InvalidRequestError(
+                f"model {name!r} is not an embedding model: use chat or completions", param="model"
+            )
+        return hosted
+
+    def embedding_token_ids(self, model: str, text: str | list[int]) -> list[int]:
+        """Tokenize and validate one embedding input; raises before anything is queued."""
+        return self.embedder.token_ids(self.embedding_model(model), text)
+
+    def add_embedding(
+        self, request_id: str, model: str, inputs: list[list[int]], *, dimensions: int | None = None
+    ) -> EmbeddingJob:
+        """Queue tokenized inputs (``embedding_token_ids``); the job comes back from
+        ``take_embeddings`` once every input has its vector."""
+        hosted = self.embedding_model(model)
+        if request_id in self._requests or request_id in self.embedder:
+            raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
+        return self.embedder.add(request_id, hosted, inputs, dimensions)
+
+    def take_embeddings(self) -> list[EmbeddingJob]:
+        """Embedding jobs finished since the last call."""
+        return self.embedder.take()
+
     def abort(self, request_id: str) -> list[tuple[str, StreamDelta]]:
         """End a request now, freeing its blocks; the closing "abort" delta of each live sequence."""
+        self.embedder.abort(request_id)
         deltas = []
         for seq in self._requests.pop(request_id, []):
             if not seq.is_finished:
@@ -260,9 +309,12 @@ class LLMEngine:
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work or self._inflight is not None
+        return self.scheduler.has_work or self._inflight is not None or self.embedder.has_work
 
     def step(self) -> list[tuple[str, StreamDelta]]:
+        self.embedder.run_batch()
+        if not self.scheduler.has_work and self._inflight is None:
+            return []
         cur = self._inflight or self._launch(self.scheduler.schedule())
         self._inflight = None
         self.scheduler.update(cur.out)

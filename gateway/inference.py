@@ -56,7 +56,7 @@ from gateway.telemetry import Telemetry
 from gateway.tool_plan import ToolPlan
 from policies import Authorizer
 
-__all__ = ["InferenceService", "Prepared"]
+__all__ = ["InferenceService", "Prepared", "close_lease"]
 
 log = logging.getLogger("strongroom.gateway")
 
@@ -136,7 +136,7 @@ class InferenceService:
         await self.auditor.record(ctx, kind, decision, status=err.status_code, reason=recorded_reason(err))
         return err
 
-    def _card(self, model: str) -> tuple[ModelCard, EngineClient, str]:
+    def card(self, model: str) -> tuple[ModelCard, EngineClient, str]:
         card = self.engines.models().get(model)
         if card is None:
             if not self.engines.is_ready or self.engines.known_model(model):
@@ -166,8 +166,12 @@ class InferenceService:
             raise _absent(body.model)
         try:
             refuse_unsupported(body)
-            card, client, instance = self._card(body.model)
+            card, client, instance = self.card(body.model)
             ctx.engine_instance = instance
+            if card.kind == "embedding":
+                raise BadRequestError(
+                    f"The model '{body.model}' is an embedding model; use /v1/embeddings", param="model"
+                )
             max_tokens = self._max_tokens(body, card)
             tools = (
                 ToolPlan.of(body, card.tool_syntax, body.model)
@@ -177,7 +181,7 @@ class InferenceService:
             params = self._params(body, max_tokens)
             texts = _texts_of(body, allow_token_ids=self._allow_token_ids)
         except Exception as exc:
-            raise await self._rejected(ctx, exc) from None
+            raise await self.rejected(ctx, exc) from None
         # The filters first: a request they refuse costs the engine nothing (counting a 1 MB
         # prompt's tokens takes an engine about a second), and the count is of what is sent.
         try:
@@ -201,7 +205,7 @@ class InferenceService:
         try:
             generate = self._generate_request(ctx, body, params, list(result.texts), tools)
         except Exception as exc:
-            raise await self._rejected(ctx, exc) from None
+            raise await self.rejected(ctx, exc) from None
         try:
             # Counted by the engine, with the model's own template and tokenizer, before anything
             # is reserved: a guess (bytes / 3) let concurrent requests overrun token quotas.
@@ -221,7 +225,7 @@ class InferenceService:
                 ctx.principal, body.model, num_prompt + params.n * max_tokens, max_tokens=max_tokens
             )
         except Exception as exc:
-            raise await self._rejected(ctx, exc) from None
+            raise await self.rejected(ctx, exc) from None
         return Prepared(
             kind=kind,
             ctx=ctx,
@@ -234,7 +238,7 @@ class InferenceService:
             tools=tools,
         )
 
-    async def _rejected(self, ctx: RequestContext, exc: Exception) -> BaseException:
+    async def rejected(self, ctx: RequestContext, exc: Exception) -> BaseException:
         """The audited HTTP error for a refusal before the engine call; anything else re-raised."""
         # GatewayError, EngineError and the sibling packages' errors all carry a status.
         if isinstance(exc, GatewayError | EngineError) or isinstance(getattr(exc, "status_code", None), int):
@@ -374,7 +378,7 @@ class InferenceService:
             )
             raise
         finally:
-            await _close_lease(prep.lease, used)
+            await close_lease(prep.lease, used)
 
     async def _audit_done(
         self,
@@ -427,7 +431,7 @@ class InferenceService:
             )
         except BaseException as exc:
             await _shielded(stack.aclose())
-            await _close_lease(prep.lease, 0)
+            await close_lease(prep.lease, 0)
             if isinstance(exc, EngineError):
                 if isinstance(exc, EngineUnavailableError):
                     self.engines.mark_down(prep.client)
@@ -505,7 +509,7 @@ class InferenceService:
         await stack.aclose()
         usage = writer.usage()
         prep.findings.extend(writer.findings)
-        await _close_lease(prep.lease, usage.total_tokens)
+        await close_lease(prep.lease, usage.total_tokens)
         if not outcome:
             await self._audit_done(
                 prep,
@@ -558,7 +562,7 @@ async def _shielded_outcome(awaitable: Any) -> Exception | None:
     return None
 
 
-async def _close_lease(lease: QuotaLease, used_tokens: int) -> None:
+async def close_lease(lease: QuotaLease, used_tokens: int) -> None:
     """Charge what was really used (nothing for a refused request) and free the slot."""
     with anyio.CancelScope(shield=True):
         try:

@@ -335,6 +335,8 @@ class ModelObject(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int | None = None
     quantization: str | None = None
     """The served weights' quantization ("fp8", "int8", ...); None: unquantized."""
+    kind: str = "chat"
+    """"chat" (chat and completions) or "embedding" (``/v1/embeddings``); an extension field."""
 
 
 class ModelList(msgspec.Struct, frozen=True, kw_only=True):

@@ -146,7 +146,14 @@ def _audit_unavailable() -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _route_label(path: str) -> str:
     # Bounded label set: model ids and record ids must not become metric labels.
-    for prefix in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/admin", "/audit"):
+    for prefix in (
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/models",
+        "/admin",
+        "/audit",
+    ):
         if path.startswith(prefix):
             return prefix
     return path if path in ("/healthz", "/readyz", "/metrics") else "other"

@@ -18,6 +18,7 @@ from filters import FilterPipeline
 from gateway.auditor import Auditor
 from gateway.auth import TokenVerifier
 from gateway.authenticator import Authenticator
+from gateway.embedding_service import EmbeddingService
 from gateway.engine_pool import EnginePool, Heartbeat, ProcessProbe
 from gateway.errors import ConfigError
 from gateway.inference import InferenceService
@@ -92,6 +93,9 @@ class Services:
         self.filters = filters
         self.engines = engines
         self.inference = inference
+        self.embeddings = EmbeddingService(
+            inference, allow_token_id_inputs=settings.server.allow_token_id_prompts
+        )
         self.authenticator = authenticator
         self.writer_socket = writer_socket
 

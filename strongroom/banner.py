@@ -47,7 +47,8 @@ def banner(
     else:
         lines.append("  export TOKEN=...   # a token from your identity provider ([[auth.issuers]])")
     served = [m.name for m in settings.engine.models] if not settings.server.engine_urls else []
-    model = served[0] if served else "MODEL"
+    chat = [m.name for m in settings.engine.models if m.kind != "embedding"]
+    model = chat[0] if served and chat else "MODEL"
     insecure = " -k" if scheme == "https" else ""
     lines += [
         "",
@@ -68,7 +69,7 @@ def banner(
         lines.append(f"Models served: {', '.join(served)}.")
     else:
         lines.append(f"Models: those of the engines in server.engine_urls (curl {base}/models lists them).")
-    if any(name in ("demo-chat", "demo-base") for name in served):
+    if any(name in ("demo-chat", "demo-base", "demo-embed") for name in served):
         lines.append(
             "The demo models produce noise: they are tiny random-weight models. Point [engine] models at a\n"
             "Hugging Face directory to serve a real one (see README)."

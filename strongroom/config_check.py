@@ -29,7 +29,7 @@ __all__ = ["ConfigCheck", "Problem", "Role"]
 Role = Literal["serve", "engine"]
 
 # Demo models `serve` writes on first start (engine/demo.py; not imported: it loads torch).
-_DEMO_MODEL_NAMES = ("demo-chat", "demo-base")
+_DEMO_MODEL_NAMES = ("demo-chat", "demo-base", "demo-embed")
 _CONNECT_TIMEOUT_S = 3
 _RENEW_WITHIN = timedelta(days=14)
 _CONTENT_KEY_BYTES = 32

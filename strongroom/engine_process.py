@@ -147,7 +147,12 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
     if stub:
         from engine.serving.stub_engine import StubEngine
 
-        return LoadedEngine(StubEngine(tuple(m.name for m in settings.engine.models)), {}, key_operations, {})
+        models = settings.engine.models
+        stub_engine = StubEngine(
+            tuple(m.name for m in models if m.kind != "embedding"),
+            embedding_models=tuple(m.name for m in models if m.kind == "embedding"),
+        )
+        return LoadedEngine(stub_engine, {}, key_operations, {})
     ensure_demo_models(settings)
     sources, failed = _sources(settings, key_operations)
     manifests = {name: str(getattr(s, "manifest_sha256", "")) for name, s in sources.items()}

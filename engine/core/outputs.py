@@ -49,6 +49,17 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     """How the chat template writes tool calls (``engine.text.tool_syntax``); empty: no tools."""
     quantization: str | None = None
     """The linear layers' weight quantization ("fp8", "int8", "fp8-block128x128"), None if none."""
+    kind: str = "chat"
+    """"chat" or "embedding"."""
+    embedding_size: int = 0
+    """An embedding model's vector length (its hidden size); 0 for chat models."""
+
+
+class EmbeddingOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """One embedding request's vectors, in input order, and the tokens they took."""
+
+    embeddings: list[list[float]]
+    num_prompt_tokens: int
 
 
 class CompletionOutput(msgspec.Struct, kw_only=True):

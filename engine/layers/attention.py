@@ -1,5 +1,8 @@
 """The attention layer: store this step's K/V into the paged cache, then attend through a backend.
 
+A batch described by ``DenseMetadata`` (embedding requests) skips the cache altogether: each
+sequence attends causally to its own keys (``engine.attention_backends.dense``).
+
 The layer holds its views of the shared KV pool and its head geometry; the backend
 (``engine.attention_backends``) does the reading and writing: plain torch on CPU, Triton kernels
 on CUDA, chosen by the cache's device when the runner binds it.
@@ -10,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.attention_backends.dense import DenseMetadata, dense_attention
 from engine.attention_backends.metadata import AttentionMetadata
 from engine.attention_backends.torch_backend import TorchAttentionBackend
 from engine.attention_backends.triton_backend import TritonAttentionBackend
@@ -45,10 +49,12 @@ class Attention(nn.Module):
         self.backend = TritonAttentionBackend() if k_cache.is_cuda else TorchAttentionBackend()
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata | DenseMetadata
     ) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim]
         # -> [num_tokens, num_heads, head_dim]
+        if isinstance(meta, DenseMetadata):
+            return dense_attention(q, k, v, meta, scale=self.scale, sliding_window=self.sliding_window)
         self.backend.store_kv(k, v, self.k_cache, self.v_cache, meta)
         return self.backend.forward(
             q, self.k_cache, self.v_cache, meta, scale=self.scale, sliding_window=self.sliding_window

@@ -37,16 +37,20 @@ class Checkpoint:
         return file in self._names
 
     def json(self, file: str) -> dict[str, Any]:
-        """A required JSON file."""
-        if file not in self._names:
-            raise ModelLoadError(f"{self.name}: missing file {file}")
-        try:
-            data = json.loads(bytes(self.source.read(file)))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ModelLoadError(f"{self.name}: {file} is not valid JSON: {exc}") from exc
+        """A required JSON file holding an object."""
+        data = self.json_any(file)
         if not isinstance(data, dict):
             raise ModelLoadError(f"{self.name}: {file} must hold a JSON object")
         return data
+
+    def json_any(self, file: str) -> Any:
+        """A required JSON file, whatever its top-level value."""
+        if file not in self._names:
+            raise ModelLoadError(f"{self.name}: missing file {file}")
+        try:
+            return json.loads(bytes(self.source.read(file)))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(f"{self.name}: {file} is not valid JSON: {exc}") from exc
 
     def optional_json(self, file: str) -> dict[str, Any]:
         return self.json(file) if file in self._names else {}

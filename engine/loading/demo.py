@@ -1,4 +1,8 @@
-"""The two built-in demo models: tiny Llama-architecture checkpoints with deterministic random weights.
+"""The built-in demo models: tiny checkpoints with deterministic random weights.
+
+demo-chat and demo-base are Llama-architecture generators; demo-embed is a Qwen3-architecture
+embedding model laid out as Qwen3-Embedding is: the bare decoder's weights (no ``model.`` prefix,
+no head) and a tokenizer that appends ``<|endoftext|>``, whose final hidden state is the vector.
 
 They exist so that ``strongroom serve`` works on a fresh machine with nothing downloaded. Their
 output is noise; they prove the path from client to engine and back, not language ability.
@@ -54,6 +58,7 @@ class DemoModel:
     name: str
     seed: int
     chat: bool
+    embedding: bool = False
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 4
@@ -66,6 +71,7 @@ class DemoModel:
 DEMO_MODELS: dict[str, DemoModel] = {
     "demo-chat": DemoModel(name="demo-chat", seed=1, chat=True),
     "demo-base": DemoModel(name="demo-base", seed=2, chat=False),
+    "demo-embed": DemoModel(name="demo-embed", seed=3, chat=False, embedding=True),
 }
 
 
@@ -105,6 +111,11 @@ def _weights(spec: DemoModel, vocab_size: int) -> dict[str, torch.Tensor]:
         out[p + "mlp.down_proj.weight"] = rand(h, i)
         out[p + "input_layernorm.weight"] = torch.ones(h)
         out[p + "post_attention_layernorm.weight"] = torch.ones(h)
+        if spec.embedding:  # Qwen3: per-head norms of queries and keys
+            out[p + "self_attn.q_norm.weight"] = torch.ones(head_dim)
+            out[p + "self_attn.k_norm.weight"] = torch.ones(head_dim)
+    if spec.embedding:  # saved from the bare decoder, as sentence-transformers models are
+        return {name.removeprefix("model."): t for name, t in out.items()}
     out["lm_head.weight"] = rand(vocab_size, h)
     return out
 
@@ -113,12 +124,22 @@ def build_demo_files(name: str) -> dict[str, bytes]:
     """The complete checkpoint directory of one demo model, as file name -> bytes."""
     spec = DEMO_MODELS[name]
     tokenizer = _train_tokenizer(spec.vocab_size)
+    if spec.embedding:  # the pooled last token is always the end token
+        end = "<|endoftext|>"
+        tokenizer.post_processor = processors.Sequence(
+            [
+                processors.ByteLevel(trim_offsets=False),
+                processors.TemplateProcessing(
+                    single=f"$A {end}", special_tokens=[(end, tokenizer.token_to_id(end))]
+                ),
+            ]
+        )
     vocab_size = tokenizer.get_vocab_size()
     eos = "<|im_end|>" if spec.chat else "<|endoftext|>"
     eos_id = tokenizer.token_to_id(eos)
     config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": ["Qwen3ForCausalLM" if spec.embedding else "LlamaForCausalLM"],
+        "model_type": "qwen3" if spec.embedding else "llama",
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": spec.num_layers,
@@ -130,7 +151,7 @@ def build_demo_files(name: str) -> dict[str, bytes]:
         "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0,
         "hidden_act": "silu",
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": spec.embedding,
         "torch_dtype": "float32",
         "bos_token_id": tokenizer.token_to_id("<|endoftext|>"),
         "eos_token_id": eos_id,

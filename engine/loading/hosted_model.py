@@ -15,6 +15,7 @@ from engine.core.outputs import ModelInfo
 from engine.errors import ModelLoadError, UnsupportedQuantizationError
 from engine.loading.checkpoint import Checkpoint
 from engine.loading.model_config import ModelConfig
+from engine.loading.model_kind import detect_kind
 from engine.loading.model_loader import load_model
 from engine.loading.model_source import DirectorySource, ModelSource
 from engine.quantization.scheme import WeightQuant
@@ -38,6 +39,8 @@ class HostedModel:
     quant: WeightQuant | None = None
     tp_size: int = 1
     """Tensor-parallel ranks the weights are split across; this process holds one slice."""
+    kind: str = "chat"
+    """"chat" or "embedding" (``engine.loading.model_kind``)."""
 
     @classmethod
     def load(cls, spec: ModelSpec, source: ModelSource, *, dtype: str, device: torch.device) -> HostedModel:
@@ -54,9 +57,14 @@ class HostedModel:
         if tokenizer.eos_token_id is not None:
             eos.add(tokenizer.eos_token_id)
         max_len = min(spec.max_model_len or config.max_position_embeddings, config.max_position_embeddings)
-        model = load_model(ckpt, config, torch_dtype, device, quant)
+        kind = spec.kind or detect_kind(ckpt)
+        model = load_model(ckpt, config, torch_dtype, device, quant, needs_lm_head=kind == "chat")
         tp = tp_world_size()
-        return cls(spec.name, config, tokenizer, model, torch_dtype, max_len, frozenset(eos), quant, tp)
+        return cls(spec.name, config, tokenizer, model, torch_dtype, max_len, frozenset(eos), quant, tp, kind)
+
+    @property
+    def is_embedding(self) -> bool:
+        return self.kind == "embedding"
 
     @property
     def num_local_kv_heads(self) -> int:
@@ -77,6 +85,8 @@ class HostedModel:
             dtype=str(self.dtype).removeprefix("torch."),
             tool_syntax=template.tool_syntax if (template := self.tokenizer.chat_template) else "",
             quantization=None if self.quant is None else self.quant.name,
+            kind=self.kind,
+            embedding_size=self.config.hidden_size if self.is_embedding else 0,
         )
 
 

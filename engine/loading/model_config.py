@@ -20,6 +20,8 @@ SUPPORTED_ARCHITECTURES = (
     "Qwen3ForCausalLM",
 )
 _ROPE_TYPES = ("default", "llama3", "linear")
+_BARE_DECODERS = {arch.replace("ForCausalLM", "Model"): arch for arch in SUPPORTED_ARCHITECTURES}
+"""Checkpoints saved from the decoder without its head (embedding models) name its class."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ class ModelConfig:
     def from_hf(cls, raw: dict[str, Any], source: str) -> ModelConfig:
         archs = raw.get("architectures") or []
         arch = archs[0] if archs else None
+        arch = _BARE_DECODERS.get(arch, arch) if isinstance(arch, str) else arch
         if arch not in SUPPORTED_ARCHITECTURES:
             raise UnsupportedArchitectureError(
                 f"{source}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"

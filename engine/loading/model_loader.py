@@ -5,6 +5,9 @@ tensor-parallel rank takes its slice; packed layers (qkv, gate_up) are told whic
 checkpoint tensor is. With a ``WeightQuant`` the linear layers are swapped for quantized twins:
 before loading for a quantized checkpoint (whose scale tensors then load like weights), after
 loading when the weights are quantized as they arrive.
+Checkpoints saved from the bare decoder (sentence-transformers embedding models such as
+Qwen3-Embedding) name weights without the ``model.`` prefix; an embedding model needs no
+``lm_head`` and gets none.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def load_model(
     dtype: torch.dtype,
     device: torch.device,
     quant: WeightQuant | None = None,
+    *,
+    needs_lm_head: bool = True,
 ) -> nn.Module:
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -38,6 +43,8 @@ def load_model(
             model = model_class(config)(config)
     finally:
         torch.set_default_dtype(previous)
+    if not needs_lm_head and not config.tie_word_embeddings:
+        del model.lm_head  # its vocab x hidden weight would only take memory
     if quant is not None and quant.prequantized:
         quantize_linears(model, quant, from_weights=False)
     _load_weights(model, ckpt, config, quant)
@@ -48,11 +55,15 @@ def load_model(
 
 def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant: WeightQuant | None) -> None:
     params = dict(model.named_parameters())
+    has_lm_head = hasattr(model, "lm_head")
     packed: dict[str, tuple[str, int | str]] = getattr(model, "packed_modules", {})
     loaded: set[str] = set()
     for name, tensor in ckpt.weights():
-        if name.endswith(_IGNORED_SUFFIXES) or (config.tie_word_embeddings and name == "lm_head.weight"):
+        is_head = name == "lm_head.weight"
+        if name.endswith(_IGNORED_SUFFIXES) or (is_head and (config.tie_word_embeddings or not has_lm_head)):
             continue
+        if not name.startswith("model.") and not is_head:  # saved from the bare decoder
+            name = "model." + name
         if quant is not None:
             mapped = quant.parameter_for(name, tensor, ckpt.name)
             if mapped is None:

@@ -10,6 +10,9 @@ A step's output reaches the event loop in one hand-over (one ``call_soon_threads
 token); each stream then yields everything it received since its reader last asked, one delta per
 completion index. Stats are a snapshot the step thread publishes, so ``stats`` (the engine's info
 answer) never waits for a step nor reads the scheduler while a step changes it.
+
+Embedding requests take the same way and resolve once, with all their vectors (the engine runs
+them in bounded batches between steps).
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ from typing import Any, cast
 import msgspec
 
 from engine.config import EngineConfig
-from engine.core.outputs import ModelInfo, StreamDelta
+from engine.core.outputs import EmbeddingOutput, ModelInfo, StreamDelta
 from engine.errors import EngineError, EngineRankError, EngineUnavailableError, InvalidRequestError
 from engine.llm_engine import LLMEngine
 from engine.loading.model_source import ModelSource
 from engine.serving.frames import coalesced
 from engine.serving.inbox import Inbox
-from engine.serving.protocol import GenerateRequest
+from engine.serving.protocol import EmbedRequest, GenerateRequest
 
 __all__ = ["AsyncEngine"]
 
@@ -45,6 +48,15 @@ class _Pending:
     request: GenerateRequest
     token_ids: list[int]
 
+
+@dataclass(slots=True)
+class _PendingEmbedding:
+    request: EmbedRequest
+    inputs: list[list[int]]
+
+
+_INLINE_EMBED_CHARS = 8_192
+"""Embedding inputs up to this many characters in all are tokenized on the loop; more in a thread."""
 
 _CLOSED = object()
 """Put on a stream when its request was aborted: the stream closes its open completions."""
@@ -93,7 +105,7 @@ class AsyncEngine:
         """Guards the pending list and the streams; held only briefly, also by the event loop."""
         self._step_lock = threading.Lock()
         """Held by a step and by abort: the scheduler and the block pool change under it only."""
-        self._pending: list[_Pending] = []
+        self._pending: list[_Pending | _PendingEmbedding] = []
         self._streams: dict[str, _Stream] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -226,6 +238,47 @@ class AsyncEngine:
             if open_indices:
                 await self.abort(request_id)
 
+    def embedding_token_ids(self, request: EmbedRequest) -> list[list[int]]:
+        """Each input as validated token ids."""
+        return [self.core.embedding_token_ids(request.model, x) for x in request.inputs]
+
+    def count_embedding_tokens(self, request: EmbedRequest) -> int:
+        """The tokens ``embed`` will take (and charge) for ``request``."""
+        return sum(len(ids) for ids in self.embedding_token_ids(request))
+
+    async def embed(self, request: EmbedRequest) -> EmbeddingOutput:
+        """One vector per input once all are computed; cancelling the call aborts the request."""
+        if self._stopping or self._thread is None:
+            raise EngineUnavailableError("engine is not running")
+        request_id = request.request_id
+        long = sum(len(x) for x in request.inputs if isinstance(x, str)) > _INLINE_EMBED_CHARS
+        if long:
+            token_ids = await asyncio.to_thread(self.embedding_token_ids, request)
+        else:
+            token_ids = self.embedding_token_ids(request)
+        if not token_ids:
+            raise InvalidRequestError("input must not be empty", param="input")
+        stream = _Stream(asyncio.get_running_loop())
+        with self._cond:
+            if request_id in self._streams:
+                raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
+            self._streams[request_id] = stream
+            self._pending.append(_PendingEmbedding(request, token_ids))
+            self._cond.notify_all()
+        done = False
+        try:
+            item = (await stream.take())[0]
+            done = True
+        finally:
+            if not done:
+                await self.abort(request_id)
+        if isinstance(item, EngineError):
+            raise item
+        if item is _CLOSED:
+            raise EngineUnavailableError("the embedding request was aborted")
+        vectors = cast(list[list[float]], item)
+        return EmbeddingOutput(embeddings=vectors, num_prompt_tokens=sum(len(ids) for ids in token_ids))
+
     async def abort(self, request_id: str) -> None:
         """Free the request's blocks now; its stream ends with finish_reason "abort"."""
         await asyncio.to_thread(self._abort, request_id)
@@ -273,13 +326,20 @@ class AsyncEngine:
                     self._fail_all(core, exc)
                     continue
                 done = {rid for rid, d in deltas if d.finish_reason is not None and not core.has_request(rid)}
+                embedded = [(job.request_id, job.vectors) for job in core.take_embeddings()]
                 # Fresh whenever requests come or go; otherwise at most _STATS_EVERY_S old.
                 if pending or done or time.monotonic() - self._stats_at >= _STATS_EVERY_S:
                     self._publish_stats(core)
-            self._hand_over(deltas, done)
+            self._hand_over(deltas, done, embedded)
 
-    def _hand_over(self, deltas: list[tuple[str, StreamDelta]], done: set[str]) -> None:
-        """Give each stream its deltas of this step, in one call per event loop."""
+    def _hand_over(
+        self,
+        deltas: list[tuple[str, StreamDelta]],
+        done: set[str],
+        embedded: list[tuple[str, list[list[float]]]],
+    ) -> None:
+        """Give each stream its deltas of this step (each finished embedding request its vectors),
+        in one call per event loop."""
         by_request: dict[str, list[StreamDelta]] = {}
         for rid, delta in deltas:
             by_request.setdefault(rid, []).append(delta)
@@ -291,10 +351,14 @@ class AsyncEngine:
                     by_loop.setdefault(stream.loop, []).append((stream, own))
             for rid in done:
                 self._streams.pop(rid, None)
+            for rid, vectors in embedded:
+                finished = self._streams.pop(rid, None)
+                if finished is not None:
+                    by_loop.setdefault(finished.loop, []).append((finished, vectors))
         for loop, batch in by_loop.items():
             loop.call_soon_threadsafe(_put_all, batch)
 
-    def _admit(self, core: LLMEngine, pending: list[_Pending]) -> None:
+    def _admit(self, core: LLMEngine, pending: list[_Pending | _PendingEmbedding]) -> None:
         for p in pending:
             request = p.request
             with self._cond:
@@ -302,6 +366,11 @@ class AsyncEngine:
             if stream is None:  # aborted while in flight to the engine
                 continue
             try:
+                if isinstance(p, _PendingEmbedding):
+                    embed = p.request
+                    core.add_embedding(embed.request_id, embed.model, p.inputs, dimensions=embed.dimensions)
+                    continue
+                assert isinstance(request, GenerateRequest)
                 core.add_tokenized(
                     request.request_id,
                     request.model,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
-from engine.core.outputs import ModelInfo, StreamDelta
-from engine.serving.protocol import GenerateRequest
+from engine.core.outputs import EmbeddingOutput, ModelInfo, StreamDelta
+from engine.serving.protocol import EmbedRequest, GenerateRequest
 
 __all__ = ["EngineBackend"]
 
@@ -43,6 +43,14 @@ class EngineBackend(Protocol):
     def generate(self, request: GenerateRequest) -> AsyncIterator[list[StreamDelta]]:
         """Deltas per step until every completion finished; errors in the request raise at the first
         ``__anext__``. Leaving the iteration early aborts the request."""
+        ...
+
+    def count_embedding_tokens(self, request: EmbedRequest) -> int:
+        """The input tokens ``embed`` will take (and charge) for ``request``; nothing is queued."""
+        ...
+
+    async def embed(self, request: EmbedRequest) -> EmbeddingOutput:
+        """Every input's vector once all are computed; cancelling the call aborts the request."""
         ...
 
     async def abort(self, request_id: str) -> None:

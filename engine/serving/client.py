@@ -26,7 +26,7 @@ import asyncio
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import cast
+from typing import TypeVar, cast
 from urllib.parse import urlsplit
 
 import msgspec
@@ -45,6 +45,8 @@ from engine.serving.frames import FrameBuffer, decode_frame
 from engine.serving.protocol import (
     FRAMES_MEDIA_TYPE,
     DeltaFrame,
+    EmbedRequest,
+    EmbedResult,
     EngineInfo,
     ErrorEvent,
     GenerateRequest,
@@ -64,6 +66,7 @@ _BY_CODE: dict[str, type[EngineError]] = {
     )
 }
 _encoder = msgspec.json.Encoder()
+_Answer = TypeVar("_Answer", TokenCount, EmbedResult)
 _MAX_IDLE = 256
 _MAX_CONNECTIONS = 1024
 _MAX_HEAD_BYTES = 65536
@@ -349,9 +352,23 @@ class EngineClient:
     async def count_tokens(self, request: GenerateRequest) -> int:
         """The prompt tokens ``request`` would have in this engine: its model's own chat template
         and tokenizer, counted before anything is reserved or queued."""
+        return (await self._call("/engine/v1/tokens", request, TokenCount)).num_tokens
+
+    async def count_embedding_tokens(self, request: EmbedRequest) -> int:
+        """The input tokens ``embed`` will take for ``request``; nothing is queued."""
+        return (await self._call("/engine/v1/embed/tokens", request, TokenCount)).num_tokens
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """Every input's vector, in input order."""
+        return await self._call("/engine/v1/embed", request, EmbedResult)
+
+    async def _call(
+        self, path: str, request: GenerateRequest | EmbedRequest, answer: type[_Answer]
+    ) -> _Answer:
+        """One request, one JSON answer."""
         async with self._slots:
             try:
-                resp = await self._send("POST", "/engine/v1/tokens", _encoder.encode(request))
+                resp = await self._send("POST", path, _encoder.encode(request))
                 try:
                     body = await resp.read()
                 finally:
@@ -361,9 +378,11 @@ class EngineClient:
         if resp.status != 200:
             raise _refusal(resp.status, body)
         try:
-            return msgspec.json.decode(body, type=TokenCount).num_tokens
+            return msgspec.json.decode(body, type=answer)
         except msgspec.MsgspecError:
-            raise EngineUnavailableError(f"engine {self.base_url} sent an unreadable token count") from None
+            raise EngineUnavailableError(
+                f"engine {self.base_url} sent an unreadable {answer.__name__}"
+            ) from None
 
     async def _frames(self, resp: _Response) -> AsyncIterator[DeltaFrame]:
         frames = FrameBuffer()

@@ -9,6 +9,8 @@ in a pool, so either drops in behind ``EngineClient``. Connections are kept aliv
                                   DeltaFrame ... DeltaFrame(every index finished) | ErrorEvent
                               ◀── 4xx/5xx, ErrorEvent (JSON; rejected before the first token)
     POST /engine/v1/tokens    GenerateRequest (JSON) ──▶ ◀── TokenCount (JSON; nothing runs)
+    POST /engine/v1/embed     EmbedRequest (JSON) ──▶ ◀── EmbedResult (JSON: every vector at once)
+    POST /engine/v1/embed/tokens EmbedRequest (JSON) ──▶ ◀── TokenCount (JSON; nothing runs)
     GET  /engine/v1/info      ◀── EngineInfo (JSON: instance id, models, pool stats)
     GET  /engine/v1/health    ◀── 200 once every model is loaded, 503 before
 
@@ -48,6 +50,8 @@ __all__ = [
     "ChatMessage",
     "DeltaEvent",
     "DeltaFrame",
+    "EmbedRequest",
+    "EmbedResult",
     "EngineInfo",
     "ErrorEvent",
     "GenerateRequest",
@@ -100,6 +104,32 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
         return f"GenerateRequest(id={self.request_id!r}, model={self.model!r}, prompt_len={size})"
 
 
+class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Exactly one of ``input`` (texts) or ``input_token_ids`` is set, with at least one input."""
+
+    request_id: str
+    model: str
+    input: list[str] | None = None
+    input_token_ids: list[list[int]] | None = None
+    dimensions: int | None = None
+    """Keep this many leading values of each vector, re-normalised (Matryoshka models)."""
+
+    @property
+    def inputs(self) -> list[str] | list[list[int]]:
+        if self.input_token_ids is not None:
+            return self.input_token_ids
+        return self.input or []
+
+    def __repr__(self) -> str:
+        return f"EmbedRequest(id={self.request_id!r}, model={self.model!r}, inputs={len(self.inputs)})"
+
+
+class EmbedResult(msgspec.Struct, frozen=True, kw_only=True):
+    embeddings: list[list[float]]
+    """One unit-norm vector per input, in input order (float32 values)."""
+    num_prompt_tokens: int
+
+
 class LogprobEntry(msgspec.Struct, frozen=True, kw_only=True):
     token_id: int
     token: str
@@ -147,6 +177,10 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
     """How the chat template writes tool calls (``engine.text.tool_syntax``); empty: no tools."""
     quantization: str | None = None
     """The weight quantization ("fp8", "int8", "fp8-block128x128"); None for unquantized weights."""
+    kind: str = "chat"
+    """"chat" (chat and completions) or "embedding" (embeddings only)."""
+    embedding_size: int = 0
+    """An embedding model's full vector length; 0 for chat models."""
     manifest_sha256: str = ""
     """Hash of the sealed model's signed manifest; empty for plaintext models."""
 

@@ -10,7 +10,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -27,6 +27,8 @@ from engine.serving.backend import EngineBackend
 from engine.serving.frames import encode_frame
 from engine.serving.protocol import (
     FRAMES_MEDIA_TYPE,
+    EmbedRequest,
+    EmbedResult,
     EngineInfo,
     ErrorEvent,
     GenerateRequest,
@@ -39,6 +41,7 @@ log = logging.getLogger("strongroom.engine")
 
 _STATUS = {UnknownModelError: 404, InvalidRequestError: 400}
 _encoder = msgspec.json.Encoder()
+_Body = TypeVar("_Body", GenerateRequest, EmbedRequest)
 _INLINE_COUNT_CHARS = 8_192
 """Prompts up to this long are counted on the loop (tens of microseconds); longer ones in a thread."""
 
@@ -66,9 +69,9 @@ def _prompt_chars(req: GenerateRequest) -> int:
     return len(req.prompt or "")
 
 
-async def _decoded(request: Request[Any, Any, Any]) -> GenerateRequest | Response[Any]:
+async def _decoded(request: Request[Any, Any, Any], type_: type[_Body]) -> _Body | Response[Any]:
     try:
-        return msgspec.json.decode(await request.body(), type=GenerateRequest)
+        return msgspec.json.decode(await request.body(), type=type_)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         return Response(
             _encoder.encode(ErrorEvent(code="invalid_request", message=str(exc))), status_code=400
@@ -121,6 +124,8 @@ class EngineServer:
                 dtype=str(m.dtype),
                 tool_syntax=m.tool_syntax,
                 quantization=m.quantization,
+                kind=m.kind,
+                embedding_size=m.embedding_size,
                 manifest_sha256=self._manifests.get(m.name, ""),
             )
             for m in infos
@@ -159,6 +164,12 @@ class EngineServer:
                 with anyio.CancelScope(shield=True):
                     await self.backend.abort(req.request_id)
 
+    async def count_embedding_tokens(self, req: EmbedRequest) -> int:
+        """The input tokens ``embed`` will charge for ``req``; long inputs are counted off the loop."""
+        if sum(len(x) for x in req.inputs) > _INLINE_COUNT_CHARS:
+            return await anyio.to_thread.run_sync(self.backend.count_embedding_tokens, req)
+        return self.backend.count_embedding_tokens(req)
+
     async def count_tokens(self, req: GenerateRequest) -> int:
         """The prompt tokens ``generate`` would charge for ``req``; a long prompt is counted off the loop."""
         if _prompt_chars(req) > _INLINE_COUNT_CHARS:
@@ -170,7 +181,7 @@ class EngineServer:
 
         @post("/engine/v1/tokens", status_code=HTTP_200_OK)
         async def tokens(request: Request[Any, Any, Any]) -> Response[Any]:
-            req = await _decoded(request)
+            req = await _decoded(request, GenerateRequest)
             if isinstance(req, Response):
                 return req
             try:
@@ -181,7 +192,7 @@ class EngineServer:
 
         @post("/engine/v1/generate", status_code=HTTP_200_OK)
         async def generate(request: Request[Any, Any, Any]) -> Response[Any]:
-            req = await _decoded(request)
+            req = await _decoded(request, GenerateRequest)
             if isinstance(req, Response):
                 return req
             stream = server.backend.generate(req)
@@ -194,6 +205,29 @@ class EngineServer:
                 body = ErrorEvent(code="engine_error", message="the engine produced no output")
                 return Response(_encoder.encode(body), status_code=500, media_type="application/json")
             return Stream(server._frames(req, first, stream), media_type=FRAMES_MEDIA_TYPE)
+
+        @post("/engine/v1/embed", status_code=HTTP_200_OK)
+        async def embed(request: Request[Any, Any, Any]) -> Response[Any]:
+            req = await _decoded(request, EmbedRequest)
+            if isinstance(req, Response):
+                return req
+            try:
+                out = await server.backend.embed(req)
+            except EngineError as exc:
+                return _error_response(exc)
+            result = EmbedResult(embeddings=out.embeddings, num_prompt_tokens=out.num_prompt_tokens)
+            return Response(_encoder.encode(result), media_type="application/json")
+
+        @post("/engine/v1/embed/tokens", status_code=HTTP_200_OK)
+        async def embed_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+            req = await _decoded(request, EmbedRequest)
+            if isinstance(req, Response):
+                return req
+            try:
+                count = TokenCount(num_tokens=await server.count_embedding_tokens(req))
+            except EngineError as exc:
+                return _error_response(exc)
+            return Response(_encoder.encode(count), media_type="application/json")
 
         @get("/engine/v1/info")
         async def info() -> Response[bytes]:
@@ -222,7 +256,7 @@ class EngineServer:
             await server.backend.shutdown()
 
         return Litestar(
-            route_handlers=[generate, tokens, info, health],
+            route_handlers=[generate, tokens, embed, embed_tokens, info, health],
             guards=[self._guard],
             on_startup=[on_startup],
             on_shutdown=[on_shutdown],

@@ -4,7 +4,8 @@ It is an ``EngineBackend``, so the engine server, the gateway and the benchmarks
 top of it. Like the real engine it runs steps: each step gives every running request one token
 (a fixed word) and hands each stream its delta, and a stream yields everything it received since
 its reader last asked as one list, one delta per completion index, so the wire carries the same
-frames as behind ``AsyncEngine``. It does no math; ``token_delay_s`` is the time between steps.
+frames as behind ``AsyncEngine``. Its embeddings are one fixed unit vector per input. It does no
+math; ``token_delay_s`` is the time between steps.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from engine.core.outputs import ModelInfo, StreamDelta
+from engine.core.outputs import EmbeddingOutput, ModelInfo, StreamDelta
 from engine.errors import InvalidRequestError, PromptTooLongError, UnknownModelError
 from engine.serving.frames import coalesced
 from engine.serving.inbox import Inbox
-from engine.serving.protocol import GenerateRequest
+from engine.serving.protocol import EmbedRequest, GenerateRequest
 
 __all__ = ["StubEngine"]
 
 _WORD = " hello"
+_EMBED_SIZE = 8
 
 
 class _Running:
@@ -62,11 +64,31 @@ class _Running:
 class StubEngine:
     """Gives every request ``max_tokens`` copies of one word, one per step, ``token_delay_s`` apart."""
 
-    def __init__(self, models: tuple[str, ...] = ("demo-chat", "demo-base"), token_delay_s: float = 0.0):
+    def __init__(
+        self,
+        models: tuple[str, ...] = ("demo-chat", "demo-base"),
+        token_delay_s: float = 0.0,
+        embedding_models: tuple[str, ...] = (),
+    ):
         self._models = {
             m: ModelInfo(name=m, max_model_len=4096, vocab_size=1, has_chat_template=True, dtype="none")
             for m in models
         }
+        self._models.update(
+            (
+                m,
+                ModelInfo(
+                    name=m,
+                    max_model_len=4096,
+                    vocab_size=1,
+                    has_chat_template=False,
+                    dtype="none",
+                    kind="embedding",
+                    embedding_size=_EMBED_SIZE,
+                ),
+            )
+            for m in embedding_models
+        )
         self._delay = token_delay_s
         self._running: dict[str, _Running] = {}
         self._stepper: asyncio.Task[None] | None = None
@@ -152,6 +174,30 @@ class StubEngine:
                 running.inbox.put_all(running.step())
                 if running.is_finished:
                     del self._running[request_id]
+
+    def count_embedding_tokens(self, request: EmbedRequest) -> int:
+        self._check_embedding(request.model)
+        return sum(len(x) if isinstance(x, list) else max(1, len(x) // 4) for x in request.inputs)
+
+    async def embed(self, request: EmbedRequest) -> EmbeddingOutput:
+        info = self._check_embedding(request.model)
+        size = request.dimensions or info.embedding_size
+        if not 1 <= size <= info.embedding_size:
+            raise InvalidRequestError(
+                f"dimensions must be between 1 and {info.embedding_size}", param="dimensions"
+            )
+        self.num_requests += 1
+        vector = [1.0] + [0.0] * (size - 1)
+        return EmbeddingOutput(
+            embeddings=[list(vector) for _ in request.inputs],
+            num_prompt_tokens=self.count_embedding_tokens(request),
+        )
+
+    def _check_embedding(self, model: str) -> ModelInfo:
+        info = self._check(model)
+        if info.kind != "embedding":
+            raise InvalidRequestError(f"model {model!r} is not an embedding model", param="model")
+        return info
 
     async def abort(self, request_id: str) -> None:
         running = self._running.pop(request_id, None)

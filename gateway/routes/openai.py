@@ -6,13 +6,14 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.exceptions import ClientException
 from litestar.response import Stream
 
+from gateway.embedding_types import EmbeddingRequest
 from gateway.errors import BadRequestError, ClientDisconnectedError, ModelNotFoundError, PayloadTooLargeError
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ModelList, ModelObject
 from gateway.prompt_batch import merge_batch, split_batch
@@ -22,7 +23,10 @@ from gateway.services import Services
 __all__ = ["OPENAI_ROUTES", "context_of"]
 
 _JSON = "application/json"
+_T = TypeVar("_T")
 _STARTED = int(time.time())
+_MODEL_ACTIONS = ("chat", "completion", "embedding")
+"""A model is listed to a caller who may use it for any of these."""
 
 
 def context_of(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:
@@ -69,6 +73,8 @@ def _integral(value: Any) -> Any:
 
 
 def _param_of(message: str) -> str | None:
+    if "unknown field `" in message:  # bodies that forbid unknown fields name the field
+        return message.split("unknown field `", 1)[1].split("`", 1)[0]
     _, _, path = message.partition("at `$.")
     return path.rstrip("`").split(".")[0].split("[")[0] or None if path else None
 
@@ -104,7 +110,7 @@ async def _infer(
     return Response(body_bytes, media_type=_JSON, headers=headers)
 
 
-async def _unless_client_leaves(request: Request[Any, Any, Any], work: Coroutine[Any, Any, bytes]) -> bytes:
+async def _unless_client_leaves(request: Request[Any, Any, Any], work: Coroutine[Any, Any, _T]) -> _T:
     """Run ``work``; if the client disconnects first, cancel it so the engine stops generating."""
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_disconnected(request))
@@ -125,6 +131,18 @@ async def _disconnected(request: Request[Any, Any, Any]) -> None:
         pass
 
 
+@post("/v1/embeddings", status_code=200)
+async def embeddings(request: Request[Any, Any, Any], services: Services) -> Response[Any]:
+    ctx = context_of(request, "/v1/embeddings")
+    await services.authenticator.caller(ctx, request.headers.get("authorization"))
+    try:
+        body = _parse(await _read_body(request), EmbeddingRequest)
+    except (BadRequestError, PayloadTooLargeError) as exc:
+        raise await services.inference.reject(ctx, exc) from None
+    answer, headers = await _unless_client_leaves(request, services.embeddings.embed(ctx, body))
+    return Response(answer, media_type=_JSON, headers=headers)
+
+
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any], services: Services) -> Response[Any]:
     return await _infer(request, services, "chat", ChatCompletionRequest)
@@ -142,12 +160,14 @@ async def _visible_models(
     principal = await services.authenticator.caller(ctx, request.headers.get("authorization"))
     cards = services.engines.models()
     authz = services.authorizer
-    allowed = set(authz.allowed_models(principal, "chat", cards)) | set(
-        authz.allowed_models(principal, "completion", cards)
-    )
+    allowed = {m for action in _MODEL_ACTIONS for m in authz.allowed_models(principal, action, cards)}
     return {
         name: ModelObject(
-            id=name, created=_STARTED, max_model_len=card.max_model_len, quantization=card.quantization
+            id=name,
+            created=_STARTED,
+            max_model_len=card.max_model_len,
+            quantization=card.quantization,
+            kind=card.kind,
         )
         for name, card in sorted(cards.items())
         if name in allowed
@@ -170,4 +190,4 @@ async def get_model(request: Request[Any, Any, Any], services: Services, model_i
     return Response(msgspec.json.encode(model), media_type=_JSON)
 
 
-OPENAI_ROUTES = [chat_completions, completions, list_models, get_model]
+OPENAI_ROUTES = [chat_completions, completions, embeddings, list_models, get_model]

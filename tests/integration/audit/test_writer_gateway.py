@@ -93,7 +93,7 @@ def test_readyz_reports_audit_and_redis_and_v1_fails_closed_within_one_request(
     try:
         with serve(tmp_path, args=_STUB, extra_env=env) as gw:
             ready = httpx.get(f"{gw.base_url}/readyz").json()
-            assert ready == {"ready": True, "models": 2, "engine": True, "audit": True, "redis": True}
+            assert ready == {"ready": True, "models": 3, "engine": True, "audit": True, "redis": True}
             token = gw.token("alice", "analyst")
             assert _chat(gw, token).status_code == 200
             audit_files = [str(gw.data_dir / "audit" / n) for n in ("audit.db", "audit.db-wal")]

@@ -104,7 +104,7 @@ def test_models_lists_only_what_the_role_may_use(gateway: Any) -> None:
     analyst = client(gateway, gateway.token("alice", "analyst"))
     admin = client(gateway, gateway.token("root", "admin"))
     assert [m.id for m in analyst.models.list()] == ["demo-chat"]
-    assert sorted(m.id for m in admin.models.list()) == ["demo-base", "demo-chat"]
+    assert sorted(m.id for m in admin.models.list()) == ["demo-base", "demo-chat", "demo-embed"]
     assert analyst.models.retrieve("demo-chat").id == "demo-chat"
     with pytest.raises(openai.NotFoundError):
         analyst.models.retrieve("demo-base")  # forbidden reads as absent
@@ -199,7 +199,7 @@ def test_health_ready_metrics_and_request_ids(gateway: Any) -> None:
     assert httpx.get(f"{gateway.base_url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{gateway.base_url}/readyz").json()
     # unauthenticated: no model names
-    assert ready == {"ready": True, "models": 2, "engine": True, "audit": True, "redis": None}
+    assert ready == {"ready": True, "models": 3, "engine": True, "audit": True, "redis": None}
     metrics = httpx.get(f"{gateway.base_url}/metrics")
     assert metrics.status_code == 200 and "strongroom_request_duration" in metrics.text
     # One Content-Type value (it used to carry "charset=utf-8" twice).

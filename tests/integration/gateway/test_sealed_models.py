@@ -16,6 +16,13 @@ from keys import KeyFileProvider, SealRegistry, seal_model
 
 pytestmark = pytest.mark.integration
 
+TWO_MODELS = {
+    "STRONGROOM_ENGINE__MODELS": (
+        '[{name = "demo-chat", path = "models/demo-chat"}, {name = "demo-base", path = "models/demo-base"}]'
+    )
+}
+"""The two generators only: these tests count what serves (demo-embed would serve beside them)."""
+
 
 def test_tampered_model_is_refused_and_the_other_serves(tmp_path: Path, serve: Any) -> None:
     data = tmp_path / "data"
@@ -34,7 +41,7 @@ def test_tampered_model_is_refused_and_the_other_serves(tmp_path: Path, serve: A
     blob[len(blob) // 2] ^= 0x01
     weights.write_bytes(bytes(blob))
 
-    with serve(tmp_path) as gw:
+    with serve(tmp_path, extra_env=TWO_MODELS) as gw:
         ready = httpx.get(f"{gw.base_url}/readyz").json()
         assert ready == {"ready": True, "models": 1, "engine": True, "audit": True, "redis": None}
         admin = OpenAI(base_url=gw.v1, api_key=gw.token("root", "admin"), max_retries=0)
@@ -72,7 +79,7 @@ def test_plaintext_model_is_refused_when_sealing_is_required(tmp_path: Path, ser
         registry=SealRegistry(data / "keys" / "sealings.json", provider),
     )
     write_demo_model("demo-base", data / "models" / "demo-base")
-    with serve(tmp_path) as gw:
+    with serve(tmp_path, extra_env=TWO_MODELS) as gw:
         assert httpx.get(f"{gw.base_url}/readyz").json()["models"] == 1
         engines = httpx.get(
             f"{gw.base_url}/admin/engines", headers={"authorization": f"Bearer {gw.token('root', 'admin')}"}
@@ -115,7 +122,7 @@ def test_swapped_and_rolled_back_sealings_are_refused(tmp_path: Path, serve: Any
     )
     shutil.rmtree(models / "demo-base")
     shutil.copytree(models / "demo-chat", models / "demo-base")  # now the first of three demo-base sealings
-    with serve(tmp_path, wait_ready=False) as gw:
+    with serve(tmp_path, extra_env=TWO_MODELS, wait_ready=False) as gw:
         admin = {"authorization": f"Bearer {gw.token('root', 'admin')}"}
         deadline = time.monotonic() + 120
         failed: dict[str, str] = {}

@@ -8,14 +8,20 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import uvicorn
 
+from engine.config import EngineConfig, ModelSpec
 from engine.core.sampling_params import SamplingParams
-from engine.errors import EngineUnavailableError, PromptTooLongError, UnknownModelError
+from engine.errors import EngineUnavailableError, InvalidRequestError, PromptTooLongError, UnknownModelError
+from engine.llm import LLM
+from engine.loading.demo import write_demo_model
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.backend import EngineBackend
 from engine.serving.client import EngineClient
-from engine.serving.protocol import DeltaEvent, DeltaFrame, GenerateRequest
+from engine.serving.protocol import DeltaEvent, DeltaFrame, EmbedRequest, GenerateRequest
 from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 
@@ -24,7 +30,7 @@ TOKEN = "t0ken-for-tests"
 
 
 @contextmanager
-def engine_server(backend: StubEngine) -> Iterator[str]:
+def engine_server(backend: EngineBackend) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -59,10 +65,14 @@ async def events_of(frames: AsyncIterator[DeltaFrame]) -> list[DeltaEvent]:
 
 
 async def test_generate_streams_every_delta_and_info_lists_models() -> None:
-    with engine_server(StubEngine()) as url:
+    with engine_server(StubEngine(embedding_models=("demo-embed",))) as url:
         client = EngineClient(url, TOKEN)
         info = await client.info()
-        assert [m.name for m in info.models] == ["demo-chat", "demo-base"]
+        assert [(m.name, m.kind) for m in info.models] == [
+            ("demo-chat", "chat"),
+            ("demo-base", "chat"),
+            ("demo-embed", "embedding"),
+        ]
         assert await client.is_ready()
         async with client.generate(request(prompt="hi there", max_tokens=3)) as frames:
             got = await events_of(frames)
@@ -180,4 +190,36 @@ async def test_health_and_info_answer_while_every_generation_slot_is_taken() -> 
             assert await asyncio.wait_for(client.is_ready(timeout_s=1.0), timeout=5)
             info = await asyncio.wait_for(client.info(), timeout=5)
             assert info.stats["running"] == 1
+        await client.aclose()
+
+
+async def test_embed_over_the_link_with_the_real_engine(tmp_path: Path) -> None:
+    specs = tuple(
+        ModelSpec(name=name, path=str(write_demo_model(name, tmp_path / name)), kind=kind)
+        for name, kind in (("demo-embed", "embedding"), ("demo-chat", None))
+    )
+    texts = ["the bank", "a loan for the bank"]
+    offline = LLM(tmp_path / "demo-embed", kind="embedding").embed(texts)
+    backend = AsyncEngine(EngineConfig(models=specs, kv_cache_bytes=1 << 20))
+    with engine_server(backend) as url:
+        client = EngineClient(url, TOKEN)
+        info = await client.info()
+        assert {m.name: (m.kind, m.embedding_size) for m in info.models} == {
+            "demo-embed": ("embedding", 64),
+            "demo-chat": ("chat", 0),
+        }
+        req = EmbedRequest(request_id="e1", model="demo-embed", input=texts)
+        num_tokens = await client.count_embedding_tokens(req)
+        out = await client.embed(req)
+        assert out.embeddings == offline and out.num_prompt_tokens == num_tokens > len(texts)
+        short = await client.embed(
+            EmbedRequest(request_id="e2", model="demo-embed", input=texts, dimensions=8)
+        )
+        assert [len(v) for v in short.embeddings] == [8, 8]
+        with pytest.raises(InvalidRequestError, match="not an embedding model") as err:
+            await client.embed(EmbedRequest(request_id="e3", model="demo-chat", input=texts))
+        assert err.value.param == "model"
+        with pytest.raises(InvalidRequestError, match="embedding model"):
+            async with client.generate(request(model="demo-embed", prompt="hi")) as events:
+                [e async for e in events]
         await client.aclose()

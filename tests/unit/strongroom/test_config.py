@@ -15,7 +15,8 @@ def test_defaults_need_no_file_and_no_environment() -> None:
     settings = load_settings(None, environ={})
     assert settings == Settings()
     assert settings.server.host == "127.0.0.1" and settings.server.port == 8000
-    assert [m.name for m in settings.engine.models] == ["demo-chat", "demo-base"]
+    assert [m.name for m in settings.engine.models] == ["demo-chat", "demo-base", "demo-embed"]
+    assert [m.kind for m in settings.engine.models] == [None, None, "embedding"]
     assert settings.redis_url is None
 
 
