@@ -1,4 +1,4 @@
-"""Test doubles for code that audits: a real in-memory ``AuditSink``, a settable clock, sample events."""
+"""Test doubles for code that audits (tests only, not shipped): a real in-memory ``AuditSink``, a settable clock, sample events."""
 
 from __future__ import annotations
 

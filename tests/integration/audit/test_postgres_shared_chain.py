@@ -19,7 +19,7 @@ from audit.log import AuditLog
 from audit.postgres_store import PostgresStore
 from audit.record import RecordRow, encode_event, seal_row
 from audit.store import StoreConflictError, StoreHead
-from audit.testing import sample_event
+from tests.audit_doubles import sample_event
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import pytest
 from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.postgres_store import PostgresStore, grant_append_only, install_schema
-from audit.testing import sample_event
+from tests.audit_doubles import sample_event
 from audit.witness import WitnessError
 from audit.witness_postgres import grant_witness_role, install_witness_schema
 

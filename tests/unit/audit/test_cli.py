@@ -14,7 +14,7 @@ from audit.cli import audit
 from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.operator_log import OperatorLog
-from audit.testing import sample_event as event
+from tests.audit_doubles import sample_event as event
 
 
 def _seed(tmp_path: Path) -> Path:

@@ -15,7 +15,7 @@ from audit.event import EventType
 from audit.feed_server import AuditFeedServer
 from audit.log import AuditLog
 from audit.record import AuditContent
-from audit.testing import sample_event as event
+from tests.audit_doubles import sample_event as event
 
 # Short deadlines: a store that cannot commit is answered within about a second.
 _CFG = AuditConfig(append_timeout_s=0.5, content_default="encrypt")

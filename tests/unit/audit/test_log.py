@@ -11,7 +11,7 @@ from audit.errors import AuditConfigError, AuditIntegrityError, AuditNotFoundErr
 from audit.event import Decision, EventType
 from audit.query import AuditQuery
 from audit.record import AuditContent
-from audit.testing import sample_event as event
+from tests.audit_doubles import sample_event as event
 
 
 def test_append_returns_consecutive_seqs_and_tail_reads_them(open_log) -> None:
@@ -234,7 +234,7 @@ def test_archive_moves_old_segment_and_both_halves_still_verify(open_log, clock,
 
 
 def test_second_sink_gets_refused_events(open_log, tmp_path: Path) -> None:
-    from audit.testing import MemorySink
+    from tests.audit_doubles import MemorySink
 
     sink = MemorySink()
 

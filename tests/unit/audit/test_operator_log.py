@@ -14,7 +14,7 @@ from audit.log import AuditLog
 from audit.operator_log import OperatorLog
 from audit.query import AuditQuery
 from audit.sqlite_store import SqliteStore
-from audit.testing import sample_event
+from tests.audit_doubles import sample_event
 from audit.writer_socket import WriterSocket
 
 pytestmark = pytest.mark.anyio

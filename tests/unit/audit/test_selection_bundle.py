@@ -17,7 +17,7 @@ from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.selection_bundle import Selection, export_selection
 from audit.signer import CheckpointVerifier
-from audit.testing import sample_event as event
+from tests.audit_doubles import sample_event as event
 
 
 def _export(tmp_path: Path, selection: Selection) -> tuple[Path, Path, list[int]]:

@@ -11,7 +11,7 @@ from litestar.exceptions import NotFoundException
 
 from audit.event import AuditEvent, Decision, EventType
 from audit.record import AuditContent
-from audit.testing import MemorySink
+from tests.audit_doubles import MemorySink
 from gateway.auditor import Auditor, RequestSink
 from gateway.request_context import request_context
 from gateway.request_middleware import RequestMiddleware
