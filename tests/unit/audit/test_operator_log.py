@@ -14,8 +14,8 @@ from audit.log import AuditLog
 from audit.operator_log import OperatorLog
 from audit.query import AuditQuery
 from audit.sqlite_store import SqliteStore
-from tests.audit_doubles import sample_event
 from audit.writer_socket import WriterSocket
+from tests.audit_doubles import sample_event
 
 pytestmark = pytest.mark.anyio
 

@@ -11,12 +11,12 @@ from litestar.exceptions import NotFoundException
 
 from audit.event import AuditEvent, Decision, EventType
 from audit.record import AuditContent
-from tests.audit_doubles import MemorySink
 from gateway.auditor import Auditor, RequestSink
 from gateway.request_context import request_context
 from gateway.request_middleware import RequestMiddleware
 from gateway.telemetry import Telemetry
 from gateway.telemetry_config import TelemetryConfig
+from tests.audit_doubles import MemorySink
 
 
 class LogSink(MemorySink):
