@@ -5,4 +5,4 @@ from __future__ import annotations
 __all__ = ["COPY_BANDWIDTH"]
 
 COPY_BANDWIDTH = 4.27e12
-"""Measured H200 device-to-device copy bandwidth, bytes read + written per second (ANCHORS.md)."""
+"""Measured H200 device-to-device copy bandwidth, bytes read + written per second (bench/ANCHORS.md)."""

@@ -74,7 +74,7 @@ def speed_md(s: dict[str, Any]) -> str:
         f"Per detector p50 ms: {per} (keyword and prompt_injection share one cached skeleton, so alone they read low).\n",
         "Target ≤ 0.5 ms p50 for all detectors: "
         + ("met." if o["scan_only"]["p50_ms"] <= 0.5 else f"**not met** ({o['scan_only']['p50_ms']} ms).")
-        + " Presidio covers 5 of our 12 detectors; ANCHORS quotes ≈ 1.75 ms for its full pattern set.\n",
+        + " Presidio covers 5 of our 12 detectors; bench/ANCHORS.md quotes ≈ 1.75 ms for its full pattern set.\n",
         f"## Keyword matching: {k['num_terms']} terms (9,000 CJK, 1,000 ASCII), {k['text_chars']:,} chars of mixed Chinese\n",
         "| matcher | M chars/s |",
         "|---|---|",

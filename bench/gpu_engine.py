@@ -12,7 +12,7 @@ Stages, each appended to ``gpu_engine.json`` as soon as it finishes (a timeout k
    A torch.profiler pass over a few decode steps splits each token's time into GPU kernel time
    and the rest (launch gaps, Python).
 3. Throughput on nano-vllm's workload (``--throughput-scale``), ours only (HF's 614 tok/s is in
-   ANCHORS.md, measured on the same machine).
+   bench/ANCHORS.md, measured on the same machine).
 """
 
 from __future__ import annotations
