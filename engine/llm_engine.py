@@ -251,6 +251,11 @@ class LLMEngine:
     def has_work(self) -> bool:
         return self.scheduler.has_work or self._inflight is not None
 
+    @property
+    def is_step_in_flight(self) -> bool:
+        """A step was launched whose tokens have not been read yet (asynchronous scheduling)."""
+        return self._inflight is not None
+
     def step(self) -> list[tuple[str, StreamDelta]]:
         cur = self._inflight or self._launch(self.scheduler.schedule())
         self._inflight = None

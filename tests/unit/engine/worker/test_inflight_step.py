@@ -136,7 +136,7 @@ def test_constrained_rows_do_not_stop_the_look_ahead(model_dirs: dict[str, Path]
     e.add_request("f", "l", [0, 9, 10], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
     e.step()
     e.step()
-    assert e._inflight is not None  # launched past both rows' unread tokens
+    assert e.is_step_in_flight  # launched past both rows' unread tokens
     assert _drain(e)["c"][2] == "length"
 
 
@@ -169,7 +169,7 @@ def test_abort_while_a_step_is_in_flight(model_dirs: dict[str, Path]) -> None:
     e.add_request("b", "l", [0, *range(30, 40)], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
     for _ in range(3):
         e.step()
-    assert e._inflight is not None  # the next step was launched before this one's tokens were read
+    assert e.is_step_in_flight  # the next step was launched before this one's tokens were read
     ((rid, closing),) = e.abort("a")
     assert rid == "a" and closing.finish_reason == "abort"
     rest = _drain(e)
