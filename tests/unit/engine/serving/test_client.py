@@ -1,6 +1,6 @@
 """engine.serving.client, the gateway's HTTP/1.1 to its engines, against a scripted server on loopback.
 
-The happy path against the real engine server lives in tests/unit/engine/test_engine_protocol.py;
+The happy path against the real engine server lives in tests/unit/engine/serving/test_protocol.py;
 these tests pin what a real server does less often: answers split at any byte, trailers, a
 connection closed while idle, ``connection: close``, silence past the read timeout.
 """
