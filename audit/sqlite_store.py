@@ -95,9 +95,9 @@ MIN_FREE_BYTES = 8 << 20
 would fail on its first appends (503 for every request) is better refused with one message."""
 
 _REWIND_GRACE_S = 0.2
-"""How long a due rewind waits for the writer to be idle before an append pays for it. Even 64
-closed-loop appenders leave the writer idle within 0.003-0.24 s of most requests; at 0.5 s the WAL
-outgrew its preallocated 64 MiB in 1 of 3 such runs (97.5 MiB), at 0.2 s in none of 3."""
+"""How long a due rewind waits for the writer to be idle before an append pays for it. Even many
+closed-loop appenders leave the writer idle that often; a longer wait let the WAL outgrow its
+preallocated size under load (the runs are in bench/BENCHMARKS.md)."""
 
 
 class SqliteStore:
