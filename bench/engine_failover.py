@@ -78,8 +78,8 @@ async def _trial(beat: Heartbeat) -> dict[str, float]:
         )
         stopped = 0.0
         try:
-            async with client.generate(request) as events:
-                async for _ in events:
+            async with client.generate(request) as frames:
+                async for _ in frames:
                     if not stopped:
                         proc.send_signal(signal.SIGSTOP)
                         stopped = time.monotonic()

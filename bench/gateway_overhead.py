@@ -117,7 +117,8 @@ def _post(path: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
 class _Samples:
     """Latencies and failures of one path at one concurrency, over all its rounds."""
 
-    def __init__(self) -> None:
+    def __init__(self, tokens_per_request: int = 0) -> None:
+        self.tokens_per_request = tokens_per_request
         self.latencies: list[float] = []
         self.errors: dict[str, int] = {}
         self.elapsed_s = 0.0
@@ -136,16 +137,24 @@ class _Samples:
             "p99_ms": _percentile(self.latencies, 0.99) * 1000,
             "mean_ms": statistics.fmean(self.latencies) * 1000,
             **{f"{name}_cpu_ms_per_request": cpu / n * 1000 for name, cpu in self.cpu_s.items()},
+            **{
+                f"{name}_cpu_ms_per_token": cpu / (n * self.tokens_per_request) * 1000
+                for name, cpu in self.cpu_s.items()
+                if self.tokens_per_request
+            },
         }
 
 
-async def _drive(url: str, request: bytes, concurrency: int, duration_s: float, into: _Samples) -> None:
-    """``concurrency`` closed-loop workers, one connection each, for ``duration_s``."""
+async def _drive(
+    url: str, request: bytes | Callable[[int], bytes], concurrency: int, duration_s: float, into: _Samples
+) -> None:
+    """``concurrency`` closed-loop workers, one connection each, for ``duration_s``; each sends the
+    same ``request`` again and again (worker i ``request(i)``, for requests that must differ)."""
     host, _, port = url.removeprefix("http://").partition(":")
     stop_at = time.perf_counter() + duration_s
 
-    async def worker() -> None:
-        conn = _LoadConnection(host, int(port), request)
+    async def worker(i: int) -> None:
+        conn = _LoadConnection(host, int(port), request if isinstance(request, bytes) else request(i))
         try:
             while time.perf_counter() < stop_at:
                 t0 = time.perf_counter()
@@ -162,7 +171,7 @@ async def _drive(url: str, request: bytes, concurrency: int, duration_s: float, 
             conn.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
     into.elapsed_s += time.perf_counter() - started
 
 
@@ -184,12 +193,15 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def _chat_body(max_tokens: int) -> dict[str, Any]:
-    return {
+def _chat_body(max_tokens: int, *, stream: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "model": "demo-chat",
         "messages": [{"role": "user", "content": "What is the rate on a fixed deposit?"}],
         "max_tokens": max_tokens,
     }
+    if stream:
+        body["stream"] = True
+    return body
 
 
 def _check_gateway_answer(gateway: str, token: str, body: dict[str, Any]) -> None:
@@ -212,38 +224,42 @@ async def _measure(
     max_tokens: int,
     *,
     rounds: int,
+    stream: bool,
     pids: dict[str, int],
     progress: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    direct = msgspec.json.encode(
-        GenerateRequest(
-            request_id="bench",
-            model="demo-chat",
-            prompt="What is the rate on a fixed deposit?",
-            params=SamplingParams(max_tokens=max_tokens),
-        )
-    )
     json_type = {"content-type": "application/json"}
     via_gateway = _post(
         "/v1/chat/completions",
         gateway.removeprefix("http://"),
         {"authorization": f"Bearer {token}", **json_type},
-        msgspec.json.encode(_chat_body(max_tokens)),
+        msgspec.json.encode(_chat_body(max_tokens, stream=stream)),
     )
-    to_engine = _post(
-        "/engine/v1/generate",
-        engine.removeprefix("http://"),
-        {"authorization": f"Bearer {engine_token}", **json_type},
-        direct,
-    )
-    paths = {"direct": (engine, to_engine), "gateway": (gateway, via_gateway)}
+
+    def to_engine(worker: int) -> bytes:
+        # An engine runs one request of an id at a time: each caller has its own.
+        direct = GenerateRequest(
+            request_id=f"bench-{worker}",
+            model="demo-chat",
+            prompt="What is the rate on a fixed deposit?",
+            params=SamplingParams(max_tokens=max_tokens),
+        )
+        headers = {"authorization": f"Bearer {engine_token}", **json_type}
+        return _post(
+            "/engine/v1/generate", engine.removeprefix("http://"), headers, msgspec.json.encode(direct)
+        )
+
+    paths: dict[str, tuple[str, bytes | Callable[[int], bytes]]] = {
+        "direct": (engine, to_engine),
+        "gateway": (gateway, via_gateway),
+    }
     rows = []
     steps, done = len(levels) * rounds * len(paths), 0
     for level in levels:
         scratch = _Samples()
         for url, request in paths.values():  # warm-up: connections, pools, caches
             await _drive(url, request, level, min(1.0, duration_s / 2), scratch)
-        samples = {name: _Samples() for name in paths}
+        samples = {name: _Samples(max_tokens) for name in paths}
         for _ in range(rounds):
             for name, (url, request) in paths.items():
                 before = {proc: _cpu_seconds(pid) for proc, pid in pids.items()}
@@ -315,6 +331,8 @@ def run(
     data_dir: Path,
     *,
     rounds: int = 5,
+    stream: bool = False,
+    filters: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Start a stub engine and a gateway, then measure; ``progress`` is told (runs done, runs in all)."""
@@ -322,6 +340,10 @@ def run(
     engine_port, gw_port = _free_port(), _free_port()
     env = bench_env(data_dir, engine_token, engine_port)
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
+    if not filters:  # the packaged policy with every detector off, as bench/serve_gpu.sh does
+        policy = data_dir / "filters-off.toml"
+        policy.write_text('version = 1\ndefault_action = "off"\non_error = "block"\n')
+        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{policy}"'
     cmd = [sys.executable, "-m", "strongroom"]
     procs = [
         subprocess.Popen(
@@ -356,6 +378,7 @@ def run(
                     duration_s,
                     max_tokens,
                     rounds=rounds,
+                    stream=stream,
                     pids={"engine": procs[0].pid, "gateway": procs[1].pid},
                     progress=progress,
                 )
@@ -364,23 +387,25 @@ def run(
         for p in procs:
             p.terminate()
             p.wait(timeout=20)
-    return {"rows": rows, "rounds": rounds}
+    return {"rows": rows, "rounds": rounds, "stream": stream, "filters": filters}
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
     lines = [
         "conc | direct p50/p99 ms | gateway p50/p99 ms | added p50/p99 ms | direct rps | gateway rps"
-        " | gateway CPU ms/req",
+        " | gateway CPU ms/req | gateway CPU ms/token",
         "-----|-------------------|--------------------|------------------|------------|------------"
-        "|-------------------",
+        "|--------------------|--------------------",
     ]
     for r in rows:
         d, g = r["direct"], r["gateway"]
         cpu = g.get("gateway_cpu_ms_per_request")
+        per_token = g.get("gateway_cpu_ms_per_token")
         lines.append(
             f"{r['concurrency']:>4} | {d['p50_ms']:7.2f} / {d['p99_ms']:7.2f} | {g['p50_ms']:7.2f} / {g['p99_ms']:8.2f} "
             f"| {r['added_p50_ms']:6.2f} / {r['added_p99_ms']:7.2f} | {d['rps']:10.0f} | {g['rps']:10.0f} "
-            f"| {'n/a' if cpu is None else f'{cpu:.2f}':>17}"
+            f"| {'n/a' if cpu is None else f'{cpu:.2f}':>18} "
+            f"| {'n/a' if per_token is None else f'{per_token:.4f}':>19}"
         )
     return "\n".join(lines)
 
@@ -397,6 +422,8 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 )
 @click.option("--rounds", type=int, default=5, show_default=True, help="Alternations of the two paths.")
 @click.option("--max-tokens", type=int, default=4, show_default=True)
+@click.option("--stream", is_flag=True, help="Streamed completions (SSE): the per-token path.")
+@click.option("--filters/--no-filters", default=True, show_default=True, help="Content filters on or off.")
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="JSON file (default bench/results/)."
 )
@@ -412,6 +439,8 @@ def gateway(
     duration_s: float,
     rounds: int,
     max_tokens: int,
+    stream: bool,
+    filters: bool,
     output: Path | None,
     worker_counts: str | None,
 ) -> None:
@@ -423,14 +452,27 @@ def gateway(
         return
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:
-        result = run(list(levels), duration_s, max_tokens, Path(tmp), rounds=rounds, progress=bar)
+        result = run(
+            list(levels),
+            duration_s,
+            max_tokens,
+            Path(tmp),
+            rounds=rounds,
+            stream=stream,
+            filters=filters,
+            progress=bar,
+        )
     config = {
         "levels": list(levels),
         "duration_s": duration_s,
         "max_tokens": max_tokens,
         "rounds": rounds,
+        "stream": stream,
+        "filters": filters,
         "load_generator": "closed loop, one keep-alive HTTP/1.1 connection per concurrent caller",
-        "path": "JWT (EdDSA) + RBAC + quota (in-process) + request/response filters + audit (SQLite)",
+        "path": "JWT (EdDSA) + RBAC + quota (in-process) + "
+        + ("request/response filters + " if filters else "filters off + ")
+        + "audit (SQLite)",
     }
     click.echo(format_rows(result["rows"]))
     out = write_record("gateway_overhead", load_before, config, result, output)

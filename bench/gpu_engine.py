@@ -263,11 +263,18 @@ def _decode_variant(
     profile: bool,
     sync: bool = False,
     eager: bool = False,
+    quantization: str | None = None,
 ) -> dict[str, Any]:
     from engine import LLM
 
     llm = LLM(
-        str(path), dtype="bfloat16", device="cuda", kv_cache_bytes=4 << 30, max_num_seqs=8, tuning=tuning
+        str(path),
+        dtype="bfloat16",
+        device="cuda",
+        kv_cache_bytes=4 << 30,
+        max_num_seqs=8,
+        tuning=tuning,
+        quantization=quantization,
     )
     engine, name = llm.engine, llm.model_names[0]
     out: dict[str, Any] = {}
@@ -297,7 +304,11 @@ def _with_flag(variant: str, path: Path, prompt: list[int], warm: list[int]) -> 
 
 
 def run_throughput(
-    workdir: Path, scale: float, variants: bool = True, tuning: CudaTuning = DEFAULT_TUNING
+    workdir: Path,
+    scale: float,
+    variants: bool = True,
+    tuning: CudaTuning = DEFAULT_TUNING,
+    quantization: str | None = None,
 ) -> dict[str, Any]:
     import torch
 
@@ -315,6 +326,7 @@ def run_throughput(
         max_num_seqs=256,
         max_num_batched_tokens=16384,
         tuning=tuning,
+        quantization=quantization,
     )
     engine, name = llm.engine, llm.model_names[0]
 

@@ -10,6 +10,7 @@ import msgspec
 
 from engine.core.cache_scope import CACHE_SCOPES
 from engine.errors import EngineConfigError
+from engine.quantization.scheme import QUANTIZATIONS
 
 __all__ = ["DTYPES", "EngineConfig", "ModelSpec"]
 
@@ -32,6 +33,11 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     "subject" (each tenant and subject alone), "tenant" (everyone of a tenant; tokens without
     one stay alone) or "global" (everyone). Wider scopes reuse more; choose them only for
     models whose prompts are not confidential between users."""
+    quantization: str | None = None
+    """Quantize the linear layers' weights as they load: "fp8" (E4M3) or "int8" (W8A16), one
+    scale per output channel; activations and the KV cache stay in ``dtype``. None serves the
+    checkpoint as it is (a checkpoint quantized as FP8 or compressed-tensors 8-bit loads
+    quantized by itself; asking for a quantization of one is an error)."""
     sealed_model_id: str | None = None
     """A sealed checkpoint serves only under the model id it was sealed as; None requires that id
     to equal ``name``. Set it to serve a sealing under another name on purpose."""
@@ -45,6 +51,10 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise EngineConfigError(
                 f"model {self.name}: prefix_cache_scope must be one of {CACHE_SCOPES},"
                 f" not {self.prefix_cache_scope!r}"
+            )
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise EngineConfigError(
+                f"model {self.name}: quantization must be one of {QUANTIZATIONS}, not {self.quantization!r}"
             )
         if self.max_model_len is not None and self.max_model_len < 2:
             raise EngineConfigError(f"model {self.name}: max_model_len must be >= 2")

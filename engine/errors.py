@@ -58,3 +58,9 @@ class RequestAbortedError(EngineError):
     """A request id is unknown or was already aborted."""
 
     code = "request_aborted"
+
+
+class UnsupportedQuantizationError(ModelLoadError):
+    """A checkpoint's quantization scheme (or a requested one) is not one the engine runs."""
+
+    code = "unsupported_quantization"

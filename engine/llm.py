@@ -36,11 +36,13 @@ class LLM:
         dtype: str = "float32",
         device: str = "cpu",
         max_model_len: int | None = None,
+        quantization: str | None = None,
         tuning: CudaTuning = DEFAULT_TUNING,
         **engine_options: Any,
     ) -> None:
         """``model`` is one checkpoint directory (hosted under its directory name); ``models`` maps
-        names to directories. ``engine_options`` are further ``EngineConfig`` fields; ``tuning``
+        names to directories. ``quantization`` ("fp8" | "int8") quantizes every model's linear
+        weights as they load (``ModelSpec.quantization``). ``engine_options`` are further ``EngineConfig`` fields; ``tuning``
         the CUDA path's (``engine.tuning``)."""
         paths = dict(models or {})
         if model is not None:
@@ -48,7 +50,13 @@ class LLM:
         if not paths:
             raise InvalidRequestError("LLM needs a model path or models={name: path}")
         specs = tuple(
-            ModelSpec(name=name, path=str(Path(p).absolute()), dtype=dtype, max_model_len=max_model_len)
+            ModelSpec(
+                name=name,
+                path=str(Path(p).absolute()),
+                dtype=dtype,
+                max_model_len=max_model_len,
+                quantization=quantization,
+            )
             for name, p in paths.items()
         )
         self.engine = LLMEngine(EngineConfig(models=specs, device=device, **engine_options), tuning=tuning)

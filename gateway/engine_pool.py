@@ -222,6 +222,7 @@ class EnginePool:
                 "instance_id": m.instance_id,
                 "healthy": m.healthy,
                 "models": sorted(m.models),
+                "quantization": {name: card.quantization for name, card in sorted(m.models.items())},
                 "failed_models": m.failed_models,
                 "in_flight": m.in_flight,
                 "stats": m.stats,

@@ -29,7 +29,7 @@ from engine.core.sampling_params import SamplingParams
 from engine.core.structured_output import StructuredOutput
 from engine.errors import EngineError, EngineUnavailableError
 from engine.serving.client import EngineClient
-from engine.serving.protocol import ChatMessage, DeltaEvent, GenerateRequest, ModelCard
+from engine.serving.protocol import ChatMessage, DeltaFrame, GenerateRequest, ModelCard
 from filters import FilterContext, FilterPipeline, ScanBudgetError
 from gateway.auditor import Auditor
 from gateway.completion_builder import CompletionBuilder
@@ -282,9 +282,10 @@ class InferenceService:
         try:
             try:
                 with self.engines.track(prep.client):
-                    async with prep.client.generate(prep.generate) as events:
-                        async for event in events:
-                            builder.add(event)
+                    async with prep.client.generate(prep.generate) as frames:
+                        async for frame in frames:
+                            for event in frame:
+                                builder.add(event)
             except EngineError as exc:
                 if isinstance(exc, EngineUnavailableError):
                     self.engines.mark_down(prep.client)
@@ -365,8 +366,8 @@ class InferenceService:
         stack = contextlib.AsyncExitStack()
         try:
             stack.enter_context(self.engines.track(prep.client))
-            events = await stack.enter_async_context(prep.client.generate(prep.generate))
-            iterator = events.__aiter__()
+            frames = await stack.enter_async_context(prep.client.generate(prep.generate))
+            iterator = frames.__aiter__()
             first = await anext(iterator, None)
             await self.auditor.record(
                 prep.ctx,
@@ -391,8 +392,8 @@ class InferenceService:
         self,
         prep: Prepared,
         stack: contextlib.AsyncExitStack,
-        first: DeltaEvent | None,
-        events: AsyncIterator[DeltaEvent],
+        first: DeltaFrame | None,
+        frames: AsyncIterator[DeltaFrame],
     ) -> AsyncIterator[bytes]:
         writer = StreamWriter(prep.shape, self.filters, _filter_context(prep), self._clock)
         is_finished = False
@@ -403,16 +404,20 @@ class InferenceService:
             if head := writer.start():
                 yield head
             pending = [first] if first is not None else []
-            async for event in _chain(pending, events):
-                for chunk in writer.add(event):
-                    yield chunk
-                # Token latencies as the client sees them: from arrival, then between deltas.
+            async for frame in _chain(pending, frames):
+                for event in frame:  # a frame: one engine step's deltas, one per choice
+                    for chunk in writer.add(event):
+                        yield chunk
+                    if writer.blocked:
+                        break
+                # Token latencies as the client sees them: from arrival, then between frames.
                 now_s = prep.ctx.elapsed_s()
+                num_tokens = sum(len(event.token_ids) for event in frame)
                 if ttft_s is None:
                     ttft_s = now_s
                     serving.time_to_first_token.labels(model).observe(now_s)
-                elif event.token_ids:
-                    serving.inter_token_latency.labels(model).observe((now_s - last_s) / len(event.token_ids))
+                elif num_tokens:
+                    serving.inter_token_latency.labels(model).observe((now_s - last_s) / num_tokens)
                 last_s = now_s
                 if writer.blocked:
                     break
@@ -479,11 +484,11 @@ class InferenceService:
         )
 
 
-async def _chain(first: list[DeltaEvent], rest: AsyncIterator[DeltaEvent]) -> AsyncIterator[DeltaEvent]:
-    for event in first:
-        yield event
-    async for event in rest:
-        yield event
+async def _chain(first: list[DeltaFrame], rest: AsyncIterator[DeltaFrame]) -> AsyncIterator[DeltaFrame]:
+    for frame in first:
+        yield frame
+    async for frame in rest:
+        yield frame
 
 
 async def _shielded(awaitable: Any) -> None:

@@ -241,6 +241,8 @@ class ModelObject(msgspec.Struct, frozen=True, kw_only=True):
     owned_by: str = "strongroom"
     object: str = "model"
     max_model_len: int | None = None
+    quantization: str | None = None
+    """The served weights' quantization ("fp8", "int8", ...); None: unquantized."""
 
 
 class ModelList(msgspec.Struct, frozen=True, kw_only=True):

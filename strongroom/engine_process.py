@@ -14,6 +14,7 @@ import socket
 from typing import Any, NamedTuple
 
 from engine.loading.model_source import ModelSource
+from engine.serving.backend import EngineBackend
 from strongroom.config import Settings
 
 log = logging.getLogger("strongroom.engine")
@@ -113,7 +114,8 @@ class _ListSink:
 
 
 class LoadedEngine(NamedTuple):
-    engine: Any
+    engine: EngineBackend
+    """The real ``AsyncEngine`` or the ``StubEngine``: mypy holds both to the server's seam here."""
     failed: dict[str, str]
     """Model name -> why it is out of service."""
     audit_events: list[Any]

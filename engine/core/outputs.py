@@ -41,6 +41,8 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     vocab_size: int
     has_chat_template: bool
     dtype: str
+    quantization: str | None = None
+    """The linear layers' weight quantization ("fp8", "int8", "fp8-block128x128"), None if none."""
 
 
 class CompletionOutput(msgspec.Struct, kw_only=True):

@@ -10,6 +10,11 @@ rows, taking a lazy input into its loads where it can.
 
 A lazy input a GEMM cannot take is materialized first (``lazy.materialize``). Row-parallel
 layers on more than one rank all-reduce a summed output, so only one rank leaves partials.
+
+Quantized layers (``engine.layers.quantized_linear``) take none of the lazy inputs: their input
+is materialized, and up to 16 rows run ``quant_gemv`` (the weight read in its one byte); more
+rows run FP8 x FP8 ``torch._scaled_mm`` for FP8 per-channel weights (activations quantized per
+row: ``engine.quantization.scaled_mm``), else dequantize the weight and run cuBLAS.
 """
 
 from __future__ import annotations
@@ -27,7 +32,11 @@ from engine.kernels import (
     skinny_gemm,
     skinny_gemm_deferred,
 )
+from engine.kernels.quant_gemv import quant_gemv, quant_gemv_fits
+from engine.kernels.silu_and_mul import silu_and_mul
 from engine.layers import ColumnParallelLinear, RowParallelLinear
+from engine.layers.quantized_linear import QuantizedLinear
+from engine.quantization.scaled_mm import fp8_scaled_mm, fp8_scaled_mm_fits
 from engine.tuning import CudaTuning
 
 __all__ = [
@@ -55,12 +64,18 @@ def is_skinny(x: torch.Tensor, tuning: CudaTuning) -> bool:
 
 def column(layer: ColumnParallelLinear, x: torch.Tensor | PendingNorm, tuning: CudaTuning) -> torch.Tensor:
     # x: [num_tokens, in], or one row's norm left to this GEMM -> [num_tokens, out / tp]
+    if isinstance(layer, QuantizedLinear):
+        return _quantized_matmul(layer, x, layer.bias, tuning)
     return _matmul(x, layer.weight, layer.bias, tuning)
 
 
 def row(layer: RowParallelLinear, x: torch.Tensor | PendingMerge, tuning: CudaTuning) -> torch.Tensor:
     # x: [num_tokens, in / tp], or one token's attention partials -> [num_tokens, out]
-    y = _matmul(x, layer.weight, layer.bias if layer.tp_rank == 0 else None, tuning)
+    bias = layer.bias if layer.tp_rank == 0 else None
+    if isinstance(layer, QuantizedLinear):
+        y = _quantized_matmul(layer, x, bias, tuning)
+    else:
+        y = _matmul(x, layer.weight, bias, tuning)
     if layer.tp_size > 1:
         dist.all_reduce(y)
     return y
@@ -71,6 +86,8 @@ def row_deferred(
 ) -> torch.Tensor | SplitKPartials:
     """``row``, or, for a skinny 2-D x on one rank, possibly the GEMM's split-K partials for the
     next norm to sum. x may be attention's unmerged partials (o_proj at one decode token)."""
+    if isinstance(layer, QuantizedLinear):
+        return row(layer, x, tuning)
     if isinstance(x, PendingMerge) and not fuses_into(x, layer.weight, tuning):
         x = materialize(x, tuning)  # merged by its own kernel; the tensor rule below still defers the sum
     if not _defers(layer, x, tuning):
@@ -84,6 +101,8 @@ def silu_mul_down(
     """``row(layer, silu(gate) * up)`` for a merged [gate | up] input that ``is_skinny``: the
     activation is made inside the GEMM's loads (one launch and one tensor fewer). Partials as
     ``row_deferred``."""
+    if isinstance(layer, QuantizedLinear):
+        return row(layer, silu_and_mul(gate_up, tuning=tuning), tuning)
     if _defers(layer, gate_up, tuning):
         return skinny_gemm_deferred(gate_up, layer.weight, layer.bias, silu_mul=True, tuning=tuning)
     bias = layer.bias if layer.tp_rank == 0 else None
@@ -124,3 +143,19 @@ def _matmul(
     if is_skinny(x, tuning):
         return skinny_gemm(x, weight, bias, tuning=tuning)
     return F.linear(x, weight, bias)
+
+
+def _quantized_matmul(
+    layer: QuantizedLinear,
+    x: torch.Tensor | PendingNorm | PendingMerge,
+    bias: torch.Tensor | None,
+    tuning: CudaTuning,
+) -> torch.Tensor:
+    # x: [num_tokens, in] -> [num_tokens, out]
+    if not isinstance(x, torch.Tensor):
+        x = materialize(x, tuning)
+    if tuning.skinny_gemm and quant_gemv_fits(x, layer.group):
+        return quant_gemv(x, layer.weight, layer.weight_scale, layer.group, bias)
+    if tuning.fp8_scaled_mm and fp8_scaled_mm_fits(x, layer.weight, layer.group):
+        return fp8_scaled_mm(x, layer.weight, layer.weight_scale, bias)
+    return F.linear(x, layer.dequantized(x.dtype), bias)

@@ -2,7 +2,9 @@
 
 Every parameter is loaded by the layer that owns it (``weight_loader``), which is where a
 tensor-parallel rank takes its slice; packed layers (qkv, gate_up) are told which part a
-checkpoint tensor is.
+checkpoint tensor is. With a ``WeightQuant`` the linear layers are swapped for quantized twins:
+before loading for a quantized checkpoint (whose scale tensors then load like weights), after
+loading when the weights are quantized as they arrive.
 """
 
 from __future__ import annotations
@@ -11,16 +13,24 @@ import torch
 from torch import nn
 
 from engine.errors import ModelLoadError
+from engine.layers.quantized_linear import quantize_linears
 from engine.loading.checkpoint import Checkpoint
 from engine.loading.model_config import ModelConfig
 from engine.models import model_class
+from engine.quantization.scheme import WeightQuant
 
 __all__ = ["load_model"]
 
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def load_model(ckpt: Checkpoint, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> nn.Module:
+def load_model(
+    ckpt: Checkpoint,
+    config: ModelConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    quant: WeightQuant | None = None,
+) -> nn.Module:
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -28,17 +38,26 @@ def load_model(ckpt: Checkpoint, config: ModelConfig, dtype: torch.dtype, device
             model = model_class(config)(config)
     finally:
         torch.set_default_dtype(previous)
-    _load_weights(model, ckpt, config)
+    if quant is not None and quant.prequantized:
+        quantize_linears(model, quant, from_weights=False)
+    _load_weights(model, ckpt, config, quant)
+    if quant is not None and not quant.prequantized:
+        quantize_linears(model, quant, from_weights=True)
     return model.eval()
 
 
-def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig) -> None:
+def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant: WeightQuant | None) -> None:
     params = dict(model.named_parameters())
     packed: dict[str, tuple[str, int | str]] = getattr(model, "packed_modules", {})
     loaded: set[str] = set()
     for name, tensor in ckpt.weights():
         if name.endswith(_IGNORED_SUFFIXES) or (config.tie_word_embeddings and name == "lm_head.weight"):
             continue
+        if quant is not None:
+            mapped = quant.parameter_for(name, tensor, ckpt.name)
+            if mapped is None:
+                continue
+            name = mapped
         target, shard = name, None
         for part, (packed_name, shard_id) in packed.items():
             if f".{part}." in name:

@@ -5,6 +5,11 @@ never does torch work. Requests are validated and tokenized on the caller's side
 before the first delta), then handed to the thread through a pending list under a lock that is
 only held for list operations. A step holds a second lock, the step lock; abort takes it in a
 worker thread, so the event loop never waits for a step.
+
+A step's output reaches the event loop in one hand-over (one ``call_soon_threadsafe``, not one per
+token); each stream then yields everything it received since its reader last asked, one delta per
+completion index. Stats are a snapshot the step thread publishes, so ``stats`` (the engine's info
+answer) never waits for a step nor reads the scheduler while a step changes it.
 """
 
 from __future__ import annotations
@@ -12,18 +17,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from engine.config import EngineConfig
 from engine.core.outputs import ModelInfo, StreamDelta
-from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineError, EngineUnavailableError, InvalidRequestError
 from engine.llm_engine import LLMEngine
 from engine.loading.model_source import ModelSource
+from engine.serving.frames import coalesced
+from engine.serving.inbox import Inbox
+from engine.serving.protocol import GenerateRequest
 
 __all__ = ["AsyncEngine"]
 
@@ -32,26 +40,32 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Pending:
-    request_id: str
-    model: str
+    request: GenerateRequest
     token_ids: list[int]
-    params: SamplingParams
-    tenant: str | None
-    subject: str | None
-    priority: int
 
 
 _CLOSED = object()
 """Put on a stream when its request was aborted: the stream closes its open completions."""
 
 
-class _Stream:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.queue: asyncio.Queue[object] = asyncio.Queue()
+class _Stream(Inbox[object]):
+    """One request's inbox: per step a list of deltas; or an EngineError, or _CLOSED."""
 
-    def put(self, item: object) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+    __slots__ = ("loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.loop = loop
+
+
+def _put_all(batch: list[tuple[_Stream, object]]) -> None:
+    """On the event loop: one call per step hands every stream its share."""
+    for stream, item in batch:
+        stream.put(item)
+
+
+_STATS_EVERY_S = 0.05
+"""How stale the stats snapshot may get while decode steps run and no request comes or goes."""
 
 
 class AsyncEngine:
@@ -76,6 +90,8 @@ class AsyncEngine:
         self._streams: dict[str, _Stream] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._stats: dict[str, int | float] = {}
+        self._stats_at = 0.0
 
     async def start(self) -> None:
         """Load every model (in a worker thread) and start the step loop."""
@@ -87,6 +103,7 @@ class AsyncEngine:
             self._data_dir,
             self._sources,
         )
+        self._publish_stats(self._core)
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="strongroom-engine", daemon=True)
         self._thread.start()
@@ -132,52 +149,68 @@ class AsyncEngine:
     def tokenize(self, model: str, text: str) -> list[int]:
         return self.core.model(model).tokenizer.encode(text)
 
-    def count_tokens(self, model: str, prompt: str) -> int:
-        """Prompt tokens of ``prompt`` exactly as ``generate`` will count them."""
-        return len(self.core.prompt_token_ids(model, prompt))
+    def prompt_token_ids(self, request: GenerateRequest) -> list[int]:
+        """The request's prompt as validated token ids, whichever form it came in."""
+        prompt: str | list[int]
+        if request.messages is not None:
+            prompt = self.chat_prompt(
+                request.model, [{"role": m.role, "content": m.content} for m in request.messages]
+            )
+        elif request.prompt_token_ids is not None:
+            prompt = request.prompt_token_ids
+        elif request.prompt is not None:
+            prompt = request.prompt
+        else:
+            raise InvalidRequestError(
+                "one of prompt, prompt_token_ids or messages is required", param="prompt"
+            )
+        return self.core.prompt_token_ids(request.model, prompt)
+
+    def count_tokens(self, request: GenerateRequest) -> int:
+        """Prompt tokens of ``request`` exactly as ``generate`` will count them."""
+        return len(self.prompt_token_ids(request))
 
     def stats(self) -> dict[str, int | float]:
-        # Unlocked on purpose: counters may be one step stale, but the loop never waits for a step.
-        return self.core.stats()
+        """The snapshot the step thread published last: taken whenever requests came or went, else
+        at most ``_STATS_EVERY_S`` old."""
+        if self._core is None:
+            raise EngineUnavailableError("engine is not started")
+        return self._stats
 
-    async def generate(
-        self,
-        request_id: str,
-        model: str,
-        prompt: str | list[int],
-        params: SamplingParams,
-        *,
-        tenant: str | None = None,
-        subject: str | None = None,
-        priority: int = 0,
-    ) -> AsyncIterator[StreamDelta]:
-        """Deltas of all ``params.n`` completions as they come; the stream ends when all finished.
-        Leaving the loop early (client gone) aborts the request."""
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[list[StreamDelta]]:
+        """Deltas of all ``params.n`` completions, one list per step the reader saw; the stream ends
+        when all finished. Leaving the loop early (client gone) aborts the request."""
         if self._stopping or self._thread is None:
             raise EngineUnavailableError("engine is not running")
-        token_ids = self.core.prompt_token_ids(model, prompt)
+        request_id = request.request_id
+        token_ids = self.prompt_token_ids(request)
         stream = _Stream(asyncio.get_running_loop())
         with self._cond:
             if request_id in self._streams:
                 raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
             self._streams[request_id] = stream
-            self._pending.append(_Pending(request_id, model, token_ids, params, tenant, subject, priority))
+            self._pending.append(_Pending(request, token_ids))
             self._cond.notify_all()
-        open_indices = set(range(params.n))
+        open_indices = set(range(request.params.n))
         try:
             while open_indices:
-                item = await stream.queue.get()
-                if item is _CLOSED:
-                    for index in sorted(open_indices):
-                        yield _abort_delta(index, len(token_ids))
-                    open_indices.clear()
-                    break
-                if isinstance(item, EngineError):
-                    raise item
-                assert isinstance(item, StreamDelta)
-                if item.finish_reason is not None:
-                    open_indices.discard(item.index)
-                yield item
+                deltas: list[StreamDelta] = []
+                failure: EngineError | None = None
+                for item in await stream.take():
+                    if item is _CLOSED:
+                        deltas += [_abort_delta(i, len(token_ids)) for i in sorted(open_indices)]
+                        break
+                    if isinstance(item, EngineError):
+                        failure = item
+                        break
+                    deltas += cast(list[StreamDelta], item)
+                for delta in deltas:
+                    if delta.finish_reason is not None:
+                        open_indices.discard(delta.index)
+                if deltas:
+                    yield coalesced(deltas)
+                if failure is not None:
+                    raise failure
         finally:
             if open_indices:
                 await self.abort(request_id)
@@ -189,13 +222,19 @@ class AsyncEngine:
     def _abort(self, request_id: str) -> None:
         # Stream first: a request the loop has taken but not yet admitted is then skipped by it.
         with self._cond:
-            self._pending = [p for p in self._pending if p.request_id != request_id]
+            self._pending = [p for p in self._pending if p.request.request_id != request_id]
             stream = self._streams.pop(request_id, None)
         with self._step_lock:
             if self._core is not None:
                 self._core.abort(request_id)
+                self._publish_stats(self._core)
         if stream is not None:
-            stream.put(_CLOSED)
+            stream.loop.call_soon_threadsafe(stream.put, _CLOSED)
+
+    def _publish_stats(self, core: LLMEngine) -> None:
+        """Under the step lock (or before the loop runs)."""
+        self._stats = core.stats()
+        self._stats_at = time.monotonic()
 
     def _loop(self) -> None:
         core = self.core
@@ -215,34 +254,48 @@ class AsyncEngine:
                     self._fail_all(core, exc)
                     continue
                 done = {rid for rid, d in deltas if d.finish_reason is not None and not core.has_request(rid)}
-            with self._cond:
-                streams = [(self._streams.get(rid), delta) for rid, delta in deltas]
-                for rid in done:
-                    self._streams.pop(rid, None)
-            for stream, delta in streams:
+                # Fresh whenever requests come or go; otherwise at most _STATS_EVERY_S old.
+                if pending or done or time.monotonic() - self._stats_at >= _STATS_EVERY_S:
+                    self._publish_stats(core)
+            self._hand_over(deltas, done)
+
+    def _hand_over(self, deltas: list[tuple[str, StreamDelta]], done: set[str]) -> None:
+        """Give each stream its deltas of this step, in one call per event loop."""
+        by_request: dict[str, list[StreamDelta]] = {}
+        for rid, delta in deltas:
+            by_request.setdefault(rid, []).append(delta)
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, object]]] = {}
+        with self._cond:
+            for rid, own in by_request.items():
+                stream = self._streams.get(rid)
                 if stream is not None:
-                    stream.put(delta)
+                    by_loop.setdefault(stream.loop, []).append((stream, own))
+            for rid in done:
+                self._streams.pop(rid, None)
+        for loop, batch in by_loop.items():
+            loop.call_soon_threadsafe(_put_all, batch)
 
     def _admit(self, core: LLMEngine, pending: list[_Pending]) -> None:
         for p in pending:
+            request = p.request
             with self._cond:
-                stream = self._streams.get(p.request_id)
+                stream = self._streams.get(request.request_id)
             if stream is None:  # aborted while in flight to the engine
                 continue
             try:
                 core.add_tokenized(
-                    p.request_id,
-                    p.model,
+                    request.request_id,
+                    request.model,
                     p.token_ids,
-                    p.params,
-                    tenant=p.tenant,
-                    subject=p.subject,
-                    priority=p.priority,
+                    request.params,
+                    tenant=request.tenant,
+                    subject=request.subject,
+                    priority=request.priority,
                 )
             except EngineError as exc:
                 with self._cond:
-                    self._streams.pop(p.request_id, None)
-                stream.put(exc)
+                    self._streams.pop(request.request_id, None)
+                stream.loop.call_soon_threadsafe(stream.put, exc)
 
     def _fail_all(self, core: LLMEngine, exc: Exception) -> None:
         error = EngineError(f"engine step failed: {type(exc).__name__}")
@@ -250,7 +303,8 @@ class AsyncEngine:
             streams, self._streams = self._streams, {}
         for request_id, stream in streams.items():
             core.abort(request_id)
-            stream.put(error)
+            stream.loop.call_soon_threadsafe(stream.put, error)
+        self._publish_stats(core)
 
 
 def _abort_delta(index: int, num_prompt_tokens: int) -> StreamDelta:

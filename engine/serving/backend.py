@@ -1,55 +1,53 @@
-"""What the engine server needs from an engine: the real ``AsyncEngine`` or the benchmark stub."""
+"""What the engine server needs from an engine: the real ``AsyncEngine`` or the benchmark's ``StubEngine``.
+
+Both satisfy ``EngineBackend``; mypy holds them to it where ``strongroom.engine_process`` builds
+one for the server. A request crosses this seam whole, as the ``GenerateRequest`` the gateway
+sent; the backend turns its prompt (text, token ids or chat messages) into tokens itself.
+
+``generate`` yields one list of deltas per engine step, at most one per completion index (a
+consumer that fell behind gets the steps it missed merged into one list): that list is one
+frame on the wire (``engine.serving.frames``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
 
-from engine.core.sampling_params import SamplingParams
+from engine.core.outputs import ModelInfo, StreamDelta
+from engine.serving.protocol import GenerateRequest
 
-
-class ModelInfoLike(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def max_model_len(self) -> int: ...
-    @property
-    def has_chat_template(self) -> bool: ...
-    @property
-    def dtype(self) -> str: ...
-
-
-class DeltaLike(Protocol):
-    @property
-    def index(self) -> int: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def token_ids(self) -> list[int]: ...
-    @property
-    def finish_reason(self) -> str | None: ...
-    @property
-    def num_prompt_tokens(self) -> int: ...
-    @property
-    def num_output_tokens(self) -> int: ...
+__all__ = ["EngineBackend"]
 
 
 class EngineBackend(Protocol):
-    async def start(self) -> None: ...
-    async def shutdown(self) -> None: ...
-    def model_infos(self) -> list[Any]: ...
-    def chat_prompt(self, model: str, messages: list[dict[str, Any]]) -> str | list[int]: ...
-    def count_tokens(self, model: str, prompt: str) -> int: ...
-    def generate(
-        self,
-        request_id: str,
-        model: str,
-        prompt: str | list[int],
-        params: SamplingParams,
-        *,
-        tenant: str | None = None,
-        subject: str | None = None,
-        priority: int = 0,
-    ) -> AsyncIterator[Any]: ...
-    async def abort(self, request_id: str) -> None: ...
-    def stats(self) -> dict[str, Any]: ...
+    async def start(self) -> None:
+        """Load every model; raises ``ModelLoadError`` when none can serve."""
+
+    async def shutdown(self) -> None:
+        """Stop; open streams end with finish_reason "abort"."""
+
+    @property
+    def failed_models(self) -> Mapping[str, str]:
+        """Models left out of service at start-up, with the reason."""
+        ...
+
+    def model_infos(self) -> list[ModelInfo]:
+        """The models in service; raises ``EngineUnavailableError`` before ``start``."""
+        ...
+
+    def count_tokens(self, request: GenerateRequest) -> int:
+        """The prompt tokens ``generate`` would charge for ``request``; nothing is queued."""
+        ...
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[list[StreamDelta]]:
+        """Deltas per step until every completion finished; errors in the request raise at the first
+        ``__anext__``. Leaving the iteration early aborts the request."""
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """Free the request's blocks now; its stream ends with finish_reason "abort"."""
+
+    def stats(self) -> Mapping[str, int | float]:
+        """Counters for ``EngineInfo.stats``; answered without waiting for a step."""
+        ...

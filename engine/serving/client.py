@@ -4,7 +4,7 @@ Every gateway request makes one engine call, so this client speaks only the HTTP
 engine protocol needs, over a pool of keep-alive connections::
 
     idle connection (or connect) ─▶ one write: head + body ─▶ status line and headers
-        ─▶ body: content-length, or chunked NDJSON split into lines ─▶ back to the pool
+        ─▶ body: content-length, or chunked frames (``engine.serving.frames``) ─▶ back to the pool
 
 Bytes land in the connection's buffer as they arrive (an ``asyncio.Protocol``); the reader
 parses what is there and waits only when it needs more, each wait bounded by the read timeout.
@@ -15,6 +15,9 @@ A connection goes back to the pool only after its response was read to the end; 
 stream early closes the connection, which is how the engine learns to abort the generation.
 A pooled connection that the engine closed while it sat idle fails before any byte of an
 answer: that request is sent once more on a new connection (the engine never saw it).
+
+Generations are capped at ``max_connections`` at once; health probes and info calls are not
+counted against that cap, so an engine busy with the most streams we allow still answers them.
 """
 
 from __future__ import annotations
@@ -38,12 +41,13 @@ from engine.errors import (
     RequestAbortedError,
     UnknownModelError,
 )
+from engine.serving.frames import FrameBuffer, decode_frame
 from engine.serving.protocol import (
-    DeltaEvent,
+    FRAMES_MEDIA_TYPE,
+    DeltaFrame,
     EngineInfo,
     ErrorEvent,
     GenerateRequest,
-    StreamEvent,
     TokenCount,
 )
 
@@ -59,7 +63,6 @@ _BY_CODE: dict[str, type[EngineError]] = {
         RequestAbortedError,
     )
 }
-_decoder = msgspec.json.Decoder(StreamEvent)
 _encoder = msgspec.json.Encoder()
 _MAX_IDLE = 256
 _MAX_CONNECTIONS = 1024
@@ -193,6 +196,7 @@ class _Response:
         self._is_chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = headers.get("content-length")
         self._length = int(length) if length is not None and not self._is_chunked else None
+        self.media_type = headers.get("content-type", "")
         self.is_complete = False
         self.is_reusable = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
 
@@ -212,22 +216,14 @@ class _Response:
         self.is_complete = True
         return body
 
-    async def lines(self) -> AsyncIterator[bytes]:
-        """The body's non-empty lines, each as soon as its chunk arrived."""
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's pieces, each as soon as it arrived (its chunks, if chunked)."""
         if not self._is_chunked:
-            for line in (await self.read()).split(b"\n"):
-                if line:
-                    yield line
+            yield await self.read()
             return
-        buffered = b""
         while (piece := await self._next_chunk()) is not None:
-            *complete, buffered = (buffered + piece).split(b"\n")
-            for line in complete:
-                if line:
-                    yield line
+            yield piece
         self.is_complete = True
-        if buffered:
-            yield buffered
 
     async def _next_chunk(self) -> bytes | None:
         """The next chunk of a chunked body; None after the last (and its trailers)."""
@@ -265,9 +261,11 @@ class EngineClient:
         connect_timeout_s: float = 2.0,
         read_timeout_s: float = 600.0,
         ssl_context: ssl.SSLContext | None = None,
+        max_connections: int = _MAX_CONNECTIONS,
     ):
         """``ssl_context`` for an https URL: the CAs that sign the engine's certificate and our client
-        certificate (mutual TLS); None verifies against the system's CAs and presents none."""
+        certificate (mutual TLS); None verifies against the system's CAs and presents none.
+        ``max_connections``: generations and token counts at once (more wait for a slot)."""
         self.base_url = base_url.rstrip("/")
         url = urlsplit(self.base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
@@ -287,7 +285,7 @@ class EngineClient:
         self._idle: list[_Connection] = []
         self._busy: set[_Connection] = set()
         """Connections carrying a request now (so ``reset`` can end them)."""
-        self._slots = asyncio.Semaphore(_MAX_CONNECTIONS)
+        self._slots = asyncio.Semaphore(max_connections)
         self._is_closed = False
 
     def __repr__(self) -> str:
@@ -328,8 +326,9 @@ class EngineClient:
         return status == 200
 
     @asynccontextmanager
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[AsyncIterator[DeltaEvent]]:
-        """Open a generation; leaving the ``async with`` early aborts it in the engine."""
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[AsyncIterator[DeltaFrame]]:
+        """Open a generation: its frames, each every delta the engine had for it then (at most one
+        per completion index). Leaving the ``async with`` early aborts it in the engine."""
         async with self._slots:
             try:
                 resp = await self._send("POST", "/engine/v1/generate", _encoder.encode(request))
@@ -339,7 +338,11 @@ class EngineClient:
             try:
                 if resp.status != 200:
                     raise _refusal(resp.status, body)
-                yield self._events(resp)
+                if resp.media_type != FRAMES_MEDIA_TYPE:
+                    raise EngineUnavailableError(
+                        f"engine {self.base_url} streams {resp.media_type!r}, not protocol version 2's frames"
+                    )
+                yield self._frames(resp)
             finally:
                 await self._finish(resp)
 
@@ -362,19 +365,24 @@ class EngineClient:
         except msgspec.MsgspecError:
             raise EngineUnavailableError(f"engine {self.base_url} sent an unreadable token count") from None
 
-    async def _events(self, resp: _Response) -> AsyncIterator[DeltaEvent]:
+    async def _frames(self, resp: _Response) -> AsyncIterator[DeltaFrame]:
+        frames = FrameBuffer()
         try:
-            async for line in resp.lines():
-                event = _decoder.decode(line)
-                if isinstance(event, ErrorEvent):
-                    raise _error_of(event)
-                yield event
+            async for piece in resp.chunks():
+                for payload in frames.feed(piece):
+                    frame = decode_frame(payload)
+                    if isinstance(frame, ErrorEvent):
+                        raise _error_of(frame)
+                    yield frame
+            if not frames.is_empty:
+                raise EOFError("the engine ended its stream inside a frame")
         except _TRANSPORT_ERRORS as exc:  # msgspec.DecodeError is a ValueError
             why = f"{type(exc).__name__}: {exc}" if isinstance(exc, EOFError) else type(exc).__name__
             raise EngineUnavailableError(f"engine {self.base_url} failed: {why}") from exc
 
     async def _get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
-        async with self._slots, asyncio.timeout(timeout_s):
+        """A control call (health, info): no generation slot, and ``timeout_s`` bounds all of it."""
+        async with asyncio.timeout(timeout_s):
             resp = await self._send("GET", path, None)
             try:
                 return resp.status, await resp.read()

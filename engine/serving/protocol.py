@@ -1,20 +1,37 @@
-"""The wire protocol between the gateway and an engine instance (HTTP + msgspec JSON).
+"""The wire protocol between the gateway and an engine instance, version 2 (HTTP/1.1 + msgspec).
 
 The same protocol serves the engine the gateway supervises on loopback and a remote engine
-in a pool, so either drops in behind ``EngineClient``.
+in a pool, so either drops in behind ``EngineClient``. Connections are kept alive and reused.
 
     gateway                                   engine instance
-    POST /engine/v1/generate  GenerateRequest ──▶
-                              ◀── 200, NDJSON: one StreamEvent per line
-                                  DeltaEvent ... DeltaEvent(finish_reason set) | ErrorEvent
-                              ◀── 4xx/5xx, ErrorEvent  (rejected before the first token)
-    POST /engine/v1/tokens    GenerateRequest ──▶ ◀── TokenCount (its prompt tokens; nothing runs)
-    GET  /engine/v1/info      ◀── EngineInfo (instance id, models, pool stats)
+    POST /engine/v1/generate  GenerateRequest (JSON) ──▶
+                              ◀── 200, FRAMES_MEDIA_TYPE, chunked: a stream of frames
+                                  DeltaFrame ... DeltaFrame(every index finished) | ErrorEvent
+                              ◀── 4xx/5xx, ErrorEvent (JSON; rejected before the first token)
+    POST /engine/v1/tokens    GenerateRequest (JSON) ──▶ ◀── TokenCount (JSON; nothing runs)
+    GET  /engine/v1/info      ◀── EngineInfo (JSON: instance id, models, pool stats)
     GET  /engine/v1/health    ◀── 200 once every model is loaded, 503 before
+
+A generation streams binary frames, each a 4-byte big-endian length and that many bytes of
+msgpack, independent of the HTTP chunk boundaries::
+
+    ┌──────────────┬────────────────────────────────────────────┐
+    │ length: u32  │ msgpack: [DeltaEvent, ...] | ErrorEvent    │  ...next frame
+    └──────────────┴────────────────────────────────────────────┘
+
+A frame (``DeltaFrame``) carries everything one engine step produced for one request: at most
+one ``DeltaEvent`` per completion index, holding every token that step gave that completion. A
+reader that falls behind gets the steps it missed coalesced into its next frame, so the cost of
+the link is per frame, never per token. The engine encodes its own ``StreamDelta`` structs
+straight into frames; ``DeltaEvent`` has the same fields (a test holds them equal).
+
+Version 1 streamed one NDJSON line per token; a gateway meeting a version-1 engine (any other
+media type on generate) reports the engine unavailable instead of misreading it.
 
 Closing the response stream aborts the request in the engine and frees its KV blocks.
 Every call carries ``Authorization: Bearer <engine token>``; the engine compares it in
 constant time so no other local process can reach a model without passing the gateway.
+Health and info never wait for a step or for a generation's slot: a busy engine still answers.
 """
 
 from __future__ import annotations
@@ -25,16 +42,21 @@ from audit.event import AuditEvent
 from engine.core.sampling_params import SamplingParams
 
 __all__ = [
+    "FRAMES_MEDIA_TYPE",
+    "PROTOCOL_VERSION",
     "ChatMessage",
     "DeltaEvent",
+    "DeltaFrame",
     "EngineInfo",
     "ErrorEvent",
     "GenerateRequest",
     "LogprobEntry",
     "ModelCard",
-    "StreamEvent",
     "TokenCount",
 ]
+
+PROTOCOL_VERSION = 2
+FRAMES_MEDIA_TYPE = "application/vnd.strongroom.engine-frames; version=2"
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,7 +111,9 @@ class ErrorEvent(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
     param: str | None = None
 
 
-StreamEvent = DeltaEvent | ErrorEvent
+DeltaFrame = list[DeltaEvent]
+"""What one engine step (or several, coalesced for a reader that fell behind) produced for one
+request: at most one event per completion index, in index order."""
 
 
 class TokenCount(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +128,8 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int
     has_chat_template: bool
     dtype: str = ""
+    quantization: str | None = None
+    """The weight quantization ("fp8", "int8", "fp8-block128x128"); None for unquantized weights."""
     manifest_sha256: str = ""
     """Hash of the sealed model's signed manifest; empty for plaintext models."""
 

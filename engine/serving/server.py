@@ -22,14 +22,15 @@ from litestar.response import Stream
 from litestar.status_codes import HTTP_200_OK
 
 from audit.event import AuditEvent
+from engine.core.outputs import StreamDelta
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError, UnknownModelError
 from engine.serving.backend import EngineBackend
+from engine.serving.frames import encode_frame
 from engine.serving.protocol import (
-    DeltaEvent,
+    FRAMES_MEDIA_TYPE,
     EngineInfo,
     ErrorEvent,
     GenerateRequest,
-    LogprobEntry,
     ModelCard,
     TokenCount,
 )
@@ -49,19 +50,20 @@ def _status_of(exc: EngineError) -> int:
     return 503
 
 
-def _event_of(delta: Any) -> DeltaEvent:
-    logprobs = getattr(delta, "logprobs", None)
-    return DeltaEvent(
-        index=delta.index,
-        text=delta.text,
-        token_ids=list(delta.token_ids),
-        finish_reason=delta.finish_reason,
-        num_prompt_tokens=delta.num_prompt_tokens,
-        num_output_tokens=delta.num_output_tokens,
-        logprobs=None
-        if logprobs is None
-        else [msgspec.convert(lp, LogprobEntry, from_attributes=True) for lp in logprobs],
-    )
+def _error_event(exc: EngineError) -> ErrorEvent:
+    return ErrorEvent(code=exc.code, message=exc.message, param=exc.param)
+
+
+def _discard_finished(open_indices: set[int], batch: list[StreamDelta]) -> None:
+    for delta in batch:
+        if delta.finish_reason is not None:
+            open_indices.discard(delta.index)
+
+
+def _prompt_chars(req: GenerateRequest) -> int:
+    if req.messages is not None:
+        return sum(len(m.content) for m in req.messages)
+    return len(req.prompt or "")
 
 
 async def _decoded(request: Request[Any, Any, Any]) -> GenerateRequest | Response[Any]:
@@ -74,7 +76,7 @@ async def _decoded(request: Request[Any, Any, Any]) -> GenerateRequest | Respons
 
 
 def _error_response(exc: EngineError) -> Response[Any]:
-    body = ErrorEvent(code=exc.code, message=exc.message, param=exc.param)
+    body = _error_event(exc)
     return Response(_encoder.encode(body), status_code=_status_of(exc), media_type="application/json")
 
 
@@ -117,6 +119,7 @@ class EngineServer:
                 max_model_len=m.max_model_len,
                 has_chat_template=m.has_chat_template,
                 dtype=str(m.dtype),
+                quantization=m.quantization,
                 manifest_sha256=self._manifests.get(m.name, ""),
             )
             for m in infos
@@ -134,48 +137,32 @@ class EngineServer:
             audit_events=list(self._audit_events),
         )
 
-    async def _stream(
-        self, req: GenerateRequest, first: Any, rest: AsyncIterator[Any]
+    async def _frames(
+        self, req: GenerateRequest, first: list[StreamDelta], rest: AsyncIterator[list[StreamDelta]]
     ) -> AsyncIterator[bytes]:
-        finished = False
+        """One frame per list the backend yields; an error ends the stream as an error frame."""
+        open_indices = set(range(req.params.n))
         try:
-            event = _event_of(first)
-            finished = event.finish_reason is not None and event.index == 0 and req.params.n == 1
-            yield _encoder.encode(event) + b"\n"
-            async for delta in rest:
-                event = _event_of(delta)
-                yield _encoder.encode(event) + b"\n"
-            finished = True
+            _discard_finished(open_indices, first)
+            yield encode_frame(first)
+            async for batch in rest:
+                _discard_finished(open_indices, batch)
+                yield encode_frame(batch)
         except EngineError as exc:
-            finished = True
-            yield _encoder.encode(ErrorEvent(code=exc.code, message=exc.message, param=exc.param)) + b"\n"
+            open_indices.clear()
+            yield encode_frame(_error_event(exc))
         finally:
-            if not finished:
+            if open_indices:
                 # The gateway went away mid-stream: free the sequence's blocks now. This runs
                 # inside a cancelled scope, so shield it or the abort itself is cancelled.
                 with anyio.CancelScope(shield=True):
                     await self.backend.abort(req.request_id)
 
-    def _prompt(self, req: GenerateRequest) -> str | list[int]:
-        if req.messages is not None:
-            return self.backend.chat_prompt(req.model, [msgspec.to_builtins(m) for m in req.messages])
-        if req.prompt_token_ids is not None:
-            return req.prompt_token_ids
-        if req.prompt is not None:
-            return req.prompt
-        raise InvalidRequestError("one of prompt, prompt_token_ids or messages is required", param="prompt")
-
     async def count_tokens(self, req: GenerateRequest) -> int:
-        """The prompt tokens ``generate`` would charge for ``req``."""
-        if req.messages is not None and sum(len(m.content) for m in req.messages) > _INLINE_COUNT_CHARS:
-            prompt = await anyio.to_thread.run_sync(self._prompt, req)  # a long chat is encoded here
-        else:
-            prompt = self._prompt(req)
-        if isinstance(prompt, list):
-            return len(prompt)
-        if len(prompt) > _INLINE_COUNT_CHARS:  # a long prompt is tokenized off the loop
-            return await anyio.to_thread.run_sync(self.backend.count_tokens, req.model, prompt)
-        return self.backend.count_tokens(req.model, prompt)
+        """The prompt tokens ``generate`` would charge for ``req``; a long prompt is counted off the loop."""
+        if _prompt_chars(req) > _INLINE_COUNT_CHARS:
+            return await anyio.to_thread.run_sync(self.backend.count_tokens, req)
+        return self.backend.count_tokens(req)
 
     def app(self) -> Litestar:
         server = self
@@ -196,25 +183,16 @@ class EngineServer:
             req = await _decoded(request)
             if isinstance(req, Response):
                 return req
+            stream = server.backend.generate(req)
             try:
-                prompt = server._prompt(req)
-                stream = server.backend.generate(
-                    req.request_id,
-                    req.model,
-                    prompt,
-                    req.params,
-                    tenant=req.tenant,
-                    subject=req.subject,
-                    priority=req.priority,
-                ).__aiter__()
-                # Pull the first delta here so validation errors become a plain HTTP error.
-                first = await stream.__anext__()
+                # Pull the first frame here so validation errors become a plain HTTP error.
+                first = await anext(stream)
             except EngineError as exc:
                 return _error_response(exc)
             except StopAsyncIteration:
                 body = ErrorEvent(code="engine_error", message="the engine produced no output")
                 return Response(_encoder.encode(body), status_code=500, media_type="application/json")
-            return Stream(server._stream(req, first, stream), media_type="application/x-ndjson")
+            return Stream(server._frames(req, first, stream), media_type=FRAMES_MEDIA_TYPE)
 
         @get("/engine/v1/info")
         async def info() -> Response[bytes]:
@@ -234,7 +212,7 @@ class EngineServer:
                 server._failed.setdefault("*", str(exc))
                 server._ready = True
                 return
-            server._failed.update(getattr(server.backend, "failed_models", {}))
+            server._failed.update(server.backend.failed_models)
             server._ready = True
             log.info("engine %s ready with %d models", server.instance_id, len(server.backend.model_infos()))
 

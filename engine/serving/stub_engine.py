@@ -1,124 +1,163 @@
-"""A model-free engine that answers instantly: the fixed point for measuring gateway overhead.
+"""A model-free engine that answers at once: the fixed point for measuring gateway overhead.
 
-It speaks the full ``EngineBackend`` interface, so the engine server, the gateway and the
-benchmarks run unchanged on top of it. Its text is a fixed word repeated; it does no math.
+It is an ``EngineBackend``, so the engine server, the gateway and the benchmarks run unchanged on
+top of it. Like the real engine it runs steps: each step gives every running request one token
+(a fixed word) and hands each stream its delta, and a stream yields everything it received since
+its reader last asked as one list, one delta per completion index, so the wire carries the same
+frames as behind ``AsyncEngine``. It does no math; ``token_delay_s`` is the time between steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
-import msgspec
+from engine.core.outputs import ModelInfo, StreamDelta
+from engine.errors import InvalidRequestError, PromptTooLongError, UnknownModelError
+from engine.serving.frames import coalesced
+from engine.serving.inbox import Inbox
+from engine.serving.protocol import GenerateRequest
 
-from engine.core.sampling_params import SamplingParams
-from engine.errors import PromptTooLongError, UnknownModelError
+__all__ = ["StubEngine"]
 
 _WORD = " hello"
 
 
-class StubModelInfo(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    max_model_len: int = 4096
-    has_chat_template: bool = True
-    dtype: str = "none"
+class _Running:
+    """One request between steps: its output so far and what its reader has not taken yet."""
 
+    __slots__ = ("inbox", "max_tokens", "n", "num_output_tokens", "num_prompt_tokens")
 
-class StubDelta(msgspec.Struct, frozen=True, kw_only=True):
-    index: int
-    text: str
-    token_ids: list[int]
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_output_tokens: int
-    logprobs: None = None
+    def __init__(self, num_prompt_tokens: int, max_tokens: int, n: int) -> None:
+        self.num_prompt_tokens = num_prompt_tokens
+        self.max_tokens = max_tokens
+        self.n = n
+        self.num_output_tokens = 0
+        self.inbox: Inbox[StreamDelta] = Inbox()
+
+    def step(self) -> list[StreamDelta]:
+        self.num_output_tokens += 1
+        last = self.num_output_tokens == self.max_tokens
+        return [self._delta(i, _WORD, [1], "length" if last else None) for i in range(self.n)]
+
+    def aborted(self) -> list[StreamDelta]:
+        return [self._delta(i, "", [], "abort") for i in range(self.n)]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.num_output_tokens >= self.max_tokens
+
+    def _delta(self, index: int, text: str, token_ids: list[int], finish: str | None) -> StreamDelta:
+        return StreamDelta(
+            index=index,
+            text=text,
+            token_ids=token_ids,
+            finish_reason=finish,
+            num_prompt_tokens=self.num_prompt_tokens,
+            num_output_tokens=self.num_output_tokens,
+        )
 
 
 class StubEngine:
-    """Yields ``max_tokens`` copies of one word per request, optionally ``token_delay_s`` apart."""
+    """Gives every request ``max_tokens`` copies of one word, one per step, ``token_delay_s`` apart."""
 
     def __init__(self, models: tuple[str, ...] = ("demo-chat", "demo-base"), token_delay_s: float = 0.0):
-        self._models = {m: StubModelInfo(name=m) for m in models}
+        self._models = {
+            m: ModelInfo(name=m, max_model_len=4096, vocab_size=1, has_chat_template=True, dtype="none")
+            for m in models
+        }
         self._delay = token_delay_s
-        self._aborted: set[str] = set()
-        self.active: set[str] = set()
+        self._running: dict[str, _Running] = {}
+        self._stepper: asyncio.Task[None] | None = None
         self.num_requests = 0
         self.num_aborted = 0
+
+    @property
+    def active(self) -> set[str]:
+        """Requests running now."""
+        return set(self._running)
+
+    @property
+    def failed_models(self) -> dict[str, str]:
+        return {}
 
     async def start(self) -> None:
         return None
 
     async def shutdown(self) -> None:
-        return None
+        for request_id in list(self._running):
+            await self.abort(request_id)
+        if self._stepper is not None:
+            self._stepper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stepper
 
-    def model_infos(self) -> list[StubModelInfo]:
+    def model_infos(self) -> list[ModelInfo]:
         return list(self._models.values())
 
-    def chat_prompt(self, model: str, messages: list[dict[str, Any]]) -> str:
-        self._check(model)
-        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+    def count_tokens(self, request: GenerateRequest) -> int:
+        self._check(request.model)
+        if request.prompt_token_ids is not None:
+            return len(request.prompt_token_ids)
+        if request.messages is not None:
+            text = "".join(f"<{m.role}>{m.content}" for m in request.messages) + "<assistant>"
+        elif request.prompt is not None:
+            text = request.prompt
+        else:
+            raise InvalidRequestError(
+                "one of prompt, prompt_token_ids or messages is required", param="prompt"
+            )
+        return max(1, len(text) // 4)
 
-    def count_tokens(self, model: str, prompt: str) -> int:
-        self._check(model)
-        return max(1, len(prompt) // 4)
-
-    def _check(self, model: str) -> StubModelInfo:
+    def _check(self, model: str) -> ModelInfo:
         info = self._models.get(model)
         if info is None:
             raise UnknownModelError(f"model {model!r} is not hosted by this engine", param="model")
         return info
 
-    async def generate(
-        self,
-        request_id: str,
-        model: str,
-        prompt: str | list[int],
-        params: SamplingParams,
-        *,
-        tenant: str | None = None,
-        subject: str | None = None,
-        priority: int = 0,
-    ) -> AsyncIterator[StubDelta]:
-        info = self._check(model)
-        num_prompt = len(prompt) if isinstance(prompt, list) else self.count_tokens(model, prompt)
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[list[StreamDelta]]:
+        info = self._check(request.model)
+        num_prompt = self.count_tokens(request)
+        params = request.params
         if num_prompt + params.max_tokens > info.max_model_len:
             raise PromptTooLongError(
                 f"prompt ({num_prompt} tokens) plus max_tokens exceeds {info.max_model_len}", param="messages"
             )
+        if request.request_id in self._running:
+            raise InvalidRequestError(
+                f"request id {request.request_id!r} is already running", param="request_id"
+            )
+        running = self._running[request.request_id] = _Running(num_prompt, params.max_tokens, params.n)
         self.num_requests += 1
-        self.active.add(request_id)
+        if self._stepper is None or self._stepper.done():
+            self._stepper = asyncio.create_task(self._steps(), name="stub-engine-steps")
         try:
-            for i in range(params.max_tokens):
-                if request_id in self._aborted:
-                    yield StubDelta(
-                        index=0,
-                        text="",
-                        token_ids=[],
-                        finish_reason="abort",
-                        num_prompt_tokens=num_prompt,
-                        num_output_tokens=i,
-                    )
+            while True:
+                deltas = await running.inbox.take()
+                yield coalesced(deltas)
+                if any(d.finish_reason is not None for d in deltas):
                     return
-                if self._delay:
-                    await asyncio.sleep(self._delay)
-                last = i == params.max_tokens - 1
-                yield StubDelta(
-                    index=0,
-                    text=_WORD,
-                    token_ids=[1],
-                    finish_reason="length" if last else None,
-                    num_prompt_tokens=num_prompt,
-                    num_output_tokens=i + 1,
-                )
         finally:
-            self.active.discard(request_id)
-            self._aborted.discard(request_id)
+            if self._running.get(request.request_id) is running:  # not a later request of the same id
+                del self._running[request.request_id]
+
+    async def _steps(self) -> None:
+        """Like the engine's step loop: one token for every running request per step."""
+        while self._running:
+            await asyncio.sleep(self._delay)
+            for request_id, running in list(self._running.items()):
+                if running.is_finished:
+                    continue
+                running.inbox.put_all(running.step())
+                if running.is_finished:
+                    del self._running[request_id]
 
     async def abort(self, request_id: str) -> None:
-        if request_id in self.active:
+        running = self._running.pop(request_id, None)
+        if running is not None and not running.is_finished:
             self.num_aborted += 1
-            self._aborted.add(request_id)
+            running.inbox.put_all(running.aborted())
 
-    def stats(self) -> dict[str, Any]:
-        return {"requests": self.num_requests, "running": len(self.active)}
+    def stats(self) -> dict[str, int | float]:
+        return {"requests": self.num_requests, "running": len(self._running)}

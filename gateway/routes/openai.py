@@ -116,7 +116,9 @@ async def _visible_models(
         authz.allowed_models(principal, "completion", cards)
     )
     return {
-        name: ModelObject(id=name, created=_STARTED, max_model_len=card.max_model_len)
+        name: ModelObject(
+            id=name, created=_STARTED, max_model_len=card.max_model_len, quantization=card.quantization
+        )
         for name, card in sorted(cards.items())
         if name in allowed
     }

@@ -34,6 +34,7 @@ def _token(gateway: Any, *roles: str) -> dict[str, str]:
 def test_a_forbidden_model_answers_like_an_unknown_one(stub_gateway: Any) -> None:
     models = httpx.get(f"{stub_gateway.v1}/models", headers=_token(stub_gateway, "admin")).json()["data"]
     assert FORBIDDEN in {m["id"] for m in models}  # it exists; the analyst may not use it
+    assert all(m["quantization"] is None for m in models)  # the stub serves unquantized weights
     headers = _token(stub_gateway, "analyst")
     for path in _bodies(FORBIDDEN):
         answers = []

@@ -150,8 +150,8 @@ def info_over(port: int, tls: EngineTlsConfig) -> list[str]:
             request = GenerateRequest(
                 request_id="r1", model="demo-chat", prompt="hi", params=SamplingParams(max_tokens=2)
             )
-            async with client.generate(request) as events:
-                text = "".join([e.text async for e in events])
+            async with client.generate(request) as frames:
+                text = "".join([e.text async for frame in frames for e in frame])
             return [*(m.name for m in info.models), text]
         finally:
             await client.aclose()

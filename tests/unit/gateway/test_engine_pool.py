@@ -101,8 +101,8 @@ async def test_a_hung_engine_ends_streams_in_flight_and_comes_back_when_it_answe
         received = 0
         start = 0.0
         with pytest.raises(EngineUnavailableError, match="out of service"):
-            async with client[0].generate(_request(2000)) as events:
-                async for _ in events:
+            async with client[0].generate(_request(2000)) as frames:
+                async for _ in frames:
                     received += 1
                     if received == 3:
                         proc.send_signal(signal.SIGSTOP)
@@ -113,8 +113,8 @@ async def test_a_hung_engine_ends_streams_in_flight_and_comes_back_when_it_answe
 
         proc.send_signal(signal.SIGCONT)
         await _until(lambda: pool.pick("demo-chat") is not None, "back in service after SIGCONT")
-        async with client[0].generate(_request(3)) as events:
-            assert len([e async for e in events]) == 3
+        async with client[0].generate(_request(3)) as frames:
+            assert len([e async for frame in frames for e in frame]) == 3
         await pool.aclose()
     finally:
         _stop(proc)

@@ -2,7 +2,8 @@
 
 The happy path against the real engine server lives in tests/unit/engine/serving/test_protocol.py;
 these tests pin what a real server does less often: answers split at any byte, trailers, a
-connection closed while idle, ``connection: close``, silence past the read timeout.
+connection closed while idle, ``connection: close``, silence past the read timeout, an engine
+that speaks an older protocol.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import msgspec
 import pytest
 
+from engine.core.outputs import StreamDelta
 from engine.core.sampling_params import SamplingParams
-from engine.errors import EngineUnavailableError
+from engine.errors import EngineUnavailableError, PromptTooLongError
 from engine.serving.client import EngineClient
-from engine.serving.protocol import DeltaEvent, GenerateRequest
+from engine.serving.frames import encode_frame
+from engine.serving.protocol import FRAMES_MEDIA_TYPE, DeltaEvent, ErrorEvent, GenerateRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -91,11 +94,20 @@ def request(max_tokens: int = 2) -> GenerateRequest:
     )
 
 
-def ndjson(*texts: str) -> bytes:
-    events = [
-        DeltaEvent(index=0, text=t, token_ids=[1], num_output_tokens=i + 1) for i, t in enumerate(texts)
-    ]
-    return b"".join(msgspec.json.encode(e) + b"\n" for e in events)
+def delta(text: str, num_output_tokens: int, index: int = 0) -> StreamDelta:
+    return StreamDelta(
+        index=index,
+        text=text,
+        token_ids=[1],
+        finish_reason=None,
+        num_prompt_tokens=1,
+        num_output_tokens=num_output_tokens,
+    )
+
+
+def frames(*texts: str) -> bytes:
+    """One frame per text, as the engine sends them."""
+    return b"".join(encode_frame([delta(t, i + 1)]) for i, t in enumerate(texts))
 
 
 def chunked(body: bytes, size: int) -> bytes:
@@ -104,16 +116,18 @@ def chunked(body: bytes, size: int) -> bytes:
     return framed + b"0\r\nx-trailer: yes\r\n\r\n"
 
 
-STREAM_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-type: application/x-ndjson\r\n\r\n"
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-type: %s\r\n\r\n" % (
+    FRAMES_MEDIA_TYPE.encode()
+)
 
 
 async def texts_of(client: EngineClient) -> list[str]:
-    async with client.generate(request()) as events:
-        return [event.text async for event in events]
+    async with client.generate(request()) as stream:
+        return [event.text async for frame in stream for event in frame]
 
 
 async def test_an_answer_split_at_any_byte_gives_whole_events(scripted: Start) -> None:
-    answer = STREAM_HEAD + chunked(ndjson(" hello", " wörld", " again"), size=7)
+    answer = STREAM_HEAD + chunked(frames(" hello", " wörld", " again"), size=7)
 
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
         for i in range(0, len(answer), 5):
@@ -133,7 +147,7 @@ async def test_an_answer_split_at_any_byte_gives_whole_events(scripted: Start) -
 
 async def test_a_connection_the_engine_closed_while_idle_is_replaced(scripted: Start) -> None:
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
-        writer.write(STREAM_HEAD + chunked(ndjson(" ok"), size=64))
+        writer.write(STREAM_HEAD + chunked(frames(" ok"), size=64))
         await writer.drain()
         writer.close()  # as an idle keep-alive timeout would, without saying so in a header
 
@@ -166,7 +180,7 @@ async def test_connection_close_and_content_length_answers(scripted: Start) -> N
 
 async def test_an_engine_silent_past_the_read_timeout_is_unavailable(scripted: Start) -> None:
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
-        writer.write(STREAM_HEAD + chunked(ndjson(" first"), size=64)[:-5])  # then nothing more
+        writer.write(STREAM_HEAD + chunked(frames(" first"), size=64)[:-5])  # then nothing more
         await writer.drain()
 
     engine, url = await scripted(respond)
@@ -174,9 +188,9 @@ async def test_an_engine_silent_past_the_read_timeout_is_unavailable(scripted: S
     started = time.monotonic()
     got: list[str] = []
     with pytest.raises(EngineUnavailableError, match="TimeoutError"):
-        async with client.generate(request()) as events:
-            async for event in events:
-                got.append(event.text)
+        async with client.generate(request()) as stream:
+            async for frame in stream:
+                got += [event.text for event in frame]
     assert got == [" first"]
     assert 0.2 <= time.monotonic() - started < 2
     assert len(engine.requests) == 1
@@ -186,7 +200,7 @@ async def test_an_engine_silent_past_the_read_timeout_is_unavailable(scripted: S
 async def test_an_answer_cut_off_midway_is_unavailable_and_not_resent(scripted: Start) -> None:
     async def respond(writer: asyncio.StreamWriter, num: int) -> None:
         if num == 1:
-            writer.write(STREAM_HEAD + chunked(ndjson(" ok"), size=64))
+            writer.write(STREAM_HEAD + chunked(frames(" ok"), size=64))
         else:
             writer.write(b"HTTP/1.1 200 OK\r\nTransfer-")
             writer.close()
@@ -206,3 +220,53 @@ def test_urls_and_tokens_that_cannot_be_sent_are_refused() -> None:
         EngineClient("ftp://engine:21", "t")
     with pytest.raises(ValueError, match="line breaks"):
         EngineClient("http://engine:8100", "t\r\nx-injected: 1")
+
+
+async def test_a_frame_carries_every_completion_of_a_step_and_an_error_frame_raises(scripted: Start) -> None:
+    step = encode_frame([delta(" a", 1, index=0), delta(" b", 1, index=1)])
+    error = encode_frame(ErrorEvent(code=PromptTooLongError.code, message="too long", param="messages"))
+
+    async def respond(writer: asyncio.StreamWriter, _: int) -> None:
+        writer.write(STREAM_HEAD + chunked(step + error, size=3))
+        await writer.drain()
+
+    _, url = await scripted(respond)
+    client = EngineClient(url, "t")
+    got: list[list[DeltaEvent]] = []
+    with pytest.raises(PromptTooLongError, match="too long"):
+        async with client.generate(request()) as stream:
+            async for frame in stream:
+                got.append(frame)
+    assert [[(e.index, e.text) for e in frame] for frame in got] == [[(0, " a"), (1, " b")]]
+    await client.aclose()
+
+
+async def test_an_engine_speaking_the_ndjson_protocol_is_unavailable_not_misread(scripted: Start) -> None:
+    line = msgspec.json.encode(DeltaEvent(index=0, text=" old", token_ids=[1])) + b"\n"
+
+    async def respond(writer: asyncio.StreamWriter, _: int) -> None:
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-type: application/x-ndjson\r\n\r\n"
+        writer.write(head + chunked(line, size=64))
+        await writer.drain()
+
+    _, url = await scripted(respond)
+    client = EngineClient(url, "t")
+    with pytest.raises(EngineUnavailableError, match="version 2"):
+        await texts_of(client)
+    await client.aclose()
+
+
+async def test_a_stream_cut_inside_a_frame_is_unavailable(scripted: Start) -> None:
+    async def respond(writer: asyncio.StreamWriter, _: int) -> None:
+        writer.write(STREAM_HEAD + chunked(frames(" whole") + frames(" cut")[:-2], size=64))
+        await writer.drain()
+
+    _, url = await scripted(respond)
+    client = EngineClient(url, "t")
+    got: list[str] = []
+    with pytest.raises(EngineUnavailableError, match="inside a frame"):
+        async with client.generate(request()) as stream:
+            async for frame in stream:
+                got += [event.text for event in frame]
+    assert got == [" whole"]
+    await client.aclose()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -14,7 +15,7 @@ import uvicorn
 from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineUnavailableError, PromptTooLongError, UnknownModelError
 from engine.serving.client import EngineClient
-from engine.serving.protocol import GenerateRequest
+from engine.serving.protocol import DeltaEvent, DeltaFrame, GenerateRequest
 from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 
@@ -44,13 +45,17 @@ def engine_server(backend: StubEngine) -> Iterator[str]:
         sock.close()
 
 
-def request(model: str = "demo-chat", max_tokens: int = 3, **kw: object) -> GenerateRequest:
+def request(model: str = "demo-chat", max_tokens: int = 3, n: int = 1, **kw: object) -> GenerateRequest:
     return GenerateRequest(
         request_id=f"r-{time.monotonic_ns()}",
         model=model,
-        params=SamplingParams(max_tokens=max_tokens),
+        params=SamplingParams(max_tokens=max_tokens, n=n),
         **kw,  # type: ignore[arg-type]
     )
+
+
+async def events_of(frames: AsyncIterator[DeltaFrame]) -> list[DeltaEvent]:
+    return [event async for frame in frames for event in frame]
 
 
 async def test_generate_streams_every_delta_and_info_lists_models() -> None:
@@ -59,8 +64,8 @@ async def test_generate_streams_every_delta_and_info_lists_models() -> None:
         info = await client.info()
         assert [m.name for m in info.models] == ["demo-chat", "demo-base"]
         assert await client.is_ready()
-        async with client.generate(request(prompt="hi there", max_tokens=3)) as events:
-            got = [e async for e in events]
+        async with client.generate(request(prompt="hi there", max_tokens=3)) as frames:
+            got = await events_of(frames)
         assert [e.text for e in got] == [" hello"] * 3
         assert [e.finish_reason for e in got] == [None, None, "length"]
         assert got[-1].num_output_tokens == 3
@@ -73,8 +78,8 @@ async def test_chat_messages_are_rendered_by_the_engine() -> None:
     with engine_server(StubEngine()) as url:
         client = EngineClient(url, TOKEN)
         req = request(messages=[ChatMessage(role="user", content="hello")], max_tokens=1)
-        async with client.generate(req) as events:
-            [only] = [e async for e in events]
+        async with client.generate(req) as frames:
+            [only] = await events_of(frames)
         assert only.num_prompt_tokens == len("<user>hello<assistant>") // 4
         await client.aclose()
 
@@ -90,8 +95,8 @@ async def test_token_count_is_what_generate_charges() -> None:
             request(prompt=long_text, max_tokens=1),
             request(prompt_token_ids=[1, 2, 3], max_tokens=1),
         ):
-            async with client.generate(req) as events:
-                charged = [e async for e in events][-1].num_prompt_tokens
+            async with client.generate(req) as frames:
+                charged = (await events_of(frames))[-1].num_prompt_tokens
             assert await client.count_tokens(req) == charged
         with pytest.raises(UnknownModelError):
             await client.count_tokens(request(model="nope", prompt="hi"))
@@ -102,11 +107,11 @@ async def test_errors_cross_the_wire_as_their_own_classes() -> None:
     with engine_server(StubEngine()) as url:
         client = EngineClient(url, TOKEN)
         with pytest.raises(UnknownModelError):
-            async with client.generate(request(model="nope", prompt="x")) as events:
-                [e async for e in events]
+            async with client.generate(request(model="nope", prompt="x")) as frames:
+                await events_of(frames)
         with pytest.raises(PromptTooLongError):
-            async with client.generate(request(prompt="x", max_tokens=5000)) as events:
-                [e async for e in events]
+            async with client.generate(request(prompt="x", max_tokens=5000)) as frames:
+                await events_of(frames)
         await client.aclose()
 
 
@@ -116,8 +121,8 @@ async def test_wrong_token_is_refused() -> None:
         with pytest.raises(EngineUnavailableError):
             await client.info()
         with pytest.raises(EngineUnavailableError):
-            async with client.generate(request(prompt="x")) as events:
-                [e async for e in events]
+            async with client.generate(request(prompt="x")) as frames:
+                await events_of(frames)
         await client.aclose()
 
 
@@ -126,8 +131,8 @@ async def test_leaving_the_stream_early_aborts_the_request() -> None:
     with engine_server(backend) as url:
         client = EngineClient(url, TOKEN)
         req = request(prompt="x", max_tokens=1000)
-        async with client.generate(req) as events:
-            async for _ in events:
+        async with client.generate(req) as frames:
+            async for _ in frames:
                 break
         deadline = time.monotonic() + 5
         while backend.active and time.monotonic() < deadline:
@@ -145,8 +150,34 @@ async def test_dead_engine_is_unavailable_not_a_hang() -> None:
     with pytest.raises(EngineUnavailableError):
         await client.info()
     with pytest.raises(EngineUnavailableError):
-        async with client.generate(request(prompt="x")) as events:
-            [e async for e in events]
+        async with client.generate(request(prompt="x")) as frames:
+            await events_of(frames)
     assert time.monotonic() - started < 3
     assert not await client.is_ready()
     await client.aclose()
+
+
+async def test_one_frame_per_step_carries_every_completion() -> None:
+    with engine_server(StubEngine(token_delay_s=0.005)) as url:
+        client = EngineClient(url, TOKEN)
+        async with client.generate(request(prompt="x", max_tokens=3, n=2)) as frames:
+            got = [frame async for frame in frames]
+        assert [[(e.index, e.num_output_tokens) for e in frame] for frame in got] == [
+            [(0, 1), (1, 1)],
+            [(0, 2), (1, 2)],
+            [(0, 3), (1, 3)],
+        ]
+        assert [e.finish_reason for e in got[-1]] == ["length", "length"]
+        await client.aclose()
+
+
+async def test_health_and_info_answer_while_every_generation_slot_is_taken() -> None:
+    """A busy engine is not a dead one: probes never wait behind generations for a slot."""
+    with engine_server(StubEngine(token_delay_s=0.01)) as url:
+        client = EngineClient(url, TOKEN, max_connections=1)
+        async with client.generate(request(prompt="x", max_tokens=1000)) as frames:
+            await anext(frames)
+            assert await asyncio.wait_for(client.is_ready(timeout_s=1.0), timeout=5)
+            info = await asyncio.wait_for(client.info(), timeout=5)
+            assert info.stats["running"] == 1
+        await client.aclose()

@@ -1,0 +1,47 @@
+"""The FP8 / INT8 weight GEMV against dequantize-then-matmul (``engine.quantization.tensors``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.kernels.quant_gemv import quant_gemv, quant_gemv_fits
+from engine.quantization.tensors import dequantize, quantize, quantize_blocks
+
+# The interpreter rounds float32 -> bfloat16 toward zero (the GPU to nearest): one ulp.
+_RTOL = {torch.float32: 1e-5, torch.bfloat16: 2**-7}
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("m", "n", "k", "block"), [(1, 70, 300, None), (5, 96, 256, (128, 128)), (16, 33, 200, (16, 128))]
+)
+def test_matches_dequantized_reference(
+    device: str, fmt: str, dtype: torch.dtype, m: int, n: int, k: int, block: tuple[int, int] | None
+) -> None:
+    w = torch.randn(n, k) / k**0.5
+    if block is None:
+        q, scale = quantize(w, fmt)
+    else:
+        q, blocks = quantize_blocks(w, fmt, block)
+        scale = blocks.repeat_interleave(block[0], 0)[:n].contiguous()
+    group = None if block is None else block[1]
+    x = torch.randn(m, k).to(dtype)
+    bias = torch.randn(n).to(dtype)
+    got = quant_gemv(x.to(device), q.to(device), scale.to(device), group, bias.to(device)).cpu()
+    want = F.linear(x.float(), dequantize(q, scale, group), bias.float())
+    assert got.dtype == dtype and got.shape == (m, n)
+    torch.testing.assert_close(got.float(), want, atol=1e-4, rtol=_RTOL[dtype])
+
+
+def test_refuses_what_it_cannot_take() -> None:
+    x = torch.randn(17, 64)
+    assert not quant_gemv_fits(x, None)
+    assert not quant_gemv_fits(x[:2], 64)  # a scale group narrower than the kernel's K step
+    q, scale = quantize(torch.randn(8, 64), "int8")
+    with pytest.raises(ValueError, match="16 rows"):
+        quant_gemv(x, q, scale, None)
+    with pytest.raises(ValueError, match="do not fit"):
+        quant_gemv(x[:2, :32], q, scale, None)
