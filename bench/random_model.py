@@ -76,3 +76,66 @@ def _write_tokenizer(path: Path, vocab_size: int) -> None:
     tokenizer.decoder = decoders.WordPiece(prefix="##")
     tokenizer.save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": eos, "bos_token": None}))
+
+
+def write_random_llama(
+    path: Path, fields: dict[str, Any], *, dtype: str, device: str = "cpu", seed: int = 0
+) -> Path:
+    """A random Llama checkpoint of any size without building the model: one safetensors shard
+    per decoder layer, written as it is drawn, so a 70B shape needs one layer's memory. Every
+    layer gets the same draw (drawing is the slow part; the engine's speed does not depend on
+    the values)."""
+    import torch
+    from safetensors.torch import save_file
+
+    torch_dtype = getattr(torch, dtype)
+    generator = torch.Generator(device).manual_seed(seed)
+    hidden, inter, vocab = fields["hidden_size"], fields["intermediate_size"], fields["vocab_size"]
+    heads, kv_heads = fields["num_attention_heads"], fields["num_key_value_heads"]
+    head_dim = fields.get("head_dim") or hidden // heads
+
+    def rand(*shape: int) -> torch.Tensor:
+        std = shape[-1] ** -0.5
+        return (torch.randn(*shape, generator=generator, device=device) * std).to(torch_dtype).cpu()
+
+    path.mkdir(parents=True, exist_ok=True)
+    layer = {
+        "self_attn.q_proj.weight": rand(heads * head_dim, hidden),
+        "self_attn.k_proj.weight": rand(kv_heads * head_dim, hidden),
+        "self_attn.v_proj.weight": rand(kv_heads * head_dim, hidden),
+        "self_attn.o_proj.weight": rand(hidden, heads * head_dim),
+        "mlp.gate_proj.weight": rand(inter, hidden),
+        "mlp.up_proj.weight": rand(inter, hidden),
+        "mlp.down_proj.weight": rand(hidden, inter),
+        "input_layernorm.weight": torch.ones(hidden, dtype=torch_dtype),
+        "post_attention_layernorm.weight": torch.ones(hidden, dtype=torch_dtype),
+    }
+    weight_map: dict[str, str] = {}
+
+    def shard(name: str, tensors: dict[str, torch.Tensor]) -> None:
+        save_file(tensors, str(path / name))
+        weight_map.update(dict.fromkeys(tensors, name))
+
+    outer = {
+        "model.embed_tokens.weight": rand(vocab, hidden),
+        "model.norm.weight": torch.ones(hidden, dtype=torch_dtype),
+    }
+    if not fields.get("tie_word_embeddings", False):
+        outer["lm_head.weight"] = rand(vocab, hidden)
+    shard("outer.safetensors", outer)
+    for i in range(fields["num_hidden_layers"]):
+        shard(f"layer-{i:03d}.safetensors", {f"model.layers.{i}.{k}": v for k, v in layer.items()})
+    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    eos = vocab - 1
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "torch_dtype": dtype,
+        "bos_token_id": eos,
+        "eos_token_id": eos,
+        **fields,
+    }
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+    _write_tokenizer(path, vocab)
+    return path

@@ -67,9 +67,16 @@ def _synchronize(device: str) -> None:
 
 
 def run_ours(model_dir: Path, workload: Workload, *, dtype: str, device: str) -> RunResult:
-    from engine import LLM, SamplingParams
+    from engine import LLM
 
-    llm = LLM(str(model_dir), dtype=dtype, device=device)
+    with LLM(str(model_dir), dtype=dtype, device=device) as llm:
+        return time_workload(llm, workload, device)
+
+
+def time_workload(llm: Any, workload: Workload, device: str, system: str = "ours") -> RunResult:
+    """The workload through an ``engine.LLM``'s engine, after a short warm-up."""
+    from engine import SamplingParams
+
     engine = llm.engine
     model = next(iter(engine.models))
 
@@ -96,7 +103,7 @@ def run_ours(model_dir: Path, workload: Workload, *, dtype: str, device: str) ->
     num_output = generate(workload.prompt_token_ids, workload.max_tokens)
     _synchronize(device)
     elapsed = time.perf_counter() - start
-    return _result("ours", workload, elapsed, num_output)
+    return _result(system, workload, elapsed, num_output)
 
 
 def _load_hf(model_dir: Path, *, dtype: str, device: str) -> Any:

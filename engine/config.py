@@ -76,7 +76,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str | None = None
     """When set, overrides every model's dtype (e.g. bfloat16 on a GPU)."""
     kv_cache_bytes: int | None = None
-    """Size of the shared KV pool; None sizes it by kv_cache_fraction."""
+    """Size of the shared KV pool (of each tensor-parallel rank); None sizes it by kv_cache_fraction."""
     kv_cache_fraction: float = 0.9
     """Share of the device memory still free after loading weights that the pool takes (GPU); on CPU
     a share of available RAM. Never more blocks than max_num_seqs full-length sequences need."""
@@ -107,6 +107,15 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """On CUDA, launch step N+1 before reading step N's tokens back, so host work overlaps the
     GPU (rows with penalties or logprobs wait for their tokens); False runs steps one by one."""
 
+    tensor_parallel_size: int = 1
+    """Processes (one per GPU; on CPU, one per share of the cores) that each hold a slice of
+    every model: their own attention heads, MLP columns and vocabulary rows, and the KV of their
+    own heads. Must divide every model's attention heads, KV heads and intermediate size. Above
+    1, steps run eagerly: no fused CUDA step, CUDA graphs or asynchronous scheduling yet."""
+    distributed_timeout_s: float = 300.0
+    """How long a rank waits on the others inside a step before the instance fails (tensor
+    parallel only); a rank that dies is noticed at once."""
+
     def __post_init__(self) -> None:
         if not self.models:
             raise EngineConfigError("engine needs at least one model")
@@ -127,6 +136,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise EngineConfigError("max_num_batched_tokens must be >= 1")
         if self.long_prefill_token_threshold is not None and self.long_prefill_token_threshold < 1:
             raise EngineConfigError("long_prefill_token_threshold must be >= 1 (or unset)")
+        if self.tensor_parallel_size < 1:
+            raise EngineConfigError("tensor_parallel_size must be >= 1")
+        if self.distributed_timeout_s <= 0:
+            raise EngineConfigError("distributed_timeout_s must be > 0")
         if self.num_threads is not None and self.num_threads < 1:
             raise EngineConfigError("num_threads must be >= 1")
 

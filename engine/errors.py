@@ -48,6 +48,12 @@ class EngineUnavailableError(EngineError):
     code = "engine_unavailable"
 
 
+class EngineRankError(EngineUnavailableError):
+    """A tensor-parallel rank died or stopped answering; the instance cannot go on and must restart."""
+
+    code = "engine_rank_failed"
+
+
 class EngineConfigError(EngineError):
     """The engine configuration is inconsistent; raised at construction, before anything loads."""
 

@@ -4,6 +4,9 @@ from engine import LLM, SamplingParams
 llm = LLM("path/to/model", dtype="float32", device="cpu")   # or LLM(models={"a": path_a, "b": path_b})
 outs = llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=16))
 outs[0].text, outs[0].token_ids, outs[0].finish_reason
+
+LLM(path, tensor_parallel_size=2) splits every model over two processes (one per GPU on CUDA);
+``close()`` (or leaving a ``with LLM(...) as llm:`` block) stops them.
 """
 
 from __future__ import annotations
@@ -61,6 +64,16 @@ class LLM:
         )
         self.engine = LLMEngine(EngineConfig(models=specs, device=device, **engine_options), tuning=tuning)
         self._ids = itertools.count()
+
+    def close(self) -> None:
+        """Stop the other tensor-parallel ranks, if any."""
+        self.engine.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def model_names(self) -> list[str]:

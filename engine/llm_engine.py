@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from engine.config import EngineConfig, ModelSpec
+from engine.config import EngineConfig
 from engine.core.block_pool import BlockPool
 from engine.core.cache_scope import cache_salt
 from engine.core.kv_cache_manager import KVCacheManager
@@ -26,18 +26,20 @@ from engine.core.sequence import Sequence, SequenceStatus
 from engine.errors import (
     EngineConfigError,
     InvalidRequestError,
-    ModelLoadError,
     PromptTooLongError,
     UnknownModelError,
 )
-from engine.loading.hosted_model import HostedModel
-from engine.loading.model_source import DirectorySource, ModelSource
+from engine.loading.hosted_model import HostedModel, load_hosted_models
+from engine.loading.model_source import ModelSource
 from engine.sampling import GrammarCompiler, GrammarMatcher, Sampler
 from engine.sequence_output import SequenceOutput
 from engine.tuning import DEFAULT_TUNING, CudaTuning
+from engine.worker.distributed import tp_world_size
 from engine.worker.inflight_step import InflightStep, SampledRow
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
+from engine.worker.rank_group import RankGroup
+from engine.worker.step_plan import to_plan
 
 __all__ = ["LLMEngine"]
 
@@ -60,27 +62,30 @@ class LLMEngine:
         self.device = torch.device(config.device)
         if config.num_threads is not None and self.device.type == "cpu":
             torch.set_num_threads(config.num_threads)
-        sources = dict(sources or {})
-        self.models: dict[str, HostedModel] = {}
-        self.failed_models: dict[str, str] = {}
-        for spec in config.models:
-            try:
-                source = sources.get(spec.name) or DirectorySource(_resolve(spec, data_dir))
-                self.models[spec.name] = HostedModel.load(
-                    spec, source, dtype=config.dtype_of(spec), device=self.device
-                )
-            except ModelLoadError as exc:
-                # A server keeps its other models in service; the Python API fails loudly.
-                if not skip_failed_models:
-                    raise
-                self.failed_models[spec.name] = str(exc)
-        if not self.models:
-            raise ModelLoadError(f"no model could be loaded: {self.failed_models}")
+        self.ranks: RankGroup | None = None
+        """The other tensor-parallel ranks; None on one rank."""
+        if config.tensor_parallel_size > 1:
+            self.ranks = RankGroup.start(config, data_dir, sources)
+        elif tp_world_size() > 1:
+            # Layers read the world size when built: this engine's would come out sharded.
+            raise EngineConfigError("a tensor-parallel engine already runs in this process")
+            self.device = self.ranks.device
+        try:
+            self.models, self.failed_models = load_hosted_models(
+                config, data_dir, sources, self.device, skip_failed=skip_failed_models
+            )
+            self._build(config, tuning)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, config: EngineConfig, tuning: CudaTuning) -> None:
         hosted = list(self.models.values())
         block_bytes = KVCache.block_bytes_for(hosted, config.block_size)
-        self.kv_cache = KVCache(
-            self._num_blocks(hosted, block_bytes), block_bytes, config.block_size, self.device
-        )
+        num_blocks = KVCache.num_blocks_for(config, hosted, block_bytes, self.device)
+        if self.ranks is not None:  # every rank's pool has as many blocks as the smallest one's
+            num_blocks = self.ranks.agree(list(self.models), num_blocks)
+        self.kv_cache = KVCache(num_blocks, block_bytes, config.block_size, self.device)
         for model in hosted:
             self.kv_cache.bind(model)
         self.block_pool = BlockPool(self.kv_cache.num_blocks)
@@ -99,7 +104,8 @@ class LLMEngine:
                 m,
                 config.block_size,
                 self.device,
-                cuda_graphs=config.cuda_graphs,
+                cuda_graphs=config.cuda_graphs and self.ranks is None,
+                fused=self.ranks is None,
                 max_num_seqs=config.max_num_seqs,
                 tuning=tuning,
             )
@@ -115,23 +121,16 @@ class LLMEngine:
         self.num_steps = 0
         self.device_wait_s = 0.0
         """Host time spent waiting for sampled tokens (the rest of a step's wall time is host work)."""
-        self.async_scheduling = config.async_scheduling and self.device.type == "cuda"
+        self.async_scheduling = config.async_scheduling and self.device.type == "cuda" and self.ranks is None
         self._inflight: InflightStep | None = None
         self._retired: set[int] = set()
         """Sequences that ended while the in-flight step computes a row for them."""
 
-    def _num_blocks(self, hosted: list[HostedModel], block_bytes: int) -> int:
-        config = self.config
-        if config.kv_cache_bytes is not None:
-            num_blocks = config.kv_cache_bytes // block_bytes
-        else:
-            longest = max(m.max_model_len for m in hosted)
-            enough = config.max_num_seqs * -(-longest // config.block_size)
-            free = int(KVCache.available_bytes(self.device) * config.kv_cache_fraction)
-            num_blocks = min(enough, free // block_bytes)
-        if num_blocks < 1:
-            raise EngineConfigError(f"KV pool holds no block of {block_bytes} bytes; raise kv_cache_bytes")
-        return num_blocks
+    def close(self) -> None:
+        """Stop the other tensor-parallel ranks (nothing to do on one rank)."""
+        if self.ranks is not None:
+            self.ranks.close()
+            self.ranks = None
 
     def model(self, name: str) -> HostedModel:
         hosted = self.models.get(name)
@@ -143,6 +142,15 @@ class LLMEngine:
         """Tokenize and validate a prompt; raises before anything is queued."""
         hosted = self.model(model)
         ids = hosted.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids and isinstance(prompt, str):
+            # OpenAI's empty prompt is its default, <|endoftext|>: the document boundary, which is
+            # BOS here, or EOS for a model without one (Qwen).
+            boundary = hosted.tokenizer.bos_token_id
+            if boundary is None:
+                boundary = hosted.tokenizer.eos_token_id
+            if boundary is None and hosted.eos_token_ids:
+                boundary = min(hosted.eos_token_ids)
+            ids = [] if boundary is None else [boundary]
         if not ids:
             raise InvalidRequestError("prompt must not be empty", param="prompt")
         vocab = hosted.config.vocab_size
@@ -191,6 +199,9 @@ class LLMEngine:
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already running", param="request_id")
         hosted = self.model(model)
+        vocab = hosted.config.vocab_size
+        if any(token_id >= vocab for token_id, _ in params.logit_bias):
+            raise InvalidRequestError(f"logit_bias token ids must be in [0, {vocab})", param="logit_bias")
         grammars = self._grammar_matchers(model, params)  # an invalid schema raises before queueing
         salt = cache_salt(self._cache_scopes[model], tenant, subject)
         self._arrivals += 1
@@ -326,7 +337,10 @@ class LLMEngine:
         """Queue one step's forward passes and sampling; nothing here waits for the device."""
         step = InflightStep(out)
         tokens: list[torch.Tensor] = []
-        for model, items in out.by_model().items():
+        by_model = out.by_model()
+        if self.ranks is not None and by_model:
+            self.ranks.send([(model, to_plan(items)) for model, items in by_model.items()])
+        for model, items in by_model.items():
             rows, sampled = self._run(model, items, prev)
             step.rows.extend(rows)
             if sampled is not None:
@@ -347,7 +361,11 @@ class LLMEngine:
             row_of = prev.row_of
             sources = [row_of[item.seq.seq_id] if item.reads_pending else -1 for item in items]
         pending = prev.tokens if prev is not None and any(s >= 0 for s in sources) else None
-        out = self.runners[model].execute(items, pending, sources)  # logits: [num sampling, vocab]
+        if self.ranks is None:
+            out = self.runners[model].execute(items, pending, sources)  # logits: [num sampling, vocab]
+        else:
+            with self.ranks.watch():
+                out = self.runners[model].execute(items)
         seqs = [item.seq for item in items if item.is_sampling]
         if not seqs:
             return [], None
@@ -402,8 +420,3 @@ class LLMEngine:
             out[f"running:{model}"] = running
             out[f"waiting:{model}"] = waiting
         return out
-
-
-def _resolve(spec: ModelSpec, data_dir: str | Path) -> Path:
-    path = Path(spec.path)
-    return path if path.is_absolute() else Path(data_dir) / path

@@ -150,11 +150,14 @@ class SequenceOutput:
         )
 
     def _logprob(self, lp: TokenLogprobs) -> TokenLogprob:
+        token_bytes = self._tokenizer.token_bytes
         return TokenLogprob(
             token_id=lp.token_id,
             token=self._token_text(lp.token_id),
             logprob=lp.logprob,
             top=[(self._token_text(t), v) for t, v in lp.top],
+            bytes=token_bytes(lp.token_id),
+            top_bytes=[token_bytes(t) for t, _ in lp.top],
         )
 
     def _token_text(self, token_id: int) -> str:

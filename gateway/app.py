@@ -41,7 +41,8 @@ _JSON = "application/json"
 def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     if isinstance(exc, HTTPException) and not isinstance(exc, GatewayError):
         # Litestar's own refusals (unknown route, wrong method, body too large) in OpenAI's shape.
-        err = GatewayError(str(exc.detail))
+        # Litestar's headers stay: a 405 carries ``Allow`` (RFC 9110 requires it).
+        err = GatewayError(str(exc.detail), headers=dict(exc.headers or {}))
         err.status_code = exc.status_code
         err.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
         err.code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(

@@ -19,10 +19,13 @@ from gateway.openai_types import (
     CompletionChoice,
     CompletionLogprobs,
     TokenLogprobOut,
+    ToolCall,
+    ToolFunction,
     TopLogprob,
     Usage,
 )
 from gateway.response_shape import ResponseShape
+from gateway.tool_call_parser import parse_whole
 
 __all__ = ["ChoiceState", "CompletionBuilder", "chat_logprobs", "completion_logprobs"]
 
@@ -50,12 +53,22 @@ def chat_logprobs(entries: list[LogprobEntry]) -> ChatLogprobs:
             TokenLogprobOut(
                 token=e.token,
                 logprob=e.logprob,
-                bytes=list(e.token.encode()),
-                top_logprobs=[TopLogprob(token=t, logprob=lp, bytes=list(t.encode())) for t, lp in e.top],
+                bytes=_bytes(e.bytes, e.token),
+                top_logprobs=[
+                    TopLogprob(
+                        token=t, logprob=lp, bytes=_bytes(e.top_bytes[i] if i < len(e.top_bytes) else [], t)
+                    )
+                    for i, (t, lp) in enumerate(e.top)
+                ],
             )
             for e in entries
         ]
     )
+
+
+def _bytes(raw: list[int], token: str) -> list[int]:
+    """The engine's token bytes; an engine that sends none (the stub) gets the text's UTF-8."""
+    return raw if raw else list(token.encode())
 
 
 def completion_logprobs(entries: list[LogprobEntry], start: int = 0) -> CompletionLogprobs:
@@ -111,6 +124,27 @@ class CompletionBuilder:
             total_tokens=self._num_prompt_tokens + completion,
         )
 
+    def _chat_choice(self, index: int, choice: ChoiceState) -> ChatChoice:
+        text, finish = "".join(choice.text), choice.finish_reason
+        message = ChatMessageOut(content=text)
+        if self._shape.tool_syntax and not choice.blocked:
+            content, calls = parse_whole(self._shape.tool_syntax, text, max_calls=self._shape.max_tool_calls)
+            if calls:
+                message = ChatMessageOut(
+                    content=content or None,
+                    tool_calls=[
+                        ToolCall(id=c.id, function=ToolFunction(name=c.name, arguments=c.arguments))
+                        for c in calls
+                    ],
+                )
+                finish = "tool_calls" if finish == "stop" else finish
+        return ChatChoice(
+            index=index,
+            message=message,
+            finish_reason=finish,
+            logprobs=chat_logprobs(choice.logprobs) if self._shape.wants_logprobs else None,
+        )
+
     def encode(self) -> bytes:
         model = self._shape.model
         wants_logprobs = self._shape.wants_logprobs
@@ -120,15 +154,8 @@ class CompletionBuilder:
                 created=self._created,
                 model=model,
                 usage=self.usage(),
-                choices=[
-                    ChatChoice(
-                        index=i,
-                        message=ChatMessageOut(content="".join(c.text)),
-                        finish_reason=c.finish_reason,
-                        logprobs=chat_logprobs(c.logprobs) if wants_logprobs else None,
-                    )
-                    for i, c in sorted(self._choices.items())
-                ],
+                system_fingerprint=self._shape.system_fingerprint,
+                choices=[self._chat_choice(i, c) for i, c in sorted(self._choices.items())],
             )
             return msgspec.json.encode(chat)
         completion = Completion(
@@ -136,10 +163,11 @@ class CompletionBuilder:
             created=self._created,
             model=model,
             usage=self.usage(),
+            system_fingerprint=self._shape.system_fingerprint,
             choices=[
                 CompletionChoice(
                     index=i,
-                    text="".join(c.text),
+                    text=self._shape.echo + "".join(c.text),
                     finish_reason=c.finish_reason,
                     logprobs=completion_logprobs(c.logprobs) if wants_logprobs else None,
                 )

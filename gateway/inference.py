@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -29,9 +30,10 @@ from engine.core.sampling_params import SamplingParams
 from engine.core.structured_output import StructuredOutput
 from engine.errors import EngineError, EngineUnavailableError
 from engine.serving.client import EngineClient
-from engine.serving.protocol import ChatMessage, DeltaFrame, GenerateRequest, ModelCard
+from engine.serving.protocol import DeltaFrame, GenerateRequest, ModelCard
 from filters import FilterContext, FilterPipeline, ScanBudgetError
 from gateway.auditor import Auditor
+from gateway.chat_filtered import ChatFiltered, audited_messages, tool_texts
 from gateway.completion_builder import CompletionBuilder
 from gateway.engine_pool import EnginePool
 from gateway.errors import (
@@ -44,11 +46,13 @@ from gateway.errors import (
     recorded_reason,
 )
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ResponseFormat
+from gateway.parameter_support import refuse_unsupported
 from gateway.quota import QuotaLease, Quotas
 from gateway.request_context import RequestContext
-from gateway.response_shape import ResponseShape
+from gateway.response_shape import ResponseShape, fingerprint_of
 from gateway.stream_writer import StreamWriter
 from gateway.telemetry import Telemetry
+from gateway.tool_plan import ToolPlan
 from policies import Authorizer
 
 __all__ = ["InferenceService", "Prepared"]
@@ -69,16 +73,26 @@ class Prepared(msgspec.Struct, kw_only=True):
     client: EngineClient
     lease: QuotaLease
     findings: list[Finding]
+    tools: ToolPlan | None = None
 
     @property
     def shape(self) -> ResponseShape:
         """What the answer looks like: all the completion builder and the SSE writer see."""
-        params = self.generate.params
+        params, card = self.generate.params, self.card
+        tools = self.tools if self.tools is not None and self.tools.parses_calls else None
         return ResponseShape(
             is_chat=self.kind == "chat",
             model=self.body.model,
             num_choices=params.n,
             wants_logprobs=params.logprobs is not None,
+            tool_syntax=tools.syntax if tools else "",
+            max_tool_calls=tools.max_calls if tools else None,
+            echo=(self.generate.prompt or "")
+            if isinstance(self.body, CompletionRequest) and self.body.echo
+            else "",
+            system_fingerprint=fingerprint_of(
+                card.name, card.manifest_sha256, card.dtype, card.max_model_len
+            ),
         )
 
 
@@ -140,7 +154,7 @@ class InferenceService:
         if ctx.principal is None:
             raise RuntimeError("prepare() needs an authenticated request")
         ctx.model = body.model
-        ctx.end_user = body.user or ""
+        ctx.end_user = body.user or getattr(body, "safety_identifier", None) or ""
         if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
             # Answered exactly like a model that does not exist, before the engines are asked
             # (a known model's outage would be a 503), so names cannot be enumerated; the audit
@@ -150,9 +164,15 @@ class InferenceService:
             )
             raise _absent(body.model)
         try:
+            refuse_unsupported(body)
             card, client, instance = self._card(body.model)
             ctx.engine_instance = instance
             max_tokens = self._max_tokens(body, card)
+            tools = (
+                ToolPlan.of(body, card.tool_syntax, body.model)
+                if isinstance(body, ChatCompletionRequest)
+                else None
+            )
             params = self._params(body, max_tokens)
             texts = _texts_of(body, allow_token_ids=self._allow_token_ids)
         except Exception as exc:
@@ -177,7 +197,10 @@ class InferenceService:
                 content=_content(body, {}),
             )
             raise ContentPolicyError("The request was blocked by the content policy")
-        generate = self._generate_request(ctx, body, params, list(result.texts))
+        try:
+            generate = self._generate_request(ctx, body, params, list(result.texts), tools)
+        except Exception as exc:
+            raise await self._rejected(ctx, exc) from None
         try:
             # Counted by the engine, with the model's own template and tokenizer, before anything
             # is reserved: a guess (bytes / 3) let concurrent requests overrun token quotas.
@@ -186,6 +209,13 @@ class InferenceService:
             except EngineUnavailableError:
                 self.engines.mark_down(client)
                 raise
+            if _asked_max_tokens(body) is None:
+                # The default fills what the context leaves; an explicit ask is never cut.
+                max_tokens = max(1, min(max_tokens, card.max_model_len - num_prompt))
+                generate = msgspec.structs.replace(
+                    generate, params=msgspec.structs.replace(generate.params, max_tokens=max_tokens)
+                )
+            _check_context(body, card, num_prompt, max_tokens)
             lease = await self.quotas.reserve(
                 ctx.principal, body.model, num_prompt + params.n * max_tokens, max_tokens=max_tokens
             )
@@ -200,6 +230,7 @@ class InferenceService:
             client=client,
             lease=lease,
             findings=findings,
+            tools=tools,
         )
 
     async def _rejected(self, ctx: RequestContext, exc: Exception) -> BaseException:
@@ -210,12 +241,20 @@ class InferenceService:
         raise exc
 
     def _max_tokens(self, body: ChatCompletionRequest | CompletionRequest, card: ModelCard) -> int:
-        asked = body.max_completion_tokens if isinstance(body, ChatCompletionRequest) else None
-        asked = asked if asked is not None else body.max_tokens
+        asked = _asked_max_tokens(body)
+        param = _max_tokens_param(body)
         if asked is None:
             return min(self._default_max_tokens, max(1, card.max_model_len // 2))
         if asked < 1:
-            raise BadRequestError("max_tokens must be at least 1", param="max_tokens")
+            raise BadRequestError(f"{param} must be at least 1", param=param)
+        if asked >= card.max_model_len:
+            err = BadRequestError(
+                f"{param} is too large: {asked}. This model supports at most "
+                f"{card.max_model_len - 1} completion tokens, whereas you provided {asked}.",
+                param=param,
+            )
+            err.code = "invalid_value"
+            raise err
         return asked
 
     def _params(self, body: ChatCompletionRequest | CompletionRequest, max_tokens: int) -> SamplingParams:
@@ -224,8 +263,6 @@ class InferenceService:
             logprobs = (body.top_logprobs or 0) if body.logprobs else None
         else:
             logprobs = body.logprobs
-            if body.echo:
-                raise BadRequestError("echo is not supported", param="echo")
         try:
             return SamplingParams(
                 temperature=1.0 if body.temperature is None else body.temperature,
@@ -239,11 +276,13 @@ class InferenceService:
                 frequency_penalty=body.frequency_penalty or 0.0,
                 repetition_penalty=body.repetition_penalty or 1.0,
                 logprobs=logprobs,
-                n=body.n,
+                n=body.num_choices,
+                logit_bias=_logit_bias(body.logit_bias),
                 ignore_eos=body.ignore_eos,
                 # A plain answer is read whole, after the response filters: the engine decodes its
                 # text once at the end instead of every step (the same text, less engine host time).
-                output_text="delta" if body.stream else "final",
+                output_text="delta" if body.is_stream else "final",
+                # A forced tool call's grammar is set once the definitions are filtered.
                 structured=_structured(body.response_format),
             )
         except EngineError as exc:
@@ -255,7 +294,10 @@ class InferenceService:
         body: ChatCompletionRequest | CompletionRequest,
         params: SamplingParams,
         texts: list[str],
+        tools: ToolPlan | None = None,
     ) -> GenerateRequest:
+        """The engine's request, built from the texts as the request filters left them (in
+        ``_texts_of``'s order: contents, then call arguments, then tool definitions)."""
         common: dict[str, Any] = {
             "request_id": ctx.request_id,
             "model": body.model,
@@ -264,10 +306,14 @@ class InferenceService:
             "subject": ctx.principal.subject if ctx.principal else None,
         }
         if isinstance(body, ChatCompletionRequest):
-            messages = [
-                ChatMessage(role=m.role, content=t) for m, t in zip(body.messages, texts, strict=False)
-            ]
-            return GenerateRequest(messages=messages, **common)
+            chat = ChatFiltered.of(body, texts, tools)
+            if tools is not None and chat.tools is not None:
+                # The forced call's grammar is built from the definitions as filtered: what the
+                # policy took out of a schema (an example value, a const) reaches no engine.
+                grammar = dataclasses.replace(tools, tools=tuple(chat.tools)).grammar()
+                if grammar is not None:
+                    common["params"] = msgspec.structs.replace(params, structured=grammar)
+            return GenerateRequest(messages=chat.messages, tools=chat.tools, **common)
         prompt = _single_prompt(body.prompt)
         if isinstance(prompt, str):
             return GenerateRequest(prompt=texts[0], **common)
@@ -524,14 +570,13 @@ def _content(body: ChatCompletionRequest | CompletionRequest, texts: dict[int, s
     """What content capture is offered (``audit.content_rules`` decide what is kept of it).
 
     The prompt as the client sent it: a chat's messages as JSON ``[{"role", "content"}]`` in
-    order, a completion's prompt text (token ids as a JSON list). The completion as the client
+    order (with tool definitions, calls and call ids: ``gateway.chat_filtered``), a completion's prompt text (token ids as a JSON list). The completion as the client
     received it, after the response filters: one choice's text, or a JSON list of the choices'
     texts when ``n`` > 1.
     """
     prompt: str
     if isinstance(body, ChatCompletionRequest):
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        prompt = msgspec.json.encode(messages).decode()
+        prompt = msgspec.json.encode(audited_messages(body)).decode()
     else:
         single = _single_prompt(body.prompt)
         prompt = single if isinstance(single, str) else msgspec.json.encode(single).decode()
@@ -561,6 +606,50 @@ def _structured(fmt: ResponseFormat | None) -> StructuredOutput | None:
     return StructuredOutput.json_schema(fmt.json_schema.schema)
 
 
+def _asked_max_tokens(body: ChatCompletionRequest | CompletionRequest) -> int | None:
+    asked = body.max_completion_tokens if isinstance(body, ChatCompletionRequest) else None
+    return asked if asked is not None else body.max_tokens
+
+
+def _max_tokens_param(body: ChatCompletionRequest | CompletionRequest) -> str:
+    if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
+def _check_context(
+    body: ChatCompletionRequest | CompletionRequest, card: ModelCard, num_prompt: int, max_tokens: int
+) -> None:
+    """OpenAI's 400 for a prompt plus an explicit max_tokens beyond the context window."""
+    if num_prompt + max_tokens <= card.max_model_len:
+        return
+    where = "messages" if isinstance(body, ChatCompletionRequest) else "prompt"
+    err = BadRequestError(
+        f"This model's maximum context length is {card.max_model_len} tokens. However, you requested "
+        f"{num_prompt + max_tokens} tokens ({num_prompt} in the {where}, {max_tokens} in the completion). "
+        f"Please reduce the length of the {where} or completion.",
+        param=where,
+    )
+    err.code = "context_length_exceeded"
+    raise err
+
+
+def _logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's ``{"token id": bias}`` as (id, bias) pairs; the engine checks ranges and vocabulary."""
+    if not bias:
+        return ()
+    pairs = []
+    for key, value in bias.items():
+        try:
+            token_id = int(key)
+        except ValueError:
+            raise BadRequestError(
+                f"logit_bias keys must be token ids, got '{key}'", param="logit_bias"
+            ) from None
+        pairs.append((token_id, float(value)))
+    return tuple(sorted(pairs))
+
+
 def _absent(model: str) -> ModelNotFoundError:
     return ModelNotFoundError(f"The model '{model}' does not exist", param="model")
 
@@ -574,10 +663,7 @@ def _texts_of(body: ChatCompletionRequest | CompletionRequest, *, allow_token_id
             out = [m.text() for m in body.messages]
         except msgspec.ValidationError as exc:
             raise BadRequestError(str(exc), param="messages") from None
-        for m in body.messages:
-            for call in m.tool_calls or ():
-                out.append(call.function.arguments)
-        return out
+        return out + tool_texts(body)
     prompt = _single_prompt(body.prompt)
     if isinstance(prompt, str):
         return [prompt]
@@ -587,8 +673,10 @@ def _texts_of(body: ChatCompletionRequest | CompletionRequest, *, allow_token_id
     return []
 
 
-def _single_prompt(prompt: str | list[Any]) -> str | list[int]:
-    """One prompt: a string or token ids, bare or as a one-element batch."""
+def _single_prompt(prompt: str | list[Any] | None) -> str | list[int]:
+    """One prompt: a string or token ids, bare or as a one-element batch (None: the empty string)."""
+    if prompt is None:
+        return ""
     if isinstance(prompt, str):
         return prompt
     if len(prompt) == 1 and isinstance(prompt[0], str | list):
@@ -599,9 +687,12 @@ def _single_prompt(prompt: str | list[Any]) -> str | list[int]:
         return list(prompt)
     if not prompt:
         raise BadRequestError("prompt must not be empty", param="prompt")
-    raise BadRequestError(
-        "prompt must be a string or a list of token ids; one prompt per request", param="prompt"
+    err = BadRequestError(
+        "prompt must be a string or a list of token ids; a batch of several prompts is not supported",
+        param="prompt",
     )
+    err.code = "unsupported_parameter"
+    raise err
 
 
 def _merged(findings: Sequence[Finding]) -> list[Finding]:

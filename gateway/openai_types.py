@@ -1,7 +1,9 @@
 """OpenAI-compatible request and response bodies (the subset the gateway serves).
 
-Unknown request fields are ignored, as OpenAI's own server does for fields it doesn't use;
-wrong types are 400s naming the field.
+Every create parameter of OpenAI's published spec is declared here and decided by
+``gateway.request_support``: supported, accepted-and-ignored by design (documented there), or a
+400 naming it. ``null`` is the default wherever the spec marks a field nullable. Fields the spec
+does not know are ignored, as OpenAI's own server does; wrong types are 400s naming the field.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ __all__ = [
     "CompletionRequest",
     "ModelList",
     "ModelObject",
+    "NamedToolChoice",
     "ResponseFormat",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolDef",
     "Usage",
 ]
 
@@ -41,9 +47,49 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     function: ToolFunction = msgspec.field(default_factory=ToolFunction)
 
 
+class FunctionDef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    """A JSON schema of the arguments object; None: no arguments."""
+    strict: bool | None = None
+    """Enforced whenever the call is forced (``required`` or a named function)."""
+
+
+class ToolDef(msgspec.Struct, frozen=True, kw_only=True):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+
+
+class NamedToolChoice(msgspec.Struct, frozen=True, kw_only=True):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class FunctionDelta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A piece of a streamed call: the first carries ``id``, ``type`` and the name, the rest
+    pieces of the arguments' JSON text, all under the call's ``index``."""
+
+    index: int
+    id: str | None = None
+    type: str | None = None
+    function: FunctionDelta = msgspec.field(default_factory=FunctionDelta)
+
+
 class ContentPart(msgspec.Struct, frozen=True, kw_only=True):
     type: str
     text: str | None = None
+    refusal: str | None = None
+    """An assistant message's ``refusal`` part carries its text here."""
 
 
 class ChatMessageIn(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,11 +106,14 @@ class ChatMessageIn(msgspec.Struct, frozen=True, kw_only=True):
             return ""
         parts = []
         for part in self.content:
-            if part.type != "text" or part.text is None:
+            if part.type == "text" and part.text is not None:
+                parts.append(part.text)
+            elif part.type == "refusal" and part.refusal is not None:
+                parts.append(part.refusal)
+            else:
                 raise msgspec.ValidationError(
                     f"content part type {part.type!r} is not supported - at `$.messages`"
                 )
-            parts.append(part.text)
         return "".join(parts)
 
     def __repr__(self) -> str:
@@ -87,7 +136,7 @@ class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
 
 class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     model: str
-    stream: bool = False
+    stream: bool | None = None
     stream_options: StreamOptions | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -95,13 +144,23 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     min_p: float | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
-    n: int = 1
+    n: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
     ignore_eos: bool = False
     user: str | None = None
     response_format: ResponseFormat | None = None
+    logit_bias: dict[str, float] | None = None
+    """Token id (as a string, JSON keys being strings) to a bias in [-100, 100]."""
+
+    @property
+    def is_stream(self) -> bool:
+        return bool(self.stream)
+
+    @property
+    def num_choices(self) -> int:
+        return 1 if self.n is None else self.n
 
     @property
     def stop_list(self) -> tuple[str, ...]:
@@ -116,22 +175,43 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
 
 class ChatCompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     messages: list[ChatMessageIn]
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    logprobs: bool = False
+    logprobs: bool | None = None
     top_logprobs: int | None = None
+    metadata: dict[str, str] | None = None
+    safety_identifier: str | None = None
+    # Decided by gateway.request_support (accepted by design, or a 400 naming the field):
+    store: bool | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: Any = None
+    modalities: list[str] | None = None
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    moderation: Any = None
 
     def __repr__(self) -> str:
         return f"ChatCompletionRequest(model={self.model!r}, messages={len(self.messages)})"
 
 
 class CompletionRequest(_SamplingFields, frozen=True, kw_only=True):
-    prompt: str | list[Any]
-    """A string, a list of token ids, or a one-element list of either (msgspec allows one array type
-    in a union, so the shape is checked by the inference service)."""
+    prompt: str | list[Any] | None = None
+    """A string, a list of token ids, or a list of either (a batch: every prompt gets ``n``
+    choices); msgspec allows one array type in a union, so the shape is checked by
+    ``gateway.prompt_batch``. ``None`` is the empty prompt."""
     max_tokens: int | None = 16
     logprobs: int | None = None
-    echo: bool = False
+    echo: bool | None = None
+    best_of: int | None = None
+    suffix: str | None = None
 
     def __repr__(self) -> str:
         return f"CompletionRequest(model={self.model!r})"
@@ -146,6 +226,10 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
 class ChatMessageOut(msgspec.Struct, frozen=True, kw_only=True):
     role: str = "assistant"
     content: str | None = None
+    tool_calls: list[ToolCall] | msgspec.UnsetType = msgspec.UNSET
+    """Left out unless the model called tools: the spec's ``tool_calls`` is not nullable."""
+    refusal: str | None = None
+    """Required by the spec (nullable): this gateway never answers with a model refusal."""
 
 
 class TopLogprob(msgspec.Struct, frozen=True, kw_only=True):
@@ -163,6 +247,7 @@ class TokenLogprobOut(msgspec.Struct, frozen=True, kw_only=True):
 
 class ChatLogprobs(msgspec.Struct, frozen=True, kw_only=True):
     content: list[TokenLogprobOut]
+    refusal: list[TokenLogprobOut] | None = None
 
 
 class ChatChoice(msgspec.Struct, frozen=True, kw_only=True):
@@ -179,12 +264,14 @@ class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
     choices: list[ChatChoice]
     usage: Usage
     object: str = "chat.completion"
-    system_fingerprint: str | None = None
+    system_fingerprint: str
+    """The serving configuration the answer came from (``ResponseShape.system_fingerprint``)."""
 
 
 class ChunkDelta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
@@ -200,7 +287,9 @@ class ChatCompletionChunk(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     choices: list[ChatChunkChoice]
     object: str = "chat.completion.chunk"
-    usage: Usage | None = None
+    system_fingerprint: str
+    usage: Usage | msgspec.UnsetType = msgspec.UNSET
+    """Only on the last chunk, and only with ``stream_options.include_usage`` (else left out)."""
 
 
 class CompletionLogprobs(msgspec.Struct, frozen=True, kw_only=True):
@@ -224,6 +313,7 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     choices: list[CompletionChoice]
     usage: Usage
     object: str = "text_completion"
+    system_fingerprint: str
 
 
 class CompletionChunk(msgspec.Struct, frozen=True, kw_only=True):
@@ -232,7 +322,9 @@ class CompletionChunk(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     choices: list[CompletionChoice]
     object: str = "text_completion"
-    usage: Usage | None = None
+    system_fingerprint: str
+    usage: Usage | msgspec.UnsetType = msgspec.UNSET
+    """Only on the last chunk, and only with ``stream_options.include_usage`` (else left out)."""
 
 
 class ModelObject(msgspec.Struct, frozen=True, kw_only=True):

@@ -3,9 +3,17 @@ read only this, never the request, the lease or the engine client behind it."""
 
 from __future__ import annotations
 
+import hashlib
+
 import msgspec
 
-__all__ = ["ResponseShape"]
+__all__ = ["ResponseShape", "fingerprint_of"]
+
+
+def fingerprint_of(*parts: object) -> str:
+    """OpenAI's ``fp_`` + a short hash: here of the model card that served the request."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()
+    return "fp_" + digest[:12]
 
 
 class ResponseShape(msgspec.Struct, frozen=True, kw_only=True):
@@ -19,6 +27,16 @@ class ResponseShape(msgspec.Struct, frozen=True, kw_only=True):
     """``n``: a chat stream opens with one role delta per choice."""
     wants_logprobs: bool = False
     """Token logprobs were asked for, so each choice carries them (where the text is unchanged)."""
+    tool_syntax: str = ""
+    """Read tool calls out of the text in this syntax (``gateway.tool_call_parser``); empty: don't."""
+    max_tool_calls: int | None = None
+    """Calls kept per choice (1 for ``parallel_tool_calls: false``); None: all."""
+    echo: str = ""
+    """The prompt text every choice starts with (a completion's ``echo``): the prompt as the
+    request filters passed it."""
+    system_fingerprint: str = "fp_strongroom"
+    """Names the serving configuration (``fingerprint_of`` a model card): a client comparing two
+    answers' fingerprints learns whether the model or its settings changed in between."""
 
     def __post_init__(self) -> None:
         if self.num_choices < 1:

@@ -3,6 +3,9 @@
 Text from the engine goes through one ``StreamFilter`` per choice; only what the filter
 releases is sent, so a sensitive value split across tokens never reaches the client. A blocked
 choice ends with ``finish_reason: "content_filter"`` and the stream with an error event.
+When the request has tools, released text then goes through a ``ToolCallParser``, so calls
+leave as ``tool_calls`` deltas (first the id and name, then pieces of the arguments) built
+from text the filters have already passed.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from gateway.openai_types import (
     ChunkDelta,
     CompletionChoice,
     CompletionChunk,
+    FunctionDelta,
+    ToolCallDelta,
     Usage,
 )
 from gateway.response_shape import ResponseShape
+from gateway.tool_call_parser import Arguments, CallStart, Content, ToolCallParser
 
 __all__ = ["StreamWriter"]
 
@@ -38,8 +44,9 @@ def _sse(payload: bytes) -> bytes:
 
 
 class _Choice:
-    def __init__(self, sf: StreamFilter) -> None:
+    def __init__(self, sf: StreamFilter, calls: ToolCallParser | None) -> None:
         self.filter = sf
+        self.calls = calls
         self.finished = False
         self.num_output_tokens = 0
         self.unreleased = ""
@@ -109,11 +116,18 @@ class StreamWriter:
     def _choice(self, index: int) -> _Choice:
         choice = self._choices.get(index)
         if choice is None:
-            choice = self._choices[index] = _Choice(self._filters.stream(self._fctx))
+            syntax = self._shape.tool_syntax
+            calls = ToolCallParser(syntax, max_calls=self._shape.max_tool_calls) if syntax else None
+            choice = self._choices[index] = _Choice(self._filters.stream(self._fctx), calls)
         return choice
 
     def _chunk(
-        self, index: int, text: str | None, finish: str | None, logprobs: list[LogprobEntry] | None = None
+        self,
+        index: int,
+        text: str | None,
+        finish: str | None,
+        logprobs: list[LogprobEntry] | None = None,
+        tool_calls: list[ToolCallDelta] | None = None,
     ) -> bytes:
         lp = logprobs if (self._wants_logprobs and logprobs) else None
         if self._chat:
@@ -121,10 +135,11 @@ class StreamWriter:
                 id=self._id,
                 created=self._created,
                 model=self._model,
+                system_fingerprint=self._shape.system_fingerprint,
                 choices=[
                     ChatChunkChoice(
                         index=index,
-                        delta=ChunkDelta(content=text),
+                        delta=ChunkDelta(content=text, tool_calls=tool_calls),
                         finish_reason=finish,
                         logprobs=chat_logprobs(lp) if lp else None,
                     )
@@ -135,6 +150,7 @@ class StreamWriter:
                 id=self._id,
                 created=self._created,
                 model=self._model,
+                system_fingerprint=self._shape.system_fingerprint,
                 choices=[
                     CompletionChoice(
                         index=index,
@@ -148,11 +164,16 @@ class StreamWriter:
 
     def start(self) -> bytes:
         if not self._chat:
-            return b""
+            # An echoed prompt opens each choice, before any generated text.
+            echo = self._shape.echo
+            return (
+                b"".join(self._chunk(i, echo, None) for i in range(self._shape.num_choices)) if echo else b""
+            )
         first = ChatCompletionChunk(
             id=self._id,
             created=self._created,
             model=self._model,
+            system_fingerprint=self._shape.system_fingerprint,
             choices=[
                 ChatChunkChoice(index=i, delta=ChunkDelta(role="assistant", content=""))
                 for i in range(self._shape.num_choices)
@@ -179,10 +200,37 @@ class StreamWriter:
             released += tail.release
             choice.finished = True
         logprobs = choice.release(released)
-        if released or logprobs:
-            out.append(self._chunk(event.index, released, None, logprobs))
+        out += self._released(
+            event.index, choice, released, logprobs, is_last=event.finish_reason is not None
+        )
         if event.finish_reason is not None:
-            out.append(self._chunk(event.index, None if self._chat else "", event.finish_reason))
+            out.append(
+                self._chunk(
+                    event.index, None if self._chat else "", _finish_reason(choice, event.finish_reason)
+                )
+            )
+        return out
+
+    def _released(
+        self, index: int, choice: _Choice, text: str, logprobs: list[LogprobEntry], *, is_last: bool
+    ) -> list[bytes]:
+        """The chunks for text the filter released: as is, or split into content and calls."""
+        if choice.calls is None:
+            return [self._chunk(index, text, None, logprobs)] if text or logprobs else []
+        events = choice.calls.feed(text) + (choice.calls.finish() if is_last else [])
+        out = []
+        for e in events:
+            if isinstance(e, Content):
+                out.append(self._chunk(index, e.text, None, logprobs))
+                logprobs = []
+            elif isinstance(e, CallStart):
+                head = ToolCallDelta(
+                    index=e.index, id=e.id, type="function", function=FunctionDelta(name=e.name, arguments="")
+                )
+                out.append(self._chunk(index, None, None, tool_calls=[head]))
+            elif isinstance(e, Arguments):
+                piece = ToolCallDelta(index=e.index, function=FunctionDelta(arguments=e.text))
+                out.append(self._chunk(index, None, None, tool_calls=[piece]))
         return out
 
     def _block(self, index: int, choice: _Choice) -> list[bytes]:
@@ -202,8 +250,7 @@ class StreamWriter:
                 continue
             choice.finished = True
             logprobs = choice.release(tail.release)
-            if tail.release or logprobs:
-                out.append(self._chunk(index, tail.release, None, logprobs))
+            out += self._released(index, choice, tail.release, logprobs, is_last=True)
         return out
 
     def texts(self) -> dict[int, str]:
@@ -224,14 +271,15 @@ class StreamWriter:
 
     def usage_chunk(self) -> bytes:
         body: ChatCompletionChunk | CompletionChunk
-        if self._chat:
-            body = ChatCompletionChunk(
-                id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage()
-            )
-        else:
-            body = CompletionChunk(
-                id=self._id, created=self._created, model=self._model, choices=[], usage=self.usage()
-            )
+        kind = ChatCompletionChunk if self._chat else CompletionChunk
+        body = kind(
+            id=self._id,
+            created=self._created,
+            model=self._model,
+            system_fingerprint=self._shape.system_fingerprint,
+            choices=[],
+            usage=self.usage(),
+        )
         return _sse(_encoder.encode(body))
 
     def filter_error(self) -> bytes:
@@ -239,3 +287,10 @@ class StreamWriter:
 
     def error(self, err: GatewayError) -> bytes:
         return _sse(error_body(err.message, err.type, err.code, err.param))
+
+
+def _finish_reason(choice: _Choice, reason: str) -> str:
+    """A choice that stopped after calling tools finished for ``tool_calls``, as OpenAI says."""
+    return (
+        "tool_calls" if reason == "stop" and choice.calls is not None and choice.calls.num_calls else reason
+    )

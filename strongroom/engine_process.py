@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 from typing import Any, NamedTuple
 
@@ -144,8 +145,21 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
     import msgspec
 
     config = msgspec.structs.replace(settings.engine, models=models)
-    engine = AsyncEngine(config, data_dir=settings.data_path, sources=sources, skip_failed_models=True)
+    engine = AsyncEngine(
+        config,
+        data_dir=settings.data_path,
+        sources=sources,
+        skip_failed_models=True,
+        on_fatal=_exit_for_restart,
+    )
     return LoadedEngine(engine, failed, audit_events, manifests)
+
+
+def _exit_for_restart(exc: Exception) -> None:
+    """A tensor-parallel rank failed: shut down (SIGTERM to ourselves, so streams close and the
+    other ranks stop) and let the supervisor start a new instance."""
+    log.critical("engine instance stopping for a restart: %s", exc)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def end_with_parent() -> None:

@@ -14,6 +14,10 @@ class TokenLogprob(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     logprob: float
     top: list[tuple[str, float]] = []
+    bytes: list[int] = []
+    """The token's own bytes from the vocabulary (``engine.text.token_bytes``), not its text's."""
+    top_bytes: list[list[int]] = []
+    """The same for each of ``top``, in order."""
 
 
 class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,6 +45,8 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     vocab_size: int
     has_chat_template: bool
     dtype: str
+    tool_syntax: str = ""
+    """How the chat template writes tool calls (``engine.text.tool_syntax``); empty: no tools."""
     quantization: str | None = None
     """The linear layers' weight quantization ("fp8", "int8", "fp8-block128x128"), None if none."""
 

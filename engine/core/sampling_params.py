@@ -9,6 +9,9 @@ import msgspec
 from engine.core.structured_output import StructuredOutput
 from engine.errors import InvalidRequestError
 
+_MAX_LOGIT_BIAS = 1024
+"""OpenAI does not publish a cap; this one bounds a request's per-step work."""
+
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """Per-request sampling settings; validated on construction."""
@@ -16,7 +19,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float = 1.0
     """0 means greedy."""
     top_p: float = 1.0
-    """Nucleus sampling mass in (0, 1]."""
+    """Nucleus sampling mass in [0, 1]; 0 keeps the smallest nucleus, the top token alone."""
     top_k: int = 0
     """Keep the k most likely tokens; 0 turns it off."""
     min_p: float = 0.0
@@ -39,6 +42,9 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     n: int = 1
     """Number of independent completions for the prompt."""
     include_stop_str_in_output: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """(token id, bias in [-100, 100]) pairs added to the logits before any other processing
+    (OpenAI's ``logit_bias``); the engine checks the ids against the model's vocabulary."""
     structured: StructuredOutput | None = None
     """Constrain the output to a JSON object, a JSON schema or a grammar (constrained decoding)."""
     output_text: Literal["delta", "final"] = "delta"
@@ -52,8 +58,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise InvalidRequestError("temperature must be >= 0", param="temperature")
-        if not 0 < self.top_p <= 1:
-            raise InvalidRequestError("top_p must be in (0, 1]", param="top_p")
+        if not 0 <= self.top_p <= 1:
+            raise InvalidRequestError("top_p must be in [0, 1]", param="top_p")
         if self.top_k < 0:
             raise InvalidRequestError("top_k must be >= 0", param="top_k")
         if not 0 <= self.min_p <= 1:
@@ -74,6 +80,15 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidRequestError(
                 "ignore_eos cannot be combined with structured output", param="ignore_eos"
             )
+        if len(self.logit_bias) > _MAX_LOGIT_BIAS:
+            raise InvalidRequestError(
+                f"logit_bias holds at most {_MAX_LOGIT_BIAS} tokens", param="logit_bias"
+            )
+        for token_id, bias in self.logit_bias:
+            if token_id < 0 or not -100 <= bias <= 100:
+                raise InvalidRequestError(
+                    "logit_bias maps token ids >= 0 to biases in [-100, 100]", param="logit_bias"
+                )
         if len(self.stop) > 16:
             raise InvalidRequestError("at most 16 stop strings", param="stop")
 

@@ -35,18 +35,21 @@ class StructuredOutput(msgspec.Struct, frozen=True, kw_only=True):
     """The JSON schema as JSON text (``json_schema`` only)."""
     grammar: str | None = None
     """A Lark grammar (``lark`` only)."""
+    param: str = "response_format"
+    """The request field the grammar came from, named by errors about it (``tools`` for a forced
+    tool call)."""
 
     def __post_init__(self) -> None:
         text = self.schema if self.kind == "json_schema" else self.grammar if self.kind == "lark" else None
         if self.kind != "json_object" and not text:
-            raise InvalidRequestError(f"{self.kind} output needs its {self._field}", param="response_format")
+            raise InvalidRequestError(f"{self.kind} output needs its {self._field}", param=self.param)
         if (self.kind != "json_schema" and self.schema is not None) or (
             self.kind != "lark" and self.grammar is not None
         ):
-            raise InvalidRequestError(f"{self.kind} output takes no other grammar", param="response_format")
+            raise InvalidRequestError(f"{self.kind} output takes no other grammar", param=self.param)
         if text is not None and len(text) > _MAX_GRAMMAR_CHARS:
             raise InvalidRequestError(
-                f"the {self._field} is over {_MAX_GRAMMAR_CHARS} characters", param="response_format"
+                f"the {self._field} is over {_MAX_GRAMMAR_CHARS} characters", param=self.param
             )
 
     @property
@@ -71,8 +74,8 @@ class StructuredOutput(msgspec.Struct, frozen=True, kw_only=True):
         return cls.json_schema(schemas[0] if len(schemas) == 1 else {"anyOf": list(schemas)})
 
     @classmethod
-    def lark(cls, grammar: str) -> StructuredOutput:
-        return cls(kind="lark", grammar=grammar)
+    def lark(cls, grammar: str, *, param: str = "response_format") -> StructuredOutput:
+        return cls(kind="lark", grammar=grammar, param=param)
 
     @property
     def key(self) -> str:

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from engine.config import ModelSpec
+from engine.config import EngineConfig, ModelSpec
 from engine.core.outputs import ModelInfo
 from engine.errors import ModelLoadError, UnsupportedQuantizationError
 from engine.loading.checkpoint import Checkpoint
 from engine.loading.model_config import ModelConfig
 from engine.loading.model_loader import load_model
-from engine.loading.model_source import ModelSource
+from engine.loading.model_source import DirectorySource, ModelSource
 from engine.quantization.scheme import WeightQuant
 from engine.text.tokenizer import Tokenizer
+from engine.worker.distributed import tp_world_size
 
-__all__ = ["HostedModel"]
+__all__ = ["HostedModel", "load_hosted_models", "model_source"]
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -33,6 +36,8 @@ class HostedModel:
     max_model_len: int
     eos_token_ids: frozenset[int]
     quant: WeightQuant | None = None
+    tp_size: int = 1
+    """Tensor-parallel ranks the weights are split across; this process holds one slice."""
 
     @classmethod
     def load(cls, spec: ModelSpec, source: ModelSource, *, dtype: str, device: torch.device) -> HostedModel:
@@ -50,12 +55,18 @@ class HostedModel:
             eos.add(tokenizer.eos_token_id)
         max_len = min(spec.max_model_len or config.max_position_embeddings, config.max_position_embeddings)
         model = load_model(ckpt, config, torch_dtype, device, quant)
-        return cls(spec.name, config, tokenizer, model, torch_dtype, max_len, frozenset(eos), quant)
+        tp = tp_world_size()
+        return cls(spec.name, config, tokenizer, model, torch_dtype, max_len, frozenset(eos), quant, tp)
+
+    @property
+    def num_local_kv_heads(self) -> int:
+        """The KV heads this rank computes and caches."""
+        return self.config.num_kv_heads // self.tp_size
 
     @property
     def kv_bytes_per_token(self) -> int:
         c = self.config
-        return c.num_layers * 2 * c.num_kv_heads * c.head_dim * self.dtype.itemsize
+        return c.num_layers * 2 * self.num_local_kv_heads * c.head_dim * self.dtype.itemsize
 
     def info(self) -> ModelInfo:
         return ModelInfo(
@@ -64,8 +75,45 @@ class HostedModel:
             vocab_size=self.config.vocab_size,
             has_chat_template=self.tokenizer.chat_template is not None,
             dtype=str(self.dtype).removeprefix("torch."),
+            tool_syntax=template.tool_syntax if (template := self.tokenizer.chat_template) else "",
             quantization=None if self.quant is None else self.quant.name,
         )
+
+
+def model_source(
+    spec: ModelSpec, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
+) -> ModelSource:
+    """The source given for a model, else its directory (relative to ``data_dir``)."""
+    given = (sources or {}).get(spec.name)
+    if given is not None:
+        return given
+    path = Path(spec.path)
+    return DirectorySource(path if path.is_absolute() else Path(data_dir) / path)
+
+
+def load_hosted_models(
+    config: EngineConfig,
+    data_dir: str | Path,
+    sources: Mapping[str, ModelSource] | None,
+    device: torch.device,
+    *,
+    skip_failed: bool,
+) -> tuple[dict[str, HostedModel], dict[str, str]]:
+    """Every model of ``config``, and the reasons of those that failed (when ``skip_failed``)."""
+    models: dict[str, HostedModel] = {}
+    failed: dict[str, str] = {}
+    for spec in config.models:
+        try:
+            source = model_source(spec, data_dir, sources)
+            models[spec.name] = HostedModel.load(spec, source, dtype=config.dtype_of(spec), device=device)
+        except ModelLoadError as exc:
+            # A server keeps its other models in service; the Python API fails loudly.
+            if not skip_failed:
+                raise
+            failed[spec.name] = str(exc)
+    if not models:
+        raise ModelLoadError(f"no model could be loaded: {failed}")
+    return models, failed
 
 
 def _quantization(spec: ModelSpec, raw: dict[str, Any], source: str) -> WeightQuant | None:

@@ -2,7 +2,7 @@
 
 Built on llguidance (see bench/BENCHMARKS.md, "Structured output", for why): its tokenizer view
 is made once per model from the model's own tokenizer.json, and a compiled grammar is validated
-against it (an invalid schema is an ``InvalidRequestError`` naming ``response_format``, raised
+against it (an invalid schema is an ``InvalidRequestError`` naming the spec's ``param``, raised
 before anything is queued) and kept in a bounded LRU keyed by the schema's hash. Each sequence
 then gets its own ``GrammarMatcher`` from the compiled grammar.
 """
@@ -56,7 +56,7 @@ class GrammarCompiler:
         grammar = _grammar(spec)
         is_error, problems = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self._tokenizer)
         if is_error:
-            raise InvalidRequestError(_message(spec, problems), param="response_format")
+            raise InvalidRequestError(_message(spec, problems), param=spec.param)
         self._cache[key] = grammar
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -74,7 +74,7 @@ def _grammar(spec: StructuredOutput) -> str:
         # Compact separators: no whitespace a random model could fill until max_tokens.
         return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
     except (ValueError, TypeError) as exc:
-        raise InvalidRequestError(_message(spec, [str(exc)]), param="response_format") from exc
+        raise InvalidRequestError(_message(spec, [str(exc)]), param=spec.param) from exc
 
 
 def _message(spec: StructuredOutput, problems: list[str]) -> str:

@@ -26,6 +26,7 @@ Each step, the logits of every row go through, in this order (as vLLM and HF gen
 
     raw logits ──► logprobs (log_softmax of the raw logits, before anything below)
         │
+        ├─ logit_bias           (rows that set one: logit[t] += bias[t], in place)
         ├─ grammar mask         (constrained rows only: disallowed tokens -> -inf, in place)
         ├─ repetition penalty   (HF: prompt + output tokens; logit>0 → /p, else ×p)
         ├─ frequency, presence  (OpenAI: output tokens only; logit -= count·f + [count>0]·p)
@@ -59,6 +60,7 @@ import torch
 from engine.core.sampling_params import SamplingParams
 from engine.sampling.grammar_mask import GrammarMask
 from engine.sampling.grammar_matcher import GrammarMatcher
+from engine.sampling.logit_bias import apply_logit_bias
 from engine.sampling.logprobs import TokenLogprobs, gather_logprobs
 from engine.sampling.penalties import apply_penalties
 from engine.sampling.truncation import apply_min_p, apply_top_k_top_p
@@ -127,10 +129,14 @@ class Sampler:
         raw_logprobs = None
         if any(n is not None for n in num_logprobs):
             raw_logprobs = torch.log_softmax(logits.float(), dim=-1)
+        biased = apply_logit_bias(logits, [row.params for row in rows])
         constrained = self._mask.apply(logits, [row.grammar for row in rows])
         if constrained is not None and argmax is not None:
             argmax = argmax.clone()
             argmax[constrained] = logits[constrained].argmax(dim=-1)
+        if biased and argmax is not None:
+            argmax = argmax.clone()
+            argmax[biased] = logits[biased].argmax(dim=-1)
         penalized = apply_penalties(logits, rows)
         is_greedy = [row.params.is_greedy for row in rows]
         if all(is_greedy):

@@ -18,15 +18,17 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
+
 from engine.config import EngineConfig
 from engine.core.outputs import ModelInfo, StreamDelta
-from engine.errors import EngineError, EngineUnavailableError, InvalidRequestError
+from engine.errors import EngineError, EngineRankError, EngineUnavailableError, InvalidRequestError
 from engine.llm_engine import LLMEngine
 from engine.loading.model_source import ModelSource
 from engine.serving.frames import coalesced
@@ -76,8 +78,13 @@ class AsyncEngine:
         sources: Mapping[str, ModelSource] | None = None,
         *,
         skip_failed_models: bool = False,
+        on_fatal: Callable[[EngineRankError], None] | None = None,
     ) -> None:
+        """``on_fatal`` is called (from the step thread) when a tensor-parallel rank fails: the
+        engine has stopped and failed every open stream; the process should exit so that its
+        supervisor starts a new instance."""
         self.config = config
+        self._on_fatal = on_fatal
         self._data_dir = data_dir
         self._sources = sources
         self._skip_failed = skip_failed_models
@@ -118,6 +125,8 @@ class AsyncEngine:
             self._thread = None
         for request_id in list(self._streams):
             await asyncio.to_thread(self._abort, request_id)
+        if self._core is not None:
+            self._core.close()  # stops the other tensor-parallel ranks
 
     @property
     def failed_models(self) -> dict[str, str]:
@@ -139,12 +148,14 @@ class AsyncEngine:
             raise InvalidRequestError(f"model {model} has no chat template", param="messages")
         return template.render(messages, add_generation_prompt=True)
 
-    def chat_prompt(self, model: str, messages: list[dict[str, Any]]) -> list[int]:
+    def chat_prompt(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
         """The chat template applied, as token ids: special tokens only where the template put them."""
         tokenizer = self.core.model(model).tokenizer
         if tokenizer.chat_template is None:
             raise InvalidRequestError(f"model {model} has no chat template", param="messages")
-        return tokenizer.encode_chat(messages)
+        return tokenizer.encode_chat(messages, tools=tools)
 
     def tokenize(self, model: str, text: str) -> list[int]:
         return self.core.model(model).tokenizer.encode(text)
@@ -153,9 +164,9 @@ class AsyncEngine:
         """The request's prompt as validated token ids, whichever form it came in."""
         prompt: str | list[int]
         if request.messages is not None:
-            prompt = self.chat_prompt(
-                request.model, [{"role": m.role, "content": m.content} for m in request.messages]
-            )
+            # Whole messages (tool calls and call ids too) and the tools: the template renders both.
+            messages = [msgspec.to_builtins(m) for m in request.messages]
+            prompt = self.chat_prompt(request.model, messages, request.tools)
         elif request.prompt_token_ids is not None:
             prompt = request.prompt_token_ids
         elif request.prompt is not None:
@@ -249,6 +260,14 @@ class AsyncEngine:
                 self._admit(core, pending)
                 try:
                     deltas = core.step()
+                except EngineRankError as exc:  # the instance cannot go on
+                    log.critical("engine stopped: %s", exc)
+                    with self._cond:
+                        self._stopping = True
+                    self._fail_all(core, exc, exc)
+                    if self._on_fatal is not None:
+                        self._on_fatal(exc)
+                    return
                 except Exception as exc:  # a failed step must not kill the engine: fail its requests
                     log.exception("engine step failed")
                     self._fail_all(core, exc)
@@ -297,8 +316,9 @@ class AsyncEngine:
                     self._streams.pop(request.request_id, None)
                 stream.loop.call_soon_threadsafe(stream.put, exc)
 
-    def _fail_all(self, core: LLMEngine, exc: Exception) -> None:
-        error = EngineError(f"engine step failed: {type(exc).__name__}")
+    def _fail_all(self, core: LLMEngine, exc: Exception, error: EngineError | None = None) -> None:
+        """End every open stream with ``error`` (by default one naming only the type of ``exc``)."""
+        error = error or EngineError(f"engine step failed: {type(exc).__name__}")
         with self._cond:
             streams, self._streams = self._streams, {}
         for request_id, stream in streams.items():

@@ -36,6 +36,8 @@ Health and info never wait for a step or for a generation's slot: a busy engine 
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from audit.event import AuditEvent
@@ -59,9 +61,17 @@ PROTOCOL_VERSION = 2
 FRAMES_MEDIA_TYPE = "application/vnd.strongroom.engine-frames; version=2"
 
 
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One chat turn as the template sees it; unset tool fields are left out, so a template that
+    tests ``'tool_calls' in message`` sees them only on the turns that have them."""
+
     role: str
     content: str
+    tool_calls: list[dict[str, Any]] | None = None
+    """An assistant's calls, as HF templates expect them:
+    ``{"id", "type": "function", "function": {"name", "arguments": <object>}}``."""
+    tool_call_id: str | None = None
+    name: str | None = None
 
     def __repr__(self) -> str:
         return f"ChatMessage(role={self.role!r}, content=<{len(self.content)} chars>)"
@@ -76,6 +86,8 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     prompt: str | None = None
     prompt_token_ids: list[int] | None = None
     messages: list[ChatMessage] | None = None
+    tools: list[dict[str, Any]] | None = None
+    """OpenAI tool definitions, rendered by the chat template (HF ``apply_chat_template(tools=)``)."""
     tenant: str | None = None
     """The caller's tenant; with ``subject``, salts the prefix cache (``engine.core.cache_scope``) so
     nobody can probe another's prompts by timing."""
@@ -93,6 +105,9 @@ class LogprobEntry(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     logprob: float
     top: list[tuple[str, float]] = []
+    bytes: list[int] = []
+    """The token's own bytes (a token may end inside a UTF-8 character)."""
+    top_bytes: list[list[int]] = []
 
 
 class DeltaEvent(msgspec.Struct, frozen=True, kw_only=True, tag="delta"):
@@ -128,6 +143,8 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int
     has_chat_template: bool
     dtype: str = ""
+    tool_syntax: str = ""
+    """How the chat template writes tool calls (``engine.text.tool_syntax``); empty: no tools."""
     quantization: str | None = None
     """The weight quantization ("fp8", "int8", "fp8-block128x128"); None for unquantized weights."""
     manifest_sha256: str = ""

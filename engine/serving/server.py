@@ -119,6 +119,7 @@ class EngineServer:
                 max_model_len=m.max_model_len,
                 has_chat_template=m.has_chat_template,
                 dtype=str(m.dtype),
+                tool_syntax=m.tool_syntax,
                 quantization=m.quantization,
                 manifest_sha256=self._manifests.get(m.name, ""),
             )

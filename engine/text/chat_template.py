@@ -15,6 +15,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.errors import InvalidRequestError, ModelLoadError
+from engine.text.tool_syntax import ToolSyntax, tool_syntax_of
 
 __all__ = ["ChatTemplate"]
 
@@ -58,12 +59,25 @@ class ChatTemplate:
         except jinja2.TemplateError as exc:
             raise ModelLoadError(f"{origin}: chat template does not compile: {exc}") from exc
         self._special_tokens = dict(special_tokens)
+        self.tool_syntax: ToolSyntax = tool_syntax_of(source)
+        """How this template writes tool calls; empty if it takes no tools."""
 
     def render(
-        self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True, **extra: Any
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+        **extra: Any,
     ) -> str:
+        """``tools`` is HF's ``apply_chat_template(tools=)``: left undefined when there are none,
+        since templates test ``tools is not none`` or ``tools is defined``."""
         if not messages:
             raise InvalidRequestError("messages must not be empty", param="messages")
+        if tools:
+            if not self.tool_syntax:
+                raise InvalidRequestError("this model's chat template takes no tools", param="tools")
+            extra["tools"] = tools
         try:
             return self._template.render(
                 messages=messages,

@@ -11,6 +11,7 @@ from engine.errors import InvalidRequestError, ModelLoadError
 from engine.loading.checkpoint import Checkpoint
 from engine.text.chat_template import ChatTemplate
 from engine.text.special_token_escape import Literal, SpecialTokenEscape
+from engine.text.token_bytes import TokenBytes
 
 __all__ = ["Tokenizer"]
 
@@ -72,13 +73,23 @@ class Tokenizer:
             add_special_tokens = False
         return _encode(self._tokenizer, text, add_special_tokens)
 
-    def encode_chat(self, messages: list[dict[str, Any]], *, add_special_tokens: bool = True) -> list[int]:
+    def encode_chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_special_tokens: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[int]:
         """The chat template with the generation prompt, as token ids; special-token strings
-        inside the messages are encoded as plain text (``engine.text.special_token_escape``)."""
+        inside the messages and the tool definitions are encoded as plain text
+        (``engine.text.special_token_escape``)."""
         if self.chat_template is None:
             raise InvalidRequestError("this model has no chat template", param="messages")
-        escaped = self._escape.escape(messages)
-        rendered = self.chat_template.render(escaped.messages, add_generation_prompt=True)
+        # The tools ride as a leading pseudo-message so one escape (one marker pair) covers both.
+        escaped = self._escape.escape([{"tools": tools or []}, *messages])
+        rendered = self.chat_template.render(
+            escaped.messages[1:], add_generation_prompt=True, tools=escaped.messages[0]["tools"] or None
+        )
         ids: list[int] = []
         for i, piece in enumerate(SpecialTokenEscape.split(rendered, escaped)):
             if isinstance(piece, Literal):
@@ -99,6 +110,11 @@ class Tokenizer:
 
     def id_to_token(self, token_id: int) -> str:
         return self._tokenizer.id_to_token(token_id) or ""
+
+    @cached_property
+    def token_bytes(self) -> TokenBytes:
+        """Each token's own bytes (logprob ``bytes``), built on first need."""
+        return TokenBytes(self._tokenizer)
 
     @property
     def hf(self) -> HFTokenizer:

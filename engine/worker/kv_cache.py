@@ -30,6 +30,8 @@ import os
 
 import torch
 
+from engine.config import EngineConfig
+from engine.errors import EngineConfigError
 from engine.loading.hosted_model import HostedModel
 
 __all__ = ["KVCache"]
@@ -52,6 +54,23 @@ class KVCache:
         return -(-largest // _ALIGN) * _ALIGN
 
     @staticmethod
+    def num_blocks_for(
+        config: EngineConfig, models: list[HostedModel], block_bytes: int, device: torch.device
+    ) -> int:
+        """Blocks of this rank's pool: ``kv_cache_bytes`` worth, or a share of the free memory,
+        never more than ``max_num_seqs`` full-length sequences need."""
+        if config.kv_cache_bytes is not None:
+            num_blocks = config.kv_cache_bytes // block_bytes
+        else:
+            longest = max(m.max_model_len for m in models)
+            enough = config.max_num_seqs * -(-longest // config.block_size)
+            free = int(KVCache.available_bytes(device) * config.kv_cache_fraction)
+            num_blocks = min(enough, free // block_bytes)
+        if num_blocks < 1:
+            raise EngineConfigError(f"KV pool holds no block of {block_bytes} bytes; raise kv_cache_bytes")
+        return num_blocks
+
+    @staticmethod
     def available_bytes(device: torch.device) -> int:
         """Free device memory now (after weights): CUDA's free memory, or available RAM on CPU."""
         if device.type == "cuda":
@@ -64,7 +83,9 @@ class KVCache:
         c = model.config
         used = model.kv_bytes_per_token * self.block_size
         typed = self.buffer[:, :used].view(model.dtype)
-        return typed.view(self.num_blocks, c.num_layers, 2, self.block_size, c.num_kv_heads, c.head_dim)
+        return typed.view(
+            self.num_blocks, c.num_layers, 2, self.block_size, model.num_local_kv_heads, c.head_dim
+        )
 
     def bind(self, model: HostedModel) -> None:
         view = self.view_for(model)

@@ -45,6 +45,7 @@ class ModelRunner:
         device: torch.device,
         *,
         cuda_graphs: bool = False,
+        fused: bool = True,
         max_num_seqs: int = 64,
         max_prefill_graph_tokens: int = 512,
         tuning: CudaTuning = DEFAULT_TUNING,
@@ -53,10 +54,11 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.fused: FusedStep | None = None
-        """The model's fused CUDA step; None on CPU, where the model's own forward runs."""
+        """The model's fused CUDA step; None on CPU or without ``fused`` (tensor parallel), where
+        the model's own forward runs."""
         self.graphs: CudaGraphRunner | None = None
         self.prefill_graphs: PrefillGraphs | None = None
-        if device.type == "cuda":
+        if device.type == "cuda" and fused:
             from engine.fused_step import FusedStep  # imports the kernels: CUDA only
 
             self.fused = FusedStep(hosted.model, tuning)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ import math
 from gateway.auth.errors import RETRY_AFTER_S
 from gateway.errors import GatewayError
 
-__all__ = ["QuotaError", "QuotaExceededError", "QuotaUnavailableError"]
+__all__ = ["MaxTokensCeilingError", "QuotaError", "QuotaExceededError", "QuotaUnavailableError"]
 
 
 class QuotaError(GatewayError):
@@ -51,6 +51,15 @@ class QuotaExceededError(QuotaError):
         """What is left of it in the current window (None for max_tokens)."""
         self.reset_s = reset_s
         """Seconds until the window resets (None where no window applies)."""
+
+
+class MaxTokensCeilingError(QuotaExceededError):
+    """``max_tokens`` above the caller's ceiling: the request itself is invalid for this caller,
+    so a 400 as OpenAI answers a ``max_tokens`` above a model's limit, not a 429 to retry."""
+
+    status_code = 400
+    type = "invalid_request_error"
+    code = "invalid_value"
 
 
 class QuotaUnavailableError(QuotaError):

@@ -21,7 +21,7 @@ from opentelemetry import metrics
 from gateway.auth.principal import Principal
 from gateway.quota.backend import QuotaBackend, QuotaKeys, ResolvedLimits
 from gateway.quota.config import QuotaConfig, QuotaLimits
-from gateway.quota.errors import QuotaExceededError, QuotaUnavailableError
+from gateway.quota.errors import MaxTokensCeilingError, QuotaExceededError, QuotaUnavailableError
 from gateway.quota.lease_keeper import LeaseKeeper
 from gateway.quota.memory_backend import MemoryQuotaBackend
 from gateway.quota.quota_lease import QuotaLease, rate_limit_headers
@@ -129,7 +129,7 @@ class Quotas:
         reset_s = (window + 1) * window_s - now
         if max_tokens is not None and max_tokens > limits.max_tokens_ceiling:
             self._deny("max_tokens")
-            raise QuotaExceededError(
+            raise MaxTokensCeilingError(
                 f"max_tokens {max_tokens} is above this caller's ceiling of {limits.max_tokens_ceiling}",
                 limit="max_tokens",
                 retry_after_s=0.0,

@@ -15,6 +15,7 @@ from litestar.response import Stream
 
 from gateway.errors import BadRequestError, ClientDisconnectedError, ModelNotFoundError, PayloadTooLargeError
 from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ModelList, ModelObject
+from gateway.prompt_batch import merge_batch, split_batch
 from gateway.request_context import RequestContext, request_context
 from gateway.services import Services
 
@@ -41,12 +42,30 @@ def _parse(raw: bytes, type_: type[Any]) -> Any:
     try:
         return msgspec.json.decode(raw, type=type_)
     except msgspec.ValidationError as exc:
+        if "got `float`" in str(exc):
+            # JSON has one number type: 2.0 is an integer to JSON Schema (and to OpenAI), not to
+            # msgspec. Only a body that failed pays for the second pass.
+            try:
+                return msgspec.convert(_integral(msgspec.json.decode(raw)), type_)
+            except msgspec.ValidationError as again:
+                exc = again
         raise BadRequestError(f"Invalid request: {exc}", param=_param_of(str(exc))) from None
     except msgspec.DecodeError:
         raise BadRequestError("The request body is not valid JSON") from None
     except RecursionError:
         # msgspec's nesting limit; an error of the input, not of the server.
         raise BadRequestError("The request body is nested too deeply") from None
+
+
+def _integral(value: Any) -> Any:
+    """``value`` with every float that is a whole number turned into an int."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    return value
 
 
 def _param_of(message: str) -> str | None:
@@ -65,9 +84,20 @@ async def _infer(
         body = _parse(await _read_body(request), type_)
     except (BadRequestError, PayloadTooLargeError) as exc:
         raise await inference.reject(ctx, exc) from None
+    try:
+        batch = split_batch(body) if isinstance(body, CompletionRequest) else None
+    except BadRequestError as exc:
+        raise await inference.reject(ctx, exc) from None
+    if batch is not None:
+        answers = []
+        for part in batch:
+            prep = await inference.prepare(ctx, kind, part)
+            answers.append(await _unless_client_leaves(request, inference.complete(prep)))
+        headers = dict(getattr(prep.lease, "headers", {}) or {})
+        return Response(merge_batch(answers, body.num_choices), media_type=_JSON, headers=headers)
     prep = await inference.prepare(ctx, kind, body)
     headers = dict(getattr(prep.lease, "headers", {}) or {})
-    if body.stream:
+    if body.is_stream:
         headers["cache-control"] = "no-cache"
         return Stream(await inference.open_stream(prep), media_type="text/event-stream", headers=headers)
     body_bytes = await _unless_client_leaves(request, inference.complete(prep))

@@ -152,3 +152,22 @@ def test_a_prefill_chunk_cut_to_one_token_samples_nothing(model_dirs: dict[str, 
     tokens = drain(e)
     for rid, prompt in prompts.items():
         assert tokens[rid] == hf_greedy(model_dirs["llama"], prompt, 24), rid
+
+
+def test_an_empty_text_prompt_is_the_document_boundary_and_bias_reaches_the_vocabulary(
+    model_dirs: dict[str, Path],
+) -> None:
+    e = engine({"demo-chat": model_dirs["qwen3"]})
+    tokenizer = e.model("demo-chat").tokenizer
+    boundary = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    assert e.prompt_token_ids("demo-chat", "") == [boundary]  # OpenAI's default <|endoftext|>
+    vocab = e.model("demo-chat").config.vocab_size
+    try:
+        e.add_request("r", "demo-chat", "hi", SamplingParams(logit_bias=((vocab, 1.0),)))
+    except Exception as exc:
+        assert getattr(exc, "param", None) == "logit_bias"
+    else:
+        raise AssertionError("a bias on a token outside the vocabulary was accepted")
+    forced = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logit_bias=((vocab - 1, 100.0),))
+    e.add_request("f", "demo-chat", "hi", forced)
+    assert drain(e)["f"] == [vocab - 1] * 4

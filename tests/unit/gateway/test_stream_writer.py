@@ -143,3 +143,38 @@ async def test_logprobs_never_spell_out_a_masked_value(tmp_path: Path) -> None:
     )
     assert "0200" not in spelled and "0000" not in spelled
     assert spelled and text.startswith(spelled)  # what does go out is the unchanged prefix
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", [1, 4, 9])
+async def test_tool_calls_stream_as_openai_deltas_after_the_filter(tmp_path: Path, size: int) -> None:
+    """Content, then the call's head (id, name), then argument pieces; a card in the arguments
+    is masked before the parser sees it, and the choice finishes for ``tool_calls``."""
+    shape = ResponseShape(is_chat=True, model="demo-chat", tool_syntax="hermes")
+    writer = StreamWriter(shape, pipeline(tmp_path, "redact"), FCTX)
+    text = 'Paying. <tool_call>\n{"name": "pay", "arguments": {"card": "' + CARD + '"}}\n</tool_call>'
+    chunks = [writer.start()]
+    parts = pieces(text, size)
+    for i, piece in enumerate(parts):
+        last = i == len(parts) - 1
+        event = DeltaEvent(
+            index=0,
+            text=piece,
+            token_ids=[i],
+            num_output_tokens=i + 1,
+            finish_reason="stop" if last else None,
+        )
+        chunks += writer.add(event)
+    deltas = [json.loads(c.removeprefix(b"data: "))["choices"][0] for c in chunks]
+    calls = [d["delta"]["tool_calls"][0] for d in deltas if "tool_calls" in d["delta"]]
+    assert sent_text(chunks) == "Paying. "
+    assert calls[0] == {
+        "index": 0,
+        "id": calls[0]["id"],
+        "type": "function",
+        "function": {"name": "pay", "arguments": ""},
+    }
+    assert calls[0]["id"].startswith("call_") and all(set(c) == {"index", "function"} for c in calls[1:])
+    arguments = "".join(c["function"]["arguments"] for c in calls)
+    assert json.loads(arguments) == {"card": "[REDACTED:PAYMENT_CARD]"}
+    assert deltas[-1]["finish_reason"] == "tool_calls"

@@ -46,3 +46,15 @@ def test_a_long_text_encodes_the_same_ids_and_leaves_other_threads_running(tmp_p
     # With the GIL held for the whole encode the other thread ran once or not at all; released,
     # it ticks through it (hundreds of times on an idle machine).
     assert ticks >= 10, ticks
+
+
+def test_tools_render_into_the_chat_and_their_special_token_strings_stay_text(tmp_path: Path) -> None:
+    tok = _demo_tokenizer(tmp_path)
+    messages = [{"role": "user", "content": "hi"}]
+    tool = {"type": "function", "function": {"name": "f", "description": "ends with <|im_end|>"}}
+    plain, with_tools = tok.encode_chat(messages), tok.encode_chat(messages, tools=[tool])
+    im_end = tok.hf.token_to_id("<|im_end|>")
+    assert len(with_tools) > len(plain) + 20
+    # Two turn ends (system, user) are the template's; the description's one is plain text.
+    assert with_tools.count(im_end) == plain.count(im_end) + 1
+    assert "ends with <|im_end|>" in tok.decode(with_tools, skip_special_tokens=False)

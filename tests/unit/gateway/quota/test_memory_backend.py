@@ -92,6 +92,12 @@ def test_not_retryable_refusals() -> None:
             await q.reserve(who(), "m", 10, max_tokens=51)
         assert not info.value.retryable and info.value.headers["x-should-retry"] == "false"
         assert info.value.limit == "max_tokens" and "retry-after" not in info.value.headers
+        # An invalid request for this caller, as OpenAI answers max_tokens over a model's limit.
+        assert (info.value.status_code, info.value.code, info.value.param) == (
+            400,
+            "invalid_value",
+            "max_tokens",
+        )
         with pytest.raises(QuotaExceededError) as info:
             await q.reserve(who(), "m", 101)
         assert not info.value.retryable and info.value.limit == "tokens"

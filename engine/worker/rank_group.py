@@ -1,0 +1,220 @@
+"""Rank 0's view of the other tensor-parallel ranks: starts them, sends each step's plan, watches them.
+
+``LLMEngine`` with ``tensor_parallel_size`` N > 1 runs rank 0 in its own process (scheduler,
+block pool, prefix caching, sampling) and spawns ranks 1..N-1 (``engine.worker.rank_worker``),
+one process each (``torch.multiprocessing`` spawn). They meet over TCP at MASTER_ADDR:MASTER_PORT
+(torchrun's variables; a free loopback port when unset) and split every model by heads, MLP
+columns and vocabulary rows. Each step, before it runs the models, rank 0 sends the step's plan
+(``engine.worker.step_plan``) as one msgpack message through the rendezvous store
+(``engine.worker.plan_channel``): simple, never blocked by a stuck reader, and the same across
+hosts as within one; shared memory would save a copy within a host. All ranks then run the same
+forward passes, whose row-parallel layers all-reduce and whose LM head all-gathers the logits;
+rank 0 samples.
+
+Failure is loud, never a hang: a rank that exits is seen before the next step is sent, a
+collective with a dead peer fails at once, and one with a stuck peer after
+``distributed_timeout_s``; each raises ``EngineRankError`` naming the rank, and the engine
+cannot go on (the supervisor restarts the instance). Rank 0 dying closes the store, and the
+other ranks exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from engine.config import EngineConfig
+from engine.errors import EngineConfigError, EngineRankError, ModelLoadError
+from engine.loading.checkpoint import Checkpoint
+from engine.loading.hosted_model import model_source
+from engine.loading.model_config import ModelConfig
+from engine.loading.model_source import DirectorySource, ModelSource
+from engine.worker.distributed import free_port, join, rank_device
+from engine.worker.plan_channel import PlanChannel
+from engine.worker.rank_worker import run_rank
+from engine.worker.step_plan import StepPlan
+
+__all__ = ["RankGroup", "check_shardable"]
+
+log = logging.getLogger(__name__)
+
+_EXIT_S = 1.0
+"""How long a failed collective waits for the rank that broke it to exit, to name it."""
+_JOIN_S = 10.0
+"""How long ``close`` waits for a rank to exit before killing it."""
+
+
+def check_shardable(name: str, config: ModelConfig, tp: int) -> None:
+    """Refuse a model whose heads, KV heads or MLP width ``tp`` does not divide (the vocabulary
+    is padded to a multiple of ``tp`` instead)."""
+    for what, n in (
+        ("attention heads", config.num_heads),
+        ("KV heads", config.num_kv_heads),
+        ("intermediate size", config.intermediate_size),
+    ):
+        if n % tp:
+            raise EngineConfigError(f"model {name}: tensor_parallel_size {tp} does not divide its {n} {what}")
+
+
+class RankGroup:
+    def __init__(self, procs: list[BaseProcess], plans: PlanChannel, device: torch.device) -> None:
+        self._procs = procs
+        self._plans = plans
+        self.device = device
+        """Rank 0's device."""
+        self._ready = False
+        self._failed: str | None = None
+
+    @classmethod
+    def start(
+        cls, config: EngineConfig, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
+    ) -> RankGroup:
+        tp = config.tensor_parallel_size
+        _refuse_unservable(config, data_dir, sources)
+        device = rank_device(config.device, 0)
+        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        port = int(os.environ.get("MASTER_PORT") or free_port(host))
+        address = f"{host}:{port}"
+        ctx = mp.get_context("spawn")
+        procs: list[BaseProcess] = [
+            ctx.Process(
+                target=run_rank,
+                args=(rank, config, str(data_dir), dict(sources or {}), address),
+                name=f"strongroom-tp-rank-{rank}",
+                daemon=True,
+            )
+            for rank in range(1, tp)
+        ]
+        for p in procs:
+            p.start()
+
+        def check() -> None:
+            dead = _dead_ranks(procs)
+            if dead:
+                raise EngineRankError(f"{dead} while starting")
+
+        try:
+            plans = join(0, tp, device, address, config.distributed_timeout_s, check)
+        except BaseException:
+            _stop(procs, 0.0)
+            raise
+        log.info("tensor parallel: %d ranks joined at %s", tp, address)
+        return cls(procs, plans, device)
+
+    @property
+    def pids(self) -> list[int | None]:
+        """The process ids of ranks 1..N-1."""
+        return [p.pid for p in self._procs]
+
+    def agree(self, models: list[str], num_blocks: int) -> int:
+        """Tell the ranks which models rank 0 serves; the pool size all of them can hold.
+        Waits as long as the others load (a rank that fails exits, which ends the wait)."""
+        self._plans.put("served", models)
+        keys = [f"blocks/{rank}" for rank in range(1, len(self._procs) + 1)]
+        while not self._plans.ready(keys):
+            self._check_alive()
+            time.sleep(0.02)
+        answers: list[int | str] = [num_blocks, *(self._plans.get(k) for k in keys)]
+        for rank, answer in enumerate(answers):
+            if not isinstance(answer, int):
+                raise EngineRankError(f"tensor-parallel rank {rank} could not start: {answer}")
+        smallest = min(a for a in answers if isinstance(a, int))
+        self._plans.put("blocks", smallest)
+        self._ready = True
+        return smallest
+
+    def send(self, plan: StepPlan | None) -> None:
+        """Send one step's plan (None: stop) to every other rank."""
+        self._check_alive()
+        with self.watch():
+            self._plans.send(plan)
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        """Turn a failed collective into ``EngineRankError``, naming a rank that exited. Any error
+        inside a step counts: the ranks no longer agree on which collective comes next."""
+        if self._failed is not None:
+            raise EngineRankError(self._failed)
+        try:
+            yield
+        except (RuntimeError, dist.DistError) as exc:
+            for p in self._procs:  # a peer that dropped out of a collective is exiting: name it
+                p.join(_EXIT_S)
+            self._failed = f"{self._dead_ranks() or 'a tensor-parallel rank failed'}: {exc}"
+            raise EngineRankError(self._failed) from exc
+
+    def _check_alive(self) -> None:
+        dead = self._dead_ranks()
+        if dead:
+            self._failed = dead
+            raise EngineRankError(dead)
+
+    def _dead_ranks(self) -> str:
+        return _dead_ranks(self._procs)
+
+    def close(self) -> None:
+        """Stop the other ranks and leave the process groups."""
+        orderly = self._ready and self._failed is None and not self._dead_ranks()
+        if orderly:
+            with suppress(RuntimeError, dist.DistError):
+                self._plans.send(None)
+        # Otherwise (a failure, or a start that did not finish) waiting would only delay the
+        # restart: end them now.
+        _stop(self._procs, _JOIN_S if orderly else 0.0)
+        self._ready = False
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _refuse_unservable(
+    config: EngineConfig, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
+) -> None:
+    """Refuse, before any rank starts, what the ranks could not serve."""
+    tp = config.tensor_parallel_size
+    for name, source in (sources or {}).items():
+        # Spawning would pickle a sealed source, data key included, to the other ranks.
+        if not isinstance(source, DirectorySource):
+            raise EngineConfigError(
+                f"model {name}: tensor parallel serves plaintext checkpoint directories only"
+                f" (not {type(source).__name__}) for now"
+            )
+    for spec in config.models:
+        try:
+            ckpt = Checkpoint(model_source(spec, data_dir, sources))
+            model_config = ModelConfig.from_hf(ckpt.json("config.json"), ckpt.name)
+        except ModelLoadError:
+            continue  # loading reports it (or skips the model)
+        check_shardable(spec.name, model_config, tp)
+    if dist.is_initialized():
+        raise EngineConfigError("torch.distributed is already initialised in this process")
+    first, last = rank_device(config.device, 0), rank_device(config.device, tp - 1)
+    if last.type == "cuda" and last.index is not None and last.index >= torch.cuda.device_count():
+        raise EngineConfigError(
+            f"tensor_parallel_size {tp} from {first} needs {last}; this host has"
+            f" {torch.cuda.device_count()} GPUs"
+        )
+
+
+def _dead_ranks(procs: list[BaseProcess]) -> str:
+    return "; ".join(
+        f"tensor-parallel rank {rank} exited (exit code {p.exitcode})"
+        for rank, p in enumerate(procs, start=1)
+        if p.exitcode is not None
+    )
+
+
+def _stop(procs: list[BaseProcess], wait_s: float = _JOIN_S) -> None:
+    for p in procs:
+        p.join(wait_s if p.exitcode is None else 0)
+        if p.exitcode is None:
+            p.kill()
+            p.join()

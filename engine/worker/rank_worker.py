@@ -1,0 +1,63 @@
+"""A tensor-parallel rank other than 0: load its shard of every model, then run the steps rank 0 plans.
+
+The process has no scheduler and samples nothing: it holds its slice of the weights and a KV pool
+with as many blocks as rank 0's (its own KV heads in each), and for every plan it receives runs
+the same forward passes as rank 0, taking part in their collectives. A ``None`` plan stops it;
+any error ends the process, which rank 0 notices (``engine.worker.rank_group``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from engine.config import EngineConfig
+from engine.loading.hosted_model import load_hosted_models
+from engine.loading.model_source import ModelSource
+from engine.worker.distributed import join, rank_device
+from engine.worker.kv_cache import KVCache
+from engine.worker.model_runner import ModelRunner
+from engine.worker.plan_channel import PlanChannel
+from engine.worker.step_plan import StepPlan, plan_items
+
+__all__ = ["run_rank"]
+
+
+def run_rank(
+    rank: int, config: EngineConfig, data_dir: str, sources: dict[str, ModelSource], address: str
+) -> None:
+    device = rank_device(config.device, rank)
+    if config.num_threads is not None and device.type == "cpu":
+        torch.set_num_threads(config.num_threads)
+    plans = join(rank, config.tensor_parallel_size, device, address, config.distributed_timeout_s)
+    try:
+        models, failed = load_hosted_models(config, data_dir, sources, device, skip_failed=True)
+        served: list[str] = plans.get("served")
+        missing = [name for name in served if name not in models]
+        if missing:
+            plans.put(f"blocks/{rank}", f"could not load {missing}: {[failed.get(m) for m in missing]}")
+            return
+        hosted = [models[name] for name in served]
+        block_bytes = KVCache.block_bytes_for(hosted, config.block_size)
+        plans.put(f"blocks/{rank}", KVCache.num_blocks_for(config, hosted, block_bytes, device))
+        kv_cache = KVCache(plans.get("blocks"), block_bytes, config.block_size, device)  # the smallest
+        runners = {}
+        for model in hosted:
+            kv_cache.bind(model)
+            runners[model.name] = ModelRunner(model, config.block_size, device, fused=False)
+        _serve(plans, runners)
+    finally:
+        dist.destroy_process_group()
+
+
+@torch.inference_mode()
+def _serve(plans: PlanChannel, runners: dict[str, ModelRunner]) -> None:
+    while True:
+        try:
+            plan: StepPlan | None = plans.receive()
+        except dist.DistError as exc:
+            raise SystemExit(f"tensor-parallel rank 0 went away: {exc}") from None
+        if plan is None:
+            return
+        for model, items in plan:
+            runners[model].execute(plan_items(items))  # type: ignore[arg-type]
