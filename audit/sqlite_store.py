@@ -203,7 +203,7 @@ class SqliteStore:
         """Extend the WAL with zeros up to ``target`` bytes and make that size durable.
 
         A commit that extends the file pays for journaling the new size in its fdatasync: on this
-        VM's disk it costs far more than overwriting allocated blocks (``bench/audit_throughput.py
+        VM's disk it costs far more than overwriting allocated blocks (``bench/audit/throughput.py
         --disk-floor``, figures in bench/BENCHMARKS.md). SQLite grows the
         WAL only by appending frames and keeps its size after a rewind, so without this the first
         tens of MiB after every start extend it. Zeros past the last frame are what SQLite's

@@ -1,9 +1,9 @@
 """Audit log throughput and added latency per append (group commit, SQLite WAL synchronous=FULL).
 
-    .venv/bin/python bench/audit_throughput.py [--backend sqlite|postgres] [--records 50000]
+    .venv/bin/python bench/audit/throughput.py [--backend sqlite|postgres] [--records 50000]
         [--stages] [--gc on|freeze|off] [--out PATH]
-    .venv/bin/python bench/audit_throughput.py --disk-floor [--dir DIR]
-    .venv/bin/python bench/audit_throughput.py --backend postgres --writers 2 [--records 20000]
+    .venv/bin/python bench/audit/throughput.py --disk-floor [--dir DIR]
+    .venv/bin/python bench/audit/throughput.py --backend postgres --writers 2 [--records 20000]
 
 1. sustained: ``--concurrency`` closed-loop appenders for ``--records`` records -> records/s.
 2. latency: open-loop arrivals at each ``--rates`` value (requests/s) for ``--seconds`` each,
@@ -520,7 +520,7 @@ if __name__ == "__main__":
     parser.add_argument("--writers", type=int, default=0, help="postgres: writer processes on one schema")
     args = parser.parse_args()
     if args.writers:
-        from bench.audit_writers import shared_writers
+        from bench.audit.writers import shared_writers
 
         load_before = os.getloadavg()
         data_dir = Path(tempfile.mkdtemp(prefix="audit-bench-", dir=args.dir))
@@ -530,19 +530,22 @@ if __name__ == "__main__":
             **shared,
             **_provenance(load_before, data_dir),
         }
-        out = args.out or Path(__file__).parent / "results" / "audit_throughput_postgres_writers.json"
+        out = (
+            args.out
+            or Path(__file__).resolve().parents[1] / "results" / "audit_throughput_postgres_writers.json"
+        )
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result, indent=2))
         sys.exit(0)
     if args.disk_floor:
         floor = disk_floor(args)
-        out = args.out or Path(__file__).parent / "results" / "audit_throughput_disk_floor.json"
+        out = args.out or Path(__file__).resolve().parents[1] / "results" / "audit_throughput_disk_floor.json"
         out.write_text(json.dumps(floor, indent=2) + "\n")
         print(json.dumps(floor, indent=2))
         sys.exit(0)
     result = asyncio.run(main(args))
     suffix = "" if result["backend"] == "sqlite" else "_postgres"
-    out = args.out or Path(__file__).parent / "results" / f"audit_throughput{suffix}.json"
+    out = args.out or Path(__file__).resolve().parents[1] / "results" / f"audit_throughput{suffix}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -29,7 +29,7 @@ def _config(data_dir: Path) -> AuditConfig:
 def _writer(
     dsn: str, schema: str, data_dir: str, records: int, concurrency: int, barrier: Any, out: Any
 ) -> None:
-    from bench.audit_throughput import sustained
+    from bench.audit.throughput import sustained
 
     async def run() -> tuple[float, float]:
         log = await AuditLog.open(_config(Path(data_dir)), Path(data_dir), store=PostgresStore(dsn, schema))

@@ -4,7 +4,7 @@ Qwen3-0.6B's attention shape (16 query heads, 8 KV heads, head_dim 128, bf16, 16
 blocks scattered at random over a pool several times the L2, at the batch shapes the throughput
 workload passes through. For each (tile_n, num_warps, num_stages) it reports the median time and
 the KV bandwidth (bytes of K and V read over time) as a fraction of the measured copy ceiling.
-Run on a GPU: ``python -m bench.attention_sweep`` (also a stage of ``bench.gpu_engine``).
+Run on a GPU: ``python -m bench.engine.attention_sweep`` (also a stage of ``bench.gpu_engine``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import itertools
 import json
 from typing import Any
 
-from bench.bandwidth import COPY_BANDWIDTH
+from bench.engine.bandwidth import COPY_BANDWIDTH
 
 SHAPES = ((256, 1024), (96, 1024), (48, 1536), (8, 1024))
 """(sequences, context tokens each)."""

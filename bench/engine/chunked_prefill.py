@@ -7,8 +7,8 @@ host time between one stream's consecutive tokens) before the arrival and from t
 the long prompt's first token, that prompt's time to first token, and how many steps it took.
 Configurations run interleaved, ``--rounds`` times each; medians over rounds.
 
-    python -m bench.chunked_prefill --out bench/results                 # CPU, ``small`` shape
-    python -m bench.chunked_prefill --out $OUT --device cuda --shape qwen3-0.6b --prompt-len 8192
+    python -m bench.engine.chunked_prefill --out bench/results                 # CPU, ``small`` shape
+    python -m bench.engine.chunked_prefill --out $OUT --device cuda --shape qwen3-0.6b --prompt-len 8192
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main(
     threads: int,
     workdir: Path,
 ) -> None:
-    from bench.random_model import build_random_qwen3
+    from bench.engine.random_model import build_random_qwen3
     from engine.config import EngineConfig, ModelSpec
     from engine.llm_engine import LLMEngine
 

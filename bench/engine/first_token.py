@@ -6,7 +6,7 @@ the engine's phases with a device sync after each (model forward, sampling, the 
 step), and the top CUDA kernels and CPU ops of a profiled call. HF ``generate`` of one token on
 the same prompt is the peer.
 
-    python -m bench.first_token --out $OUT [--runs 20]
+    python -m bench.engine.first_token --out $OUT [--runs 20]
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def _ours(path: Path, runs: int, prompts: Callable[[int], list[list[int]]], devi
 @click.option("--shape", type=click.Choice(["qwen3-0.6b", "tiny"]), default="qwen3-0.6b", show_default=True)
 @click.option("--no-peer", is_flag=True, help="skip HF generate")
 def main(out_dir: Path, runs: int, workdir: Path, device: str, shape: str, no_peer: bool) -> None:
-    from bench.random_model import build_random_qwen3
+    from bench.engine.random_model import build_random_qwen3
 
     rng = random.Random(0)
 

@@ -10,7 +10,7 @@ captures one batch bucket's graph with that tuning, replays it back to back and 
   span includes its early start (waiting for the one before), so the sum exceeds the replay;
   with PDL off the spans are the kernels' own, and replay minus their sum is launch gaps.
 
-    python -m bench.graph_profile --out $OUT [--shape qwen3-0.6b] [--bucket 1] [--context 256]
+    python -m bench.engine.graph_profile --out $OUT [--shape qwen3-0.6b] [--bucket 1] [--context 256]
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def main(
         _save(_hf_model(shape), path)
     llm = LLM(str(path), dtype="bfloat16", device="cuda", max_num_seqs=max(buckets), kv_cache_bytes=8 << 30)
     engine, name = llm.engine, llm.model_names[0]
-    report: dict[str, Any] = {"provenance": provenance(["bench.graph_profile"], "cuda"), "runs": []}
+    report: dict[str, Any] = {"provenance": provenance(["bench.engine.graph_profile"], "cuda"), "runs": []}
     for bucket in buckets:
         params = SamplingParams(temperature=0, max_tokens=10**6, ignore_eos=True)
         for i in range(bucket):
@@ -239,7 +239,7 @@ def _time(replay: Callable[[], None], replays: int) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from bench.cuda_timing import event_times_us
+    from bench.engine.cuda_timing import event_times_us
 
     times = event_times_us(replay, replays)
     profiled = 20

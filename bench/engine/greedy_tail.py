@@ -5,7 +5,7 @@ and the only one with thousands of programs; its width and warps are tuned on th
 (``CudaTuning.lm_head_block_n`` / ``lm_head_warps``, ``engine.tuning``). Times on CUDA events over
 back-to-back launches (GPU-bound at ~70 us a launch), with the bandwidth floor beside them::
 
-    python -m bench.greedy_tail --out $OUT
+    python -m bench.engine.greedy_tail --out $OUT
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import click
 def main(out_dir: Path, vocab: int, hidden: int, reps: int) -> None:
     import torch
 
-    from bench.bandwidth import COPY_BANDWIDTH
-    from bench.cuda_timing import event_times_us
+    from bench.engine.bandwidth import COPY_BANDWIDTH
+    from bench.engine.cuda_timing import event_times_us
     from bench.provenance import provenance
     from engine.kernels.normed_gemv import PendingNorm, normed_gemv
 
@@ -37,7 +37,7 @@ def main(out_dir: Path, vocab: int, hidden: int, reps: int) -> None:
                           torch.ones(hidden, dtype=dtype, device=dev), 1e-6, torch.empty_like(res))  # fmt: skip
     floor_us = weight.numel() * weight.element_size() / COPY_BANDWIDTH * 1e6
     report: dict[str, object] = {
-        "provenance": provenance(["bench.greedy_tail"], "cuda"),
+        "provenance": provenance(["bench.engine.greedy_tail"], "cuda"),
         "floor_us": floor_us,
         "us": {},
     }

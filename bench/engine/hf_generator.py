@@ -1,4 +1,4 @@
-"""HF transformers as a streaming token source: the peer behind ``bench.hf_server``.
+"""HF transformers as a streaming token source: the peer behind ``bench.serving.hf_server``.
 
 Two implementations of one interface, ``HFGenerator.stream(prompt, max_new_tokens, ignore_eos)``,
 an async iterator of newly generated token-id lists:

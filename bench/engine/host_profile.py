@@ -2,11 +2,11 @@
 
 With asynchronous scheduling the GPU runs step N+1 while the host turns step N into deltas and
 schedules N+2; once the host's share of a step outgrows the GPU's, the GPU waits. This runs
-nano-vllm's workload (``bench.workload``) on a random Qwen3 and profiles ``LLMEngine.step`` over a
+nano-vllm's workload (``bench.engine.workload``) on a random Qwen3 and profiles ``LLMEngine.step`` over a
 window of steps at full batch, printing the step time and the functions by own and cumulative time.
 
-    python -m bench.host_profile --model-dir /dev/shm/qwen3-0.6b [--steps 60]        # on the GPU
-    python -m bench.host_profile --host-only [--output-text delta]                   # on any CPU
+    python -m bench.engine.host_profile --model-dir /dev/shm/qwen3-0.6b [--steps 60]        # on the GPU
+    python -m bench.engine.host_profile --host-only [--output-text delta]                   # on any CPU
 
 ``--host-only`` measures the host's share alone, on a machine without a GPU: the engine runs its
 asynchronous path with a tiny random model whose decode steps go through the model runner's
@@ -51,7 +51,7 @@ def main(
     scale: float,
     out: Path | None,
 ) -> None:
-    from bench.workload import nano_vllm_workload
+    from bench.engine.workload import nano_vllm_workload
     from engine import LLM, SamplingParams
 
     if host_only:
@@ -111,7 +111,7 @@ def main(
 
 
 def _tiny_model() -> Path:
-    from bench.random_model import build_random_qwen3
+    from bench.engine.random_model import build_random_qwen3
 
     path = Path(tempfile.gettempdir()) / "strongroom-host-profile-tiny"
     if not (path / "config.json").exists():

@@ -21,8 +21,8 @@ asynchronous scheduling are whatever ``EngineConfig`` defaults to, the same for 
 Shapes: ``demo`` (the two tiny demo Llamas; CPU, the original workload), ``tiny`` (random tiny
 Qwen3s; CPU smoke test of the GPU path), ``qwen3-0.6b`` (random Qwen3-0.6B, bf16; H200).
 
-    python -m bench.engine_multimodel                                    # CPU, demo models
-    python -m bench.engine_multimodel --device cuda --shape qwen3-0.6b --workdir /dev/shm/mm
+    python -m bench.engine.multimodel                                    # CPU, demo models
+    python -m bench.engine.multimodel --device cuda --shape qwen3-0.6b --workdir /dev/shm/mm
 
 From code (e.g. a stage of ``bench.gpu_engine``): ``run("cuda", "qwen3-0.6b", workdir=...)``
 returns the JSON-able result without provenance; the CLI adds provenance and writes it to
@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from bench.provenance import provenance
-from bench.serve_metrics import percentile
+from bench.serving.metrics import percentile
 from engine.config import EngineConfig, ModelSpec
 from engine.core.sampling_params import SamplingParams
 from engine.llm_engine import LLMEngine
@@ -226,7 +226,7 @@ def _write_models(shape: str, k: int, workdir: Path, device: str, dtype: str) ->
         if k > len(demo):
             raise ValueError(f"shape demo has {len(demo)} models, not {k}")
         return {n: write_demo_model(d, workdir / f"demo-{d}") for n, d in zip(names, demo, strict=False)}
-    from bench.random_model import build_random_qwen3
+    from bench.engine.random_model import build_random_qwen3
 
     paths = {}
     for i, name in enumerate(names):

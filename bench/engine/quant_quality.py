@@ -10,7 +10,7 @@ through E4M3 with one scale per tensor, as a quality bound for it; "fp8-w8a8" ad
 activations (one scale per row) to the FP8 weights, as the CUDA prefill's ``torch._scaled_mm``
 runs them.
 
-    python -m bench.quant_quality --steps 300 --out bench/results/quant_quality.json
+    python -m bench.engine.quant_quality --steps 300 --out bench/results/quant_quality.json
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ channel). Decode as ``bench.gpu_engine`` (prompt 128, 256 new tokens, greedy, CU
 floor is the weight bytes actually stored plus the KV read per token at the measured copy
 bandwidth. One device call, JSON to ``--out``/quantization.json::
 
-    python -m bench.quantization --out $OUT [--throughput-scale 0.25] [--skip throughput]
+    python -m bench.engine.quantization --out $OUT [--throughput-scale 0.25] [--skip throughput]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from bench.bandwidth import COPY_BANDWIDTH
+from bench.engine.bandwidth import COPY_BANDWIDTH
 from bench.gpu_engine import (
     NEW_TOKENS,
     PROMPT_LEN,
@@ -90,7 +90,7 @@ def run_decode(workdir: Path) -> dict[str, Any]:
 
 
 def run_throughputs(workdir: Path, scale: float) -> dict[str, Any]:
-    from bench.random_model import build_random_qwen3
+    from bench.engine.random_model import build_random_qwen3
 
     build_random_qwen3(workdir / "qwen3-0.6b", shape="qwen3-0.6b", dtype="bfloat16", device="cuda")
     out: dict[str, Any] = {}

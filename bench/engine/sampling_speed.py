@@ -1,6 +1,6 @@
 """Time one Sampler call on a [num_seqs, vocab] batch (Qwen3 vocabulary), per configuration.
 
-python -m bench.sampling_speed --device cuda --num-seqs 256
+python -m bench.engine.sampling_speed --device cuda --num-seqs 256
 """
 
 from __future__ import annotations

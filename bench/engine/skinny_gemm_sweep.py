@@ -1,6 +1,6 @@
 """Every block-size variant of the skinny GEMM timed per decode shape, against F.linear (GPU only).
 
-    python -m bench.skinny_gemm_sweep [--quick] [--out results.txt]
+    python -m bench.engine.skinny_gemm_sweep [--quick] [--out results.txt]
 
 Each call is timed inside one captured CUDA graph, as decode runs it; the latest sweep is
 ``bench/results/skinny_gemm_sweep_h200.txt``. Correctness of every variant is

@@ -1,18 +1,18 @@
 """Tensor parallel: batch-1 latency and nano-vllm throughput at each ``tensor_parallel_size``.
 
-    python -m bench.tensor_parallel --shape llama3-8b --tp 1,2,4 --device cuda --dtype bfloat16
-    python -m bench.tensor_parallel --shape llama3-70b --tp 2,4 --device cuda --dtype bfloat16
-    python -m bench.tensor_parallel --shape tiny --tp 1,2 --device cpu --dtype float32 \\
+    python -m bench.engine.tensor_parallel --shape llama3-8b --tp 1,2,4 --device cuda --dtype bfloat16
+    python -m bench.engine.tensor_parallel --shape llama3-70b --tp 2,4 --device cuda --dtype bfloat16
+    python -m bench.engine.tensor_parallel --shape tiny --tp 1,2 --device cpu --dtype float32 \\
         --throughput-scale 0.01 --new-tokens 8                              # CPU smoke run
 
-Random weights in a Llama checkpoint of the shape (``bench.random_model.write_random_llama``;
+Random weights in a Llama checkpoint of the shape (``bench.engine.random_model.write_random_llama``;
 ``--layers`` keeps the first N layers of a shape that would not fit the disk or the time).
 For each size, one ``engine.LLM`` (ranks spawned as in production) serves:
 
 1. batch 1: a 128-token prompt, ``--new-tokens`` greedy tokens, EOS ignored; the first step's
    time (prefill, time to first token) and the median of the decode steps' (time per token).
    The greedy tokens are kept: every size must produce the same ones.
-2. throughput on nano-vllm's workload (``bench.throughput.time_workload``), scaled by
+2. throughput on nano-vllm's workload (``bench.engine.throughput.time_workload``), scaled by
    ``--throughput-scale``.
 
 TP > 1 runs the engine's plain path (no fused step, CUDA graphs or asynchronous scheduling), so
@@ -35,12 +35,12 @@ from typing import Any
 
 import click
 
+from bench.engine.random_model import SHAPES as QWEN3_SHAPES
+from bench.engine.random_model import write_random_llama
+from bench.engine.throughput import RESULTS_DIR, time_workload
+from bench.engine.workload import nano_vllm_workload
 from bench.gpu_engine import LLAMA3_8B
 from bench.provenance import provenance
-from bench.random_model import SHAPES as QWEN3_SHAPES
-from bench.random_model import write_random_llama
-from bench.throughput import RESULTS_DIR, time_workload
-from bench.workload import nano_vllm_workload
 
 PROMPT_LEN = 128
 TINY = QWEN3_SHAPES["tiny"]

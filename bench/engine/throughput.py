@@ -1,7 +1,7 @@
 """Offline throughput on nano-vllm's workload: our engine and HF transformers, in the same run.
 
-    python -m bench.throughput --shape tiny --device cpu --dtype float32 --scale 0.02
-    python -m bench.throughput --shape qwen3-0.6b --device cuda --dtype bfloat16     # the H200 run
+    python -m bench.engine.throughput --shape tiny --device cpu --dtype float32 --scale 0.02
+    python -m bench.engine.throughput --shape qwen3-0.6b --device cuda --dtype bfloat16     # the H200 run
 
 Every system gets the same prompts (token ids) and per-request max_tokens, samples at
 temperature 0.6 with no top-k/top-p and ignores EOS, so each request produces exactly max_tokens
@@ -25,13 +25,13 @@ from typing import Any
 
 import click
 
+from bench.engine.random_model import SHAPES, build_random_qwen3
+from bench.engine.workload import Workload, nano_vllm_workload
 from bench.provenance import provenance
-from bench.random_model import SHAPES, build_random_qwen3
-from bench.workload import Workload, nano_vllm_workload
 from strongroom.progress_bar import ProgressBar
 
 SYSTEMS = ("ours", "hf-generate", "hf-continuous")
-RESULTS_DIR = Path(__file__).parent / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
 
 @dataclass(frozen=True, slots=True)

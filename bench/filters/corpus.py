@@ -1,7 +1,7 @@
 """Seeded, labelled zh+en corpus for the content filter: checksum-valid entities, and
 checksum-invalid look-alikes as negatives (present in the text, never labelled).
 
-    .venv/bin/python -m bench.filters_corpus --num 6000 --seed 0 > corpus.jsonl
+    .venv/bin/python -m bench.filters.corpus --num 6000 --seed 0 > corpus.jsonl
 """
 
 from __future__ import annotations

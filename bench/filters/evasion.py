@@ -17,7 +17,7 @@ Three sets, each a list of ``Case`` (a conversation of role-tagged messages):
   phone extensions, IBAN-like payment references (RF creditor references, masked accounts).
   Each expects no finding at all.
 
-    .venv/bin/python -m bench.filters_evasion --seed 0 | head
+    .venv/bin/python -m bench.filters.evasion --seed 0 | head
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Per-entity precision, recall and F2 of our detectors on the labelled zh+en corpus, and of
 Microsoft Presidio's pattern recognizers (no NLP model) on the same corpus, in the same run;
-then the evasion corpus (``bench/filters_evasion.py``): recall on evasions, input and streamed,
+then the evasion corpus (``bench/filters/evasion.py``): recall on evasions, input and streamed,
 look-alikes flagged and the false-positive rate on benign financial texts.
 
-    .venv/bin/python -m bench.filters_quality --num 6000 --seed 0
+    .venv/bin/python -m bench.filters.quality --num 6000 --seed 0
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from bench.filters_corpus import Sample, generate
-from bench.filters_results import RESULTS, provenance
+from bench.filters.corpus import Sample, generate
+from bench.filters.results import RESULTS, provenance
 from filters.action import Action
 from filters.detectors import builtin_detectors
 from filters.normalized import normalize
@@ -118,14 +118,14 @@ def score(
 
 
 def evasion_figures(seed: int) -> dict[str, Any]:
-    """The evasion corpus (``bench/filters_evasion.py``) through the packaged policy's
+    """The evasion corpus (``bench/filters/evasion.py``) through the packaged policy's
     ``check_request``: recall on evasions, look-alikes flagged, precision, benign false positives,
     and recall on single-message evasions streamed as a response in 1-5 character chunks."""
     import random
     from pathlib import Path
 
-    from bench.filters_evasion import Case, benign, evasions, look_alikes
-    from bench.filters_evasion import score as score_cases
+    from bench.filters.evasion import Case, benign, evasions, look_alikes
+    from bench.filters.evasion import score as score_cases
     from filters import FilterConfig, FilterContext, FilterPipeline
 
     pipeline = FilterPipeline.from_config(FilterConfig(), Path("."))
@@ -184,7 +184,7 @@ def main(num: int, seed: int, out: str) -> None:
     samples = generate(num, seed)
     types = tuple(sorted({e.type for s in samples for e in s.entities}))
     result: dict[str, Any] = {
-        **provenance("bench.filters_quality"),
+        **provenance("bench.filters.quality"),
         "num_samples": len(samples),
         "seed": seed,
     }

@@ -1,6 +1,6 @@
 """Write bench/results/filters_{quality,speed}.md from the JSON the two benches wrote.
 
-.venv/bin/python -m bench.filters_report [--heldout PATH]   (a --seed 1 quality JSON)
+.venv/bin/python -m bench.filters.report [--heldout PATH]   (a --seed 1 quality JSON)
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from typing import Any
 
 import click
 
-from bench.filters_results import RESULTS
+from bench.filters.results import RESULTS
 
 
 def quality_md(q: dict[str, Any], heldout: dict[str, Any] | None) -> str:
     lines = [
-        "# Content filter: quality (bench/filters_quality.py)\n",
+        "# Content filter: quality (bench/filters/quality.py)\n",
         f"Command: `{q['command']}` · commit `{q['git_commit']}` · machine `{q['machine']}` · {q['date']}\n",
-        f"Corpus: `bench/filters_corpus.py`, seed {q['seed']}, {q['num_samples']} samples (zh + en templates, "
+        f"Corpus: `bench/filters/corpus.py`, seed {q['seed']}, {q['num_samples']} samples (zh + en templates, "
         f"Faker en_US and zh_CN), {q['num_positive']} labelled entities; the rest are checksum-invalid or "
         "shape-invalid look-alikes, present in the text and unlabelled. Look-alikes are resampled until no "
         "checksum scheme accepts them, positives until only their own scheme does (an 18-digit number can "
@@ -56,7 +56,7 @@ def speed_md(s: dict[str, Any]) -> str:
     o, st, k, pr = s["ours_2kb"], s["stream"], s["keywords"], s["presidio_2kb"]
     per = ", ".join(f"{n} {v}" for n, v in o["per_detector_p50_ms"].items())
     lines = [
-        "# Content filter: speed (bench/filters_speed.py)\n",
+        "# Content filter: speed (bench/filters/speed.py)\n",
         f"Command: `{s['command']}` · commit `{s['git_commit']}` · machine `{s['machine']}` (shared by ~8 "
         f"engineers, so p99s are noisy) · pinned to one core · {s['date']}\n",
         f"## 2 KB prompt ({o['prompt_bytes']} UTF-8 bytes, {o['prompt_chars']} chars, mixed zh+en, entity-dense)\n",

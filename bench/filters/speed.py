@@ -1,6 +1,6 @@
 """Speed of the content filter on one core, with Presidio's pattern recognizers as the peer.
 
-    .venv/bin/python -m bench.filters_speed
+    .venv/bin/python -m bench.filters.speed
 
 - all detectors (normalization, every built-in detector, keyword and injection lists of the
   packaged policy) on a 2 KB mixed zh+en prompt: p50 / p99 per scan;
@@ -8,7 +8,7 @@
 - keyword matching, 10,000 terms, mixed Chinese text: chars/s for ahocorasick_rs and
   pyahocorasick automata, and for our KeywordDetector (normalization and skeleton included);
 - the stream filter: added time per chunk (4-character chunks) and the hold-back length, and
-  per delta size against the windowed filter it replaced (``bench.filters_stream``).
+  per delta size against the windowed filter it replaced (``bench.filters.stream``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.filters_results import RESULTS, pin_one_core, provenance
+from bench.filters.results import RESULTS, pin_one_core, provenance
 from filters import FilterConfig, FilterContext, FilterPipeline
 from filters.detectors.keyword import KeywordDetector, skeleton
 from filters.normalized import normalize
@@ -180,12 +180,12 @@ def main() -> None:
     rng = random.Random(0)
     pipeline = FilterPipeline.from_config(FilterConfig(), Path("."))
     prompt = prompt_2kb(rng)
-    result: dict[str, Any] = {**provenance("bench.filters_speed"), "one_core": True}
+    result: dict[str, Any] = {**provenance("bench.filters.speed"), "one_core": True}
     result["ours_2kb"] = bench_pipeline(pipeline, prompt)
     result["presidio_2kb"] = bench_presidio(prompt)
     result["keywords"] = bench_keywords(rng)
     result["stream"] = bench_stream(pipeline, prompt)
-    from bench.filters_stream import filter_costs  # imports this module: not at the top
+    from bench.filters.stream import filter_costs  # imports this module: not at the top
 
     result["stream_by_delta"] = filter_costs(pipeline, prompt, repeat=3)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,11 @@
 """CPU of the streaming response filter per delta and per token, with the windowed filter it
-replaced (``bench.windowed_stream_filter``) as the peer, in the same run, on one core.
+replaced (``bench.filters.windowed_stream_filter``) as the peer, in the same run, on one core.
 
-    .venv/bin/python -m bench.filters_stream [--repeat 5]
+    .venv/bin/python -m bench.filters.stream [--repeat 5]
 
 Two answers, packaged policy (every detector on):
 
-- ``mixed``: the 2 KB zh+en text of ``bench.filters_speed`` (a card, a mobile, an address, an
+- ``mixed``: the 2 KB zh+en text of ``bench.filters.speed`` (a card, a mobile, an address, an
   IP, a resident ID, an IBAN, an SSN, a credit code in 2,048 bytes: far denser than an answer);
 - ``prose``: 2,100 characters of English without a value in it.
 
@@ -29,9 +29,9 @@ from typing import Any, cast
 
 import click
 
-from bench.filters_results import RESULTS, pin_one_core, provenance
-from bench.filters_speed import prompt_2kb
-from bench.windowed_stream_filter import WindowedStreamFilter
+from bench.filters.results import RESULTS, pin_one_core, provenance
+from bench.filters.speed import prompt_2kb
+from bench.filters.windowed_stream_filter import WindowedStreamFilter
 from engine.serving.protocol import DeltaEvent
 from filters import Direction, FilterConfig, FilterContext, FilterPipeline
 from gateway.response_shape import ResponseShape
@@ -139,7 +139,7 @@ def main(repeat: int, out: str) -> None:
     pin_one_core()
     pipeline = FilterPipeline.from_config(FilterConfig(), Path("."))
     mixed = prompt_2kb(random.Random(0))
-    result: dict[str, Any] = {**provenance("bench.filters_stream"), "one_core": True, "policy": "packaged"}
+    result: dict[str, Any] = {**provenance("bench.filters.stream"), "one_core": True, "policy": "packaged"}
     result["filter_mixed"] = filter_costs(pipeline, mixed, repeat)
     result["filter_prose"] = filter_costs(pipeline, PROSE, repeat)
     with tempfile.TemporaryDirectory() as folder:

@@ -1,4 +1,4 @@
-"""The stream filter as it was before issue 19, kept as the peer of ``bench.filters_stream``.
+"""The stream filter as it was before issue 19, kept as the peer of ``bench.filters.stream``.
 
 Every delta re-normalized and re-scanned a window of the whole held text (the longest match of
 any rewriting detector, 285 characters with the packaged policy) plus as much left context,

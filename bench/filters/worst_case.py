@@ -1,6 +1,6 @@
 """Worst inputs we can construct for each detector, scanned at 40 KB and at 1 MB (one core).
 
-    .venv/bin/python -m bench.filters_worst_case [--repeat 3] [--small 40000 --large 1000000]
+    .venv/bin/python -m bench.filters.worst_case [--repeat 3] [--small 40000 --large 1000000]
 
 Every detector must be linear in its input: the 1 MB scan may cost about 25 times the 40 KB
 scan, never 625 times (quadratic). Each input repeats one short unit aimed at a detector's
@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from bench.filters_results import RESULTS, pin_one_core, provenance
+from bench.filters.results import RESULTS, pin_one_core, provenance
 
 SMALL, LARGE = 40_000, 1_000_000
 
@@ -93,7 +93,7 @@ def measure(
 )
 def main(repeat: int, small: int, large: int, out: str) -> None:
     pin_one_core()
-    result: dict[str, Any] = {**provenance("bench.filters_worst_case"), "small": small, "large": large}
+    result: dict[str, Any] = {**provenance("bench.filters.worst_case"), "small": small, "large": large}
     detectors: dict[str, Any] = {}
     for name, scan in scanners().items():
         rows = {unit: measure(scan, unit, repeat, (small, large)) for unit in WORST_INPUTS[name]}

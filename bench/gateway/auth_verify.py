@@ -1,6 +1,6 @@
 """Latency of ``TokenVerifier.verify`` for a dev-issuer (EdDSA) and an RS256 token, SQLite revocation on.
 
-Run: ``.venv/bin/python -m bench.auth_verify [--n 2000]``; prints p50/p99 in microseconds.
+Run: ``.venv/bin/python -m bench.gateway.auth_verify [--n 2000]``; prints p50/p99 in microseconds.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ An engine server with the stub backend runs as a child process on a socket this 
 and from SIGKILL until the pool takes it out of service (with the supervisor's process probe).
 The baseline is the pool as it was before heartbeats: one probe every 5 s with a 5 s timeout.
 
-    python -m bench.engine_failover [--trials 5]
+    python -m bench.gateway.engine_failover [--trials 5]
 
 Targets (issue "Serving at engine speed"): hang noticed within 2 s, a dead engine out of service
 within 1 s, traffic back within 0.5 s of readiness.
@@ -126,7 +126,7 @@ def main() -> None:
     assert isinstance(ours, dict) and isinstance(old, dict)
     for key in ("hang_to_stream_error_s", "sigcont_to_in_service_s", "kill_to_out_of_service_s"):
         print(f"{key:>32} {ours[key]:>15.3f} s {old[key]:>19.3f} s   (max {ours[key + '_max']:.3f} s)")
-    out = Path(__file__).resolve().parent / "results" / "engine_failover.json"
+    out = Path(__file__).resolve().parents[1] / "results" / "engine_failover.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
 

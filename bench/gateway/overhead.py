@@ -39,7 +39,7 @@ from engine.core.sampling_params import SamplingParams
 from engine.serving.protocol import GenerateRequest
 from strongroom.progress_bar import ProgressBar
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def _free_port() -> int:
@@ -446,7 +446,7 @@ def gateway(
 ) -> None:
     """Added latency and sustained requests/s of the full gateway over a stub engine."""
     if worker_counts is not None:
-        from bench.gateway_scaling import scaling
+        from bench.gateway.scaling import scaling
 
         scaling(worker_counts, list(levels), duration_s, rounds, max_tokens, output)
         return

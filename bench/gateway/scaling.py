@@ -28,7 +28,7 @@ from typing import Any
 import click
 import msgspec
 
-from bench.gateway_overhead import (
+from bench.gateway.overhead import (
     _chat_body,
     _check_gateway_answer,
     _cpu_seconds,

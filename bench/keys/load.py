@@ -1,6 +1,6 @@
 """Sealed-model load throughput vs plaintext safetensors load, same model, same run.
 
-    python -m bench.keys_load [--size-mb 512] [--device cpu|cuda] [--repeat 5]
+    python -m bench.keys.load [--size-mb 512] [--device cpu|cuda] [--repeat 5]
 
 Both files are read once first, so both come from the page cache. Methods timed (best of
 --repeat, bytes of the safetensors file / seconds):
@@ -164,7 +164,7 @@ def main(argv: list[str]) -> int:
     for key, value in gbps.items():
         print(f"{key:18s} {value:7.2f} GB/s")
     print(f"sealed / best plaintext = {report['ratio_sealed_vs_best_plain']:.3f} (target >= 0.95)")
-    out = Path(args.out or Path(__file__).parent / "results" / f"keys_load_{args.device}.json")
+    out = Path(args.out or Path(__file__).resolve().parents[1] / "results" / f"keys_load_{args.device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")

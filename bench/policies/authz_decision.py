@@ -4,7 +4,7 @@ Policy: 1,000 grant lines (literal and glob patterns, some per-tenant) and 2,000
 (users to roles plus a shallow role hierarchy). Prints p50/p99 per decision and writes
 bench/results/authz_decision.json. Also checks every sampled decision agrees with casbin.
 
-    .venv/bin/python bench/authz_decision.py [--casbin-samples 300]
+    .venv/bin/python bench/policies/authz_decision.py [--casbin-samples 300]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.provenance import provenance
 from gateway.auth.principal import Principal
@@ -141,7 +141,7 @@ def main() -> None:
     }
     for key, value in result.items():
         print(f"{key:>26}: {value}")
-    out = Path(__file__).resolve().parent / "results" / "authz_decision.json"
+    out = Path(__file__).resolve().parents[1] / "results" / "authz_decision.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
 

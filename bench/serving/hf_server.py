@@ -1,13 +1,13 @@
 """An OpenAI-compatible ``/v1/completions`` over HF transformers: the peer for ``bench serve``.
 
-    python -m bench.hf_server --model-dir DIR [--device cuda] [--mode cb|generate] [--port 0]
+    python -m bench.serving.hf_server --model-dir DIR [--device cuda] [--mode cb|generate] [--port 0]
 
 It speaks what the benchmark sends (prompt as token ids or text, ``max_tokens``, ``ignore_eos``,
 ``stream``, ``stream_options.include_usage``, ``temperature`` equal to the server's) and nothing
 more; anything else gets a 400 with an OpenAI-style error body. HTTP/1.1 is h11 on asyncio
 streams (h11 comes with httpx), so the server runs wherever torch, transformers and httpx do:
 the GPU image has no litestar or uvicorn. Once the model is loaded and the socket bound it
-prints one JSON line on stdout (``{"port": ..., ...}``), which ``bench.serve_peer`` waits for.
+prints one JSON line on stdout (``{"port": ..., ...}``), which ``bench.serving.peer`` waits for.
 
 Text deltas are detokenized incrementally (decode a short window, emit what grew, hold back a
 trailing U+FFFD), one SSE chunk per step that adds text.
@@ -30,7 +30,7 @@ from typing import Any
 import click
 import h11
 
-from bench.hf_generator import MODES, GenerationError, HFGenerator, HFPeerConfig, build_generator
+from bench.engine.hf_generator import MODES, GenerationError, HFGenerator, HFPeerConfig, build_generator
 
 __all__ = ["BadRequest", "CompletionRequest", "HFServer", "parse_completion_request"]
 

@@ -1,4 +1,4 @@
-"""The HF transformers peer of ``bench serve``: ``bench.hf_server`` in a child process on loopback.
+"""The HF transformers peer of ``bench serve``: ``bench.serving.hf_server`` in a child process on loopback.
 
     async with ServePeer.start(PeerSpec(model_dir=..., device="cuda")) as peer:
         metrics = await run_serve(base_url=peer.base_url, model=peer.model, ...)
@@ -25,7 +25,7 @@ from typing import Any
 
 __all__ = ["PeerSpec", "PeerStartError", "ServePeer"]
 
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 
 
 class PeerStartError(Exception):
@@ -42,7 +42,7 @@ class PeerSpec:
     temperature: float = 1.0
     """Must equal the workload's: the peer samples every request at this temperature."""
     extra_args: tuple[str, ...] = ()
-    """More ``bench.hf_server`` options, e.g. ``--num-threads=1``, ``--num-blocks=64``."""
+    """More ``bench.serving.hf_server`` options, e.g. ``--num-threads=1``, ``--num-blocks=64``."""
     start_timeout_s: float = 600.0
     """Model load + warm-up (CUDA graph capture) must finish within this."""
 
@@ -56,7 +56,7 @@ class PeerSpec:
         return [
             sys.executable,
             "-m",
-            "bench.hf_server",
+            "bench.serving.hf_server",
             f"--model-dir={self.model_dir}",
             f"--device={self.device}",
             f"--mode={self.mode}",

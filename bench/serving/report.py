@@ -1,6 +1,6 @@
 """What ``bench serve`` prints: one server's metrics, or ours and the peer's side by side.
 
-    python -m bench.serve_report [--tpot-p99-ms 50] RESULT.json ...
+    python -m bench.serving.report [--tpot-p99-ms 50] RESULT.json ...
 
 prints a rate sweep (several ``bench serve --output`` files) as one table, one row per rate, and
 the highest rate whose TPOT p99 stays under the bound with no failed request.
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.serve_metrics import LATENCIES, STATISTICS, THROUGHPUTS, ServeMetrics
+from bench.serving.metrics import LATENCIES, STATISTICS, THROUGHPUTS, ServeMetrics
 
 __all__ = ["format_comparison", "format_metrics", "format_sweep", "redacted"]
 

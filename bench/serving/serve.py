@@ -1,6 +1,6 @@
 """Online serving benchmark: Poisson arrivals against an OpenAI-compatible ``/v1/completions``.
 
-    python -m bench.serve --base-url http://127.0.0.1:8000 --model qwen3 --request-rate 4 --scale 0.1
+    python -m bench.serving.serve --base-url http://127.0.0.1:8000 --model qwen3 --request-rate 4 --scale 0.1
 
 Requests follow nano-vllm's workload (token-id prompts, per-request max_tokens, ignore_eos) and
 stream; arrivals are a Poisson process at ``--request-rate`` requests/s (``inf``: all at once), with
@@ -8,7 +8,7 @@ gaps drawn from ``random.Random(seed).expovariate(rate)``, as vLLM's ``bench ser
 metrics are the client's, so any OpenAI-compatible server is measured the same way.
 
 ``--peer hf --peer-model-dir DIR`` then runs the identical workload (same seed, same arrivals)
-through HF transformers in the same run: ``bench.hf_server`` on a free loopback port, its
+through HF transformers in the same run: ``bench.serving.hf_server`` on a free loopback port, its
 continuous batching manager by default (``--peer-mode generate``: sequential ``generate``).
 Both tables print side by side with ratios (> 1: ours better), and both go into the JSON.
 """
@@ -31,23 +31,23 @@ from typing import Any
 import click
 import httpx
 
-from bench.hf_generator import MODES
+from bench.engine.hf_generator import MODES
+from bench.engine.workload import Workload, nano_vllm_workload
 from bench.provenance import provenance
-from bench.serve_metrics import (
+from bench.serving.metrics import (
     SLO,
     RequestTiming,
     ServeMetrics,
     compare,
     compute_metrics,
 )
-from bench.serve_peer import PeerSpec, ServePeer
-from bench.serve_report import format_comparison, format_metrics, redacted
-from bench.workload import Workload, nano_vllm_workload
+from bench.serving.peer import PeerSpec, ServePeer
+from bench.serving.report import format_comparison, format_metrics, redacted
 from strongroom.progress_bar import ProgressBar
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
-RESULTS_DIR = Path(__file__).parent / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
 
 def arrival_gaps(num_requests: int, request_rate: float, seed: int) -> list[float]:
@@ -210,7 +210,7 @@ async def run_serve(
     type=click.Choice(["none", "hf"]),
     default="none",
     show_default=True,
-    help="Also run the workload through HF transformers (bench.hf_server) in this run.",
+    help="Also run the workload through HF transformers (bench.serving.hf_server) in this run.",
 )
 @click.option(
     "--peer-model-dir",
@@ -224,7 +224,7 @@ async def run_serve(
     "--peer-arg",
     "peer_args",
     multiple=True,
-    help="Extra bench.hf_server option, repeatable: --peer-arg=--num-threads=1 --peer-arg=--num-blocks=64",
+    help="Extra bench.serving.hf_server option, repeatable: --peer-arg=--num-threads=1 --peer-arg=--num-blocks=64",
 )
 @click.option("--output", type=click.Path(path_type=Path), default=None)
 def serve(

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # `strongroom bench serve` against the real gateway + engine on this machine's CPU, tiny Qwen3 shape,
-# then the identical workload through HF transformers' continuous batching (bench.hf_server) on the
+# then the identical workload through HF transformers' continuous batching (bench.serving.hf_server) on the
 # same checkpoint in the same run: float32, one torch thread and 2048 tokens per step on both sides.
-# Usage: [SCALE=0.05] bench/serve_cpu.sh [request-rate ...]
+# Usage: [SCALE=0.05] bench/serving/serve_cpu.sh [request-rate ...]
 #   writes bench/results/serve_cpu_vs_hf_rate<R>.json (serve_cpu_vs_hf_scale<S>_rate<R>.json for another SCALE)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-$PY -c "from pathlib import Path; from bench.random_model import build_random_qwen3; build_random_qwen3(Path('$work/tiny-qwen3'), shape='tiny', dtype='float32')"
+$PY -c "from pathlib import Path; from bench.engine.random_model import build_random_qwen3; build_random_qwen3(Path('$work/tiny-qwen3'), shape='tiny', dtype='float32')"
 cat > "$work/s.toml" <<TOML
 data_dir = "$work/data"
 [server]

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from bench.structured_candidates import CANDIDATES, Candidate, token_bytes
-from bench.structured_schemas import COVERAGE, TIMED, SchemaCase
+from bench.structured.candidates import CANDIDATES, Candidate, token_bytes
+from bench.structured.schemas import COVERAGE, TIMED, SchemaCase
 
 __all__ = ["coverage", "mask_times"]
 

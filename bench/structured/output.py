@@ -1,7 +1,7 @@
 """Structured output: grammar libraries' mask time and coverage, and constrained vs free TPOT.
 
-    python -m bench.structured_output                       # CPU: masks (demo + 150k vocab), TPOT
-    python -m bench.structured_output --device cuda --skip masks --model /path/to/qwen3
+    python -m bench.structured.output                       # CPU: masks (demo + 150k vocab), TPOT
+    python -m bench.structured.output --device cuda --skip masks --model /path/to/qwen3
 
 Writes bench/results/structured_output_<device>.json (or --out). See bench/BENCHMARKS.md.
 """
@@ -16,10 +16,10 @@ from typing import Any
 
 import click
 
-from bench.structured_masks import coverage, engine_mask_times, mask_times
-from bench.structured_vocab import real_like_tokenizer
+from bench.structured.masks import coverage, engine_mask_times, mask_times
+from bench.structured.vocab import real_like_tokenizer
 
-_RESULTS = Path(__file__).parent / "results"
+_RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def _demo_tokenizer() -> tuple[Any, int]:
@@ -76,7 +76,7 @@ def main(
         result["coverage"] = coverage(tok, eos, threads, list(libraries))
         click.echo(json.dumps(result["coverage"], indent=1))
     if "tpot" not in skip:
-        from bench.structured_tpot import tpot
+        from bench.structured.tpot import tpot
 
         result["tpot"] = tpot(device, model, sizes, max_tokens)
         click.echo(json.dumps(result["tpot"], indent=1))

@@ -1,6 +1,6 @@
 """At the issue's scale (1,000 policy lines, 2,000 role links) the decision table decides as casbin.
 
-How fast it decides is measured by ``python -m bench.authz_decision`` (p50 target 20 µs, figures
+How fast it decides is measured by ``python -m bench.policies.authz_decision`` (p50 target 20 µs, figures
 in bench/BENCHMARKS.md), not asserted here: a shared test machine makes timing flaky.
 """
 

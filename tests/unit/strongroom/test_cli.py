@@ -30,7 +30,9 @@ def test_bench_without_the_bench_package_is_a_clear_error(monkeypatch: pytest.Mo
 
 
 def test_a_missing_dependency_of_bench_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "bench.throughput", None)  # bench is there, one of its parts is not
+    monkeypatch.setitem(
+        sys.modules, "bench.engine.throughput", None
+    )  # bench is there, one of its parts is not
     monkeypatch.delitem(sys.modules, "bench.cli", raising=False)
     with pytest.raises(ModuleNotFoundError):
         _mount_bench(click.Group("strongroom"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.terminal import run_on_terminal
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def test_smallest_run_writes_rows_and_draws_its_bar_on_a_terminal(tmp_path: Path) -> None:

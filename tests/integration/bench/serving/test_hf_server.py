@@ -1,4 +1,4 @@
-"""bench.hf_server on a tiny random Qwen3 on loopback, driven by bench.serve's client and CLI."""
+"""bench.serving.hf_server on a tiny random Qwen3 on loopback, driven by bench.serving.serve's client and CLI."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from bench.random_model import build_random_qwen3
-from bench.serve import completion_body, run_serve, send_request, serve
-from bench.serve_metrics import RequestTiming
-from bench.serve_peer import PeerSpec, PeerStartError, ServePeer
-from bench.workload import TEMPERATURE, Workload, nano_vllm_workload
+from bench.engine.random_model import build_random_qwen3
+from bench.engine.workload import TEMPERATURE, Workload, nano_vllm_workload
+from bench.serving.metrics import RequestTiming
+from bench.serving.peer import PeerSpec, PeerStartError, ServePeer
+from bench.serving.serve import completion_body, run_serve, send_request, serve
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 # Small explicit cache: sizing it from free memory on CPU takes ~15 s.
 SMALL_CACHE = ("--num-threads=1", "--num-blocks=32", "--max-batch-tokens=256", "--no-warmup")
 

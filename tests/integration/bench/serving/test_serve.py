@@ -1,4 +1,4 @@
-"""bench.serve against a real SSE server on loopback (asyncio streams, HTTP/1.1)."""
+"""bench.serving.serve against a real SSE server on loopback (asyncio streams, HTTP/1.1)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from bench.serve import run_serve
-from bench.serve_metrics import SLO
-from bench.workload import Workload
+from bench.engine.workload import Workload
+from bench.serving.metrics import SLO
+from bench.serving.serve import run_serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

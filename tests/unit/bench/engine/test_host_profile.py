@@ -6,8 +6,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from bench.host_profile import main
-from bench.random_model import build_random_qwen3
+from bench.engine.host_profile import main
+from bench.engine.random_model import build_random_qwen3
 
 
 def test_host_only_profile_runs_the_engines_host_path_on_the_cpu(tmp_path: Path) -> None:

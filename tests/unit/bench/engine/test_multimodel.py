@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bench import engine_multimodel
-from bench.engine_multimodel import WORKLOADS, kv_plan, make_requests, run
+from bench.engine.multimodel import WORKLOADS, kv_plan, make_requests, run
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +66,7 @@ def test_cli_runs_the_demo_models_and_writes_provenance(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "result.json"
-    monkeypatch.setattr(sys, "argv", ["bench/engine_multimodel.py", "--out", str(out)])
+    monkeypatch.setattr(sys, "argv", ["bench/engine/multimodel.py", "--out", str(out)])
     engine_multimodel.main()
     report = json.loads(out.read_text())
     assert report["workload"]["shape"] == "demo"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench.tensor_parallel import tensor_parallel
-from bench.workload import nano_vllm_workload
+from bench.engine.tensor_parallel import tensor_parallel
+from bench.engine.workload import nano_vllm_workload
 
 SCALE = 0.008
 

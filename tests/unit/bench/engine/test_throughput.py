@@ -9,9 +9,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from bench.random_model import build_random_qwen3
-from bench.throughput import RunResult, ratios, throughput
-from bench.workload import nano_vllm_workload
+from bench.engine.random_model import build_random_qwen3
+from bench.engine.throughput import RunResult, ratios, throughput
+from bench.engine.workload import nano_vllm_workload
 
 SCALE = 0.008  # 3 requests, prompts and outputs of about 1-8 tokens
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from bench.workload import nano_vllm_workload
+from bench.engine.workload import nano_vllm_workload
 
 
 def test_totals_match_nano_vllm() -> None:

@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from bench.hf_generator import HFPeerConfig
-from bench.hf_server import BadRequest, IncrementalDetokenizer, ModelLimits, parse_completion_request
+from bench.engine.hf_generator import HFPeerConfig
+from bench.serving.hf_server import BadRequest, IncrementalDetokenizer, ModelLimits, parse_completion_request
 
 LIMITS = ModelLimits(name="tiny", vocab_size=100, max_positions=64, temperature=0.6)
 

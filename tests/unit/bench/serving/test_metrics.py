@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from bench.serve import arrival_gaps
-from bench.serve_metrics import SLO, RequestTiming, compute_metrics, percentile
+from bench.serving.metrics import SLO, RequestTiming, compute_metrics, percentile
+from bench.serving.serve import arrival_gaps
 
 
 def test_percentile_matches_numpy() -> None:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.serve_metrics import RequestTiming, compare, compute_metrics
-from bench.serve_report import format_comparison, redacted
+from bench.serving.metrics import RequestTiming, compare, compute_metrics
+from bench.serving.report import format_comparison, redacted
 
 
 def test_ratios_read_times_better_than_the_peer() -> None:

@@ -1,4 +1,4 @@
-"""The Triton skinny GEMM against F.linear (its speed per decode shape: ``bench.skinny_gemm_sweep``)."""
+"""The Triton skinny GEMM against F.linear (its speed per decode shape: ``bench.engine.skinny_gemm_sweep``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bench.skinny_gemm_sweep import MODEL_SHAPES
+from bench.engine.skinny_gemm_sweep import MODEL_SHAPES
 from engine.kernels import SkinnyGemmConfig, skinny_gemm, skinny_gemm_config
 from engine.layers import ColumnParallelLinear, RowParallelLinear
 from engine.tuning import DEFAULT_TUNING
