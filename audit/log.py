@@ -338,8 +338,8 @@ class AuditLog:
 
         Its own thread: on the reader thread a long read (a verify or export of the whole log)
         would hold back the WAL checkpoints for as long as it runs, and the WAL would grow (commits
-        extending the file are the slow ones); and a checkpoint (3-8 ms per 1,000 records) would
-        hold up the reads queued behind it.
+        extending the file are the slow ones); and a checkpoint (milliseconds per thousand records)
+        would hold up the reads queued behind it.
         """
         if self._maintaining is not None and not self._maintaining.done():
             return

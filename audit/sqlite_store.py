@@ -79,7 +79,7 @@ def _guards() -> str:
 
 _REWIND_AT_FRAMES = 8_192
 """WAL length (frames, ~32 MiB of 4 KiB pages) from which the writer rewinds it: it copies the last
-frames and fsyncs the database (~1 ms) when no append waits (``idle``). Shorter costs more
+frames and fsyncs the database when no append waits (``idle``). Shorter costs more
 rewinds, longer more disk; the file keeps its size after a rewind, so later commits overwrite
 rather than extend it either way."""
 
@@ -95,9 +95,9 @@ MIN_FREE_BYTES = 8 << 20
 would fail on its first appends (503 for every request) is better refused with one message."""
 
 _REWIND_GRACE_S = 0.2
-"""How long a due rewind waits for the writer to be idle before an append pays for it. Even 64
-closed-loop appenders leave the writer idle within 0.003-0.24 s of most requests; at 0.5 s the WAL
-outgrew its preallocated 64 MiB in 1 of 3 such runs (97.5 MiB), at 0.2 s in none of 3."""
+"""How long a due rewind waits for the writer to be idle before an append pays for it. Even many
+closed-loop appenders leave the writer idle that often; a longer wait let the WAL outgrow its
+preallocated size under load (the runs are in bench/BENCHMARKS.md)."""
 
 
 class SqliteStore:
@@ -150,7 +150,7 @@ class SqliteStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             # WAL-to-database copies run in ``maintain`` on another thread, not inside a commit
-            # (an automatic checkpoint there added ~3 ms to the p99 of the appends waiting on it).
+            # (an automatic checkpoint there lengthened the p99 of the appends waiting on it).
             conn.execute("PRAGMA wal_autocheckpoint=0")
             # Never truncate the WAL after a rewind (the default, stated): it keeps its preallocated
             # size, so commits overwrite frames instead of growing the file again.
@@ -203,8 +203,8 @@ class SqliteStore:
         """Extend the WAL with zeros up to ``target`` bytes and make that size durable.
 
         A commit that extends the file pays for journaling the new size in its fdatasync: on this
-        VM's disk (``bench/audit_throughput.py --disk-floor``) +50-100 % at p50 and p99.9 3.5 ms
-        against 2.1 ms for overwriting allocated blocks. SQLite grows the
+        VM's disk it costs far more than overwriting allocated blocks (``bench/audit/throughput.py
+        --disk-floor``, figures in bench/BENCHMARKS.md). SQLite grows the
         WAL only by appending frames and keeps its size after a rewind, so without this the first
         tens of MiB after every start extend it. Zeros past the last frame are what SQLite's
         recovery already handles after a rewind (frames whose salt does not match end the log).
@@ -350,7 +350,7 @@ class SqliteStore:
         if num_copied > 0 and num_copied != self._num_backfilled:
             # SQLite syncs the database only when no commit landed during the checkpoint, which
             # under load is almost never: the copied pages stay dirty and the writer's rewind
-            # would flush all of them (megabytes, 5-10 ms) while appends wait. Flush them here.
+            # would flush all of them (megabytes) while appends wait. Flush them here.
             self._sync_database()
         self._num_backfilled = num_copied
         if num_frames >= self._rewind_at_frames and self._rewind_due_since is None:

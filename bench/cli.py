@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from bench.gateway_overhead import gateway
-from bench.serve import serve
-from bench.throughput import throughput
+from bench.engine.throughput import throughput
+from bench.gateway.overhead import gateway
+from bench.serving.serve import serve
 
 bench = click.Group("bench", help="Benchmarks; each prints the peer beside ours and writes bench/results/.")
 bench.add_command(gateway)

@@ -12,7 +12,7 @@ Stages, each appended to ``gpu_engine.json`` as soon as it finishes (a timeout k
    A torch.profiler pass over a few decode steps splits each token's time into GPU kernel time
    and the rest (launch gaps, Python).
 3. Throughput on nano-vllm's workload (``--throughput-scale``), ours only (HF's 614 tok/s is in
-   ANCHORS.md, measured on the same machine).
+   bench/ANCHORS.md, measured on the same machine).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 import click
 
-from bench.bandwidth import COPY_BANDWIDTH
-from bench.graph_profile import VARIANTS
+from bench.engine.bandwidth import COPY_BANDWIDTH
+from bench.engine.graph_profile import VARIANTS
 from bench.provenance import provenance
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
@@ -56,7 +56,7 @@ def _hf_model(shape: str) -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    from bench.random_model import _COMMON, SHAPES
+    from bench.engine.random_model import _COMMON, SHAPES
 
     torch.manual_seed(0)
     if shape == "llama3-8b":
@@ -72,7 +72,7 @@ def _hf_model(shape: str) -> Any:
 
 
 def _save(model: Any, path: Path) -> None:
-    from bench.random_model import _write_tokenizer
+    from bench.engine.random_model import _write_tokenizer
 
     model.save_pretrained(path)
     _write_tokenizer(path, int(model.config.vocab_size))
@@ -295,7 +295,7 @@ def _decode_variant(
 
 
 def _with_flag(variant: str, path: Path, prompt: list[int], warm: list[int]) -> dict[str, Any]:
-    """The default decode under one ``bench.graph_profile`` variant's tuning: ``pdl_off`` (plain
+    """The default decode under one ``bench.engine.graph_profile`` variant's tuning: ``pdl_off`` (plain
     launches) or ``cublas_gemms`` (F.linear)."""
     out = _decode_variant(path, prompt, warm[1:] + warm[:1], VARIANTS[variant], profile=True)
     timed: dict[str, Any] = out["ours_graphs"]
@@ -312,8 +312,8 @@ def run_throughput(
 ) -> dict[str, Any]:
     import torch
 
-    from bench.throughput import _result
-    from bench.workload import nano_vllm_workload
+    from bench.engine.throughput import _result
+    from bench.engine.workload import nano_vllm_workload
     from engine import LLM, SamplingParams
 
     workload = nano_vllm_workload().scaled(scale)
@@ -408,7 +408,7 @@ def _multimodel(workdir: Path) -> dict[str, Any]:
 
 
 def _attention_sweep() -> dict[str, Any]:
-    from bench.attention_sweep import run
+    from bench.engine.attention_sweep import run
 
     return run()
 
@@ -471,7 +471,7 @@ def _run_tests(out: Path, paths: tuple[str, ...]) -> dict[str, Any]:
     type=click.Choice(list(VARIANTS)),
     default="default",
     show_default=True,
-    help="a bench.graph_profile variant whose tuning the decode and throughput runs take (a candidate default)",
+    help="a bench.engine.graph_profile variant whose tuning the decode and throughput runs take (a candidate default)",
 )
 def main(
     out_dir: Path,

@@ -74,7 +74,7 @@ log "building a random $SHAPE checkpoint ($DTYPE) in $model"
 "$PY" -c "
 from pathlib import Path
 import torch
-from bench.random_model import build_random_qwen3
+from bench.engine.random_model import build_random_qwen3
 device = '$DEVICE' if '$DEVICE'.startswith('cuda') and torch.cuda.is_available() else 'cpu'
 build_random_qwen3(Path('$model'), shape='$SHAPE', dtype='$DTYPE', device=device)
 "
@@ -161,4 +161,4 @@ done
 
 log "done; server log in $OUT/${NAME}_server.log"
 if [ ${#results[@]} -eq 0 ]; then log "no results"; exit 1; fi
-"$PY" -m bench.serve_report --tpot-p99-ms "$TPOT_P99_MS" "${results[@]}"
+"$PY" -m bench.serving.report --tpot-p99-ms "$TPOT_P99_MS" "${results[@]}"

@@ -311,6 +311,11 @@ class LLMEngine:
     def has_work(self) -> bool:
         return self.scheduler.has_work or self._inflight is not None or self.embedder.has_work
 
+    @property
+    def is_step_in_flight(self) -> bool:
+        """A step was launched whose tokens have not been read yet (asynchronous scheduling)."""
+        return self._inflight is not None
+
     def step(self) -> list[tuple[str, StreamDelta]]:
         self.embedder.run_batch()
         if not self.scheduler.has_work and self._inflight is None:

@@ -5,7 +5,7 @@ The defaults are the production values. It is not a deployment setting: the engi
 construction (``LLMEngine(config, tuning=...)``, default ``CudaTuning()``) and passes it down
 (``ModelRunner`` -> ``FusedStep``, ``CudaGraphRunner``, the Triton attention backend), and every
 kernel takes it as an argument. A benchmark variant is ``dataclasses.replace(CudaTuning(), ...)``
-(``bench.graph_profile.VARIANTS``). A leaf module (no imports), so the kernels can read it without
+(``bench.engine.graph_profile.VARIANTS``). A leaf module (no imports), so the kernels can read it without
 importing anything above them. Every fusion computes the same bits as the kernels it replaces, so
 no field changes a token; they change only time (measured in ``bench/BENCHMARKS.md``).
 """

@@ -132,9 +132,9 @@ def _keep_collector_off_the_request_path() -> None:
     """Start-up objects are permanent; requests free almost everything by reference counting.
 
     Freezing what start-up built (modules, settings, policy tables, filter automata) keeps full
-    collections from re-scanning it: they took ~80 ms under load on the 2-core reference
-    machine. With the default young-generation threshold (700) a collection ran every ten
-    requests at ~0.3 ms each; requests leave few cycles behind, so a higher one costs little.
+    collections from re-scanning it, which stalled every request in flight. With the default
+    young-generation threshold (700) a collection ran every ten requests; requests leave few
+    cycles behind, so a higher one costs little (figures in bench/BENCHMARKS.md).
     """
     gc.freeze()
     young, middle, old = gc.get_threshold()

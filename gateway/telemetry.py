@@ -9,7 +9,8 @@ keep no exemplars (they would only ever point at sampled spans): /metrics reads 
 
 The per-request counters add into a plain dict that the meter reads at collection time
 (observable counters): an OTel SDK ``Counter.add`` cleans and hashes its attributes on every
-call (~7 µs here), a dict increment costs a fraction of that. Exported series are the same.
+call, a dict increment costs a fraction of that (figures in bench/BENCHMARKS.md). Exported series
+are the same.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ __all__ = ["TritonAttentionBackend", "num_splits_for"]
 
 _TARGET_PROGRAMS = 1024
 """About eight programs per H200 multiprocessor: split decode keys until a step has this many
-(no split count is best at every shape: bench.attention_sweep)."""
+(no split count is best at every shape: bench.engine.attention_sweep)."""
 _MAX_SPLITS = 16
 
 

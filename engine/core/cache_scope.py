@@ -1,8 +1,8 @@
 """Who may share a model's prefix cache: the salt that starts every block-hash chain.
 
 A prefix-cache hit answers faster, so whoever shares a cache can tell by timing whether
-another sharer already sent a prompt (Bob resending Alice's prompt answered in 57 ms against
-488 ms). The salt therefore names the widest group allowed to share, per model:
+another sharer already sent a prompt (Bob resending Alice's prompt answered several times
+faster; bench/BENCHMARKS.md). The salt therefore names the widest group allowed to share, per model:
 
     subject (default)  one (tenant, subject): nobody learns anything about anyone else
     tenant             everyone of one tenant; a token without a tenant still gets its own

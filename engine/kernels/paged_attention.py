@@ -366,7 +366,7 @@ def _attend(
     small_decode = max_query_len == 1 and num_seqs < 16
     if max_query_len == 1 and not small_decode:
         # Decode over a batch: 64-key tiles in two stages come nearest the copy ceiling
-        # (bench.attention_sweep); tiny batches keep their own tiles.
+        # (bench.engine.attention_sweep); tiny batches keep their own tiles.
         launch.setdefault("num_stages", 2)
     elif small_decode:
         tile_n = tile_n or tuning.small_batch_tile_n

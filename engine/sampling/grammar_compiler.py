@@ -37,6 +37,11 @@ class GrammarCompiler:
         self._cache: OrderedDict[str, str] = OrderedDict()
         self._cache_size = cache_size
 
+    @property
+    def num_cached(self) -> int:
+        """Compiled grammars kept, one per distinct schema (``StructuredOutput.key``)."""
+        return len(self._cache)
+
     def matcher(self, spec: StructuredOutput) -> GrammarMatcher:
         """A fresh matcher for one sequence; compiles ``spec`` unless its grammar is cached."""
         grammar = self._compiled(spec)

@@ -8,8 +8,8 @@ engine protocol needs, over a pool of keep-alive connections::
 
 Bytes land in the connection's buffer as they arrive (an ``asyncio.Protocol``); the reader
 parses what is there and waits only when it needs more, each wait bounded by the read timeout.
-A general-purpose client (httpx) spent ~1.5 ms of CPU per call on the 2-core reference machine,
-more than the rest of the gateway pipeline together; this one ~0.1 ms.
+A general-purpose client (httpx) spent more CPU per call than the rest of the gateway pipeline
+together; this one a small fraction of that (figures in bench/BENCHMARKS.md).
 
 A connection goes back to the pool only after its response was read to the end; leaving a
 stream early closes the connection, which is how the engine learns to abort the generation.

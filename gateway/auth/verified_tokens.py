@@ -1,8 +1,8 @@
 """Signatures already checked: a token seen before skips the signature math, and nothing else.
 
 A client sends the same bearer token on every request until it expires, and checking its
-signature is the costliest step of authentication (Ed25519 ~130 µs on the 2-core reference
-machine, RSA more). The outcome of that step depends only on the token's bytes and the key, so
+signature is the costliest step of authentication (Ed25519, RSA more; figures in
+bench/BENCHMARKS.md). The outcome of that step depends only on the token's bytes and the key, so
 it is remembered for the exact token and the exact key object that verified it::
 
     sha256(token) ─▶ (key object, payload, exp)

@@ -280,6 +280,29 @@ def _mount(group: click.Group, module: str, attr: str, name: str | None = None) 
     group.add_command(getattr(mod, attr), name=name)
 
 
+_NO_BENCH = (
+    "strongroom bench runs from a source checkout: bench/ is not installed with the package. "
+    "Run it from the repository root (e.g. `python -m strongroom bench ...` there)."
+)
+
+
+def _mount_bench(group: click.Group) -> None:
+    """Mount ``bench.cli``; where ``bench`` is absent (an installed wheel) the command says why."""
+    try:
+        _mount(group, "bench.cli", "bench")
+    except ModuleNotFoundError as error:
+        if error.name not in ("bench", "bench.cli"):
+            raise  # bench is there but one of its own dependencies is not: show that
+
+        @group.command(
+            "bench",
+            add_help_option=False,
+            context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        )
+        def bench() -> None:
+            raise click.ClickException(_NO_BENCH)
+
+
 def _build() -> None:
     _mount(main, "strongroom.cli.token", "token")
     _mount(main, "strongroom.cli.admin", "admin")
@@ -290,7 +313,7 @@ def _build() -> None:
     _mount(main, "strongroom.cli.filters", "filters")
     _mount(main, "strongroom.cli.keys", "keys")
     _mount(main, "strongroom.cli.keys", "models")
-    _mount(main, "bench.cli", "bench")
+    _mount_bench(main)
 
 
 _build()

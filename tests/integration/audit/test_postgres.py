@@ -26,9 +26,9 @@ from audit.postgres_store import PostgresStore
 from audit.query import AuditQuery
 from audit.record import RecordRow, encode_event, seal_row
 from audit.store import StoreConflictError
-from audit.testing import sample_event
 from common.audit_event import AuditEvent, Decision, EventType
 from common.finding import Finding
+from tests.audit_doubles import sample_event
 
 pytestmark = pytest.mark.integration
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"

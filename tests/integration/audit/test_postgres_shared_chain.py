@@ -18,8 +18,8 @@ from audit.log import AuditLog
 from audit.postgres_store import PostgresStore
 from audit.record import RecordRow, encode_event, seal_row
 from audit.store import StoreConflictError, StoreHead
-from audit.testing import sample_event
 from common.audit_event import AuditEvent, Decision, EventType
+from tests.audit_doubles import sample_event
 
 pytestmark = pytest.mark.integration
 

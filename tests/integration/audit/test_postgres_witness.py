@@ -18,9 +18,9 @@ import pytest
 from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.postgres_store import PostgresStore, grant_append_only, install_schema
-from audit.testing import sample_event
 from audit.witness import WitnessError
 from audit.witness_postgres import grant_witness_role, install_witness_schema
+from tests.audit_doubles import sample_event
 
 pytestmark = pytest.mark.integration
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"

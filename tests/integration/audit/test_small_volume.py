@@ -18,7 +18,7 @@ import pytest
 from audit.config import AuditConfig
 from audit.errors import AuditUnavailableError
 from audit.log import AuditLog
-from audit.testing import sample_event
+from tests.audit_doubles import sample_event
 
 pytestmark = pytest.mark.integration
 

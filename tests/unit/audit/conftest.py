@@ -8,7 +8,7 @@ import pytest
 
 from audit.config import AuditConfig
 from audit.log import AuditLog
-from audit.testing import FakeClock
+from tests.audit_doubles import FakeClock
 
 
 @pytest.fixture

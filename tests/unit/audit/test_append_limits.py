@@ -14,7 +14,7 @@ from audit.config import AuditConfig
 from audit.errors import AuditUnavailableError
 from audit.log import AuditLog
 from audit.sqlite_store import SqliteStore
-from audit.testing import sample_event
+from tests.audit_doubles import sample_event
 
 pytestmark = pytest.mark.anyio
 

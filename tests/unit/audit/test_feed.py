@@ -14,8 +14,8 @@ from audit.errors import AuditUnavailableError
 from audit.feed_server import AuditFeedServer
 from audit.log import AuditLog
 from audit.record import AuditContent
-from audit.testing import sample_event as event
 from common.audit_event import EventType
+from tests.audit_doubles import sample_event as event
 
 # Short deadlines: a store that cannot commit is answered within about a second.
 _CFG = AuditConfig(append_timeout_s=0.5, content_default="encrypt")

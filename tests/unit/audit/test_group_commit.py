@@ -17,7 +17,7 @@ from audit.group_commit import BatchTiming
 from audit.log import AuditLog
 from audit.query import AuditQuery
 from audit.sqlite_store import SqliteStore
-from audit.testing import FakeClock, sample_event
+from tests.audit_doubles import FakeClock, sample_event
 
 pytestmark = pytest.mark.anyio
 

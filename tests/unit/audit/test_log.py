@@ -10,8 +10,8 @@ from audit.config import AuditConfig, ContentRule
 from audit.errors import AuditConfigError, AuditIntegrityError, AuditNotFoundError, AuditUnavailableError
 from audit.query import AuditQuery
 from audit.record import AuditContent
-from audit.testing import sample_event as event
 from common.audit_event import Decision, EventType
+from tests.audit_doubles import sample_event as event
 
 
 def test_append_returns_consecutive_seqs_and_tail_reads_them(open_log) -> None:
@@ -234,7 +234,7 @@ def test_archive_moves_old_segment_and_both_halves_still_verify(open_log, clock,
 
 
 def test_second_sink_gets_refused_events(open_log, tmp_path: Path) -> None:
-    from audit.testing import MemorySink
+    from tests.audit_doubles import MemorySink
 
     sink = MemorySink()
 

@@ -22,8 +22,8 @@ from audit.errors import AuditConfigError
 from audit.log import AuditLog
 from audit.record import RecordRow, hash_body, record_from_row
 from audit.signer import CheckpointSigner
-from audit.testing import sample_event as event
 from audit.witness import WitnessError
+from tests.audit_doubles import sample_event as event
 
 NUM_EVENTS = 40
 

@@ -25,7 +25,7 @@ from audit.log import AuditLog
 from audit.query import AuditQuery
 from audit.record import encode_event, genesis_hash, seal_row
 from audit.sqlite_store import SqliteStore
-from audit.testing import sample_event
+from tests.audit_doubles import sample_event
 
 
 def _append(store: SqliteStore, first: int, n: int, prev: str) -> str:
@@ -152,7 +152,7 @@ import asyncio, os, signal
 from pathlib import Path
 from audit.config import AuditConfig
 from audit.log import AuditLog
-from audit.testing import sample_event
+from tests.audit_doubles import sample_event
 async def go():
     log = await AuditLog.open(AuditConfig(checkpoint_every=4), Path({str(tmp_path)!r}))
     for i in range({num_records}):

@@ -13,9 +13,9 @@ from audit.log import AuditLog
 from audit.operator_log import OperatorLog
 from audit.query import AuditQuery
 from audit.sqlite_store import SqliteStore
-from audit.testing import sample_event
 from audit.writer_socket import WriterSocket
 from common.audit_event import AuditEvent, Decision, EventType
+from tests.audit_doubles import sample_event
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,7 @@ from audit.errors import AuditUnavailableError
 from audit.log import AuditLog
 from audit.query import AuditQuery
 from audit.sqlite_store import SqliteStore
-from audit.testing import sample_event
+from tests.audit_doubles import sample_event
 
 pytestmark = pytest.mark.anyio
 

@@ -14,9 +14,9 @@ from audit.record import (
     seal_row,
     us_to_iso,
 )
-from audit.testing import sample_event
 from common.audit_event import AuditEvent, Decision, EventType
 from common.finding import Finding
+from tests.audit_doubles import sample_event
 
 PREV = "9f" * 32
 TIME_US = 1_796_000_000_123_456

@@ -16,8 +16,8 @@ from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.selection_bundle import Selection, export_selection
 from audit.signer import CheckpointVerifier
-from audit.testing import sample_event as event
 from strongroom.cli.audit import audit
+from tests.audit_doubles import sample_event as event
 
 
 def _export(tmp_path: Path, selection: Selection) -> tuple[Path, Path, list[int]]:

@@ -17,7 +17,7 @@ from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.record import encode_event, genesis_hash, seal_row
 from audit.sqlite_store import SqliteStore
-from audit.testing import sample_event
+from tests.audit_doubles import sample_event
 
 
 def _wal_frames(path: Path) -> int:

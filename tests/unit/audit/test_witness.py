@@ -16,10 +16,10 @@ from audit.config import AuditConfig
 from audit.query import AuditQuery
 from audit.signer import CheckpointVerifier
 from audit.sqlite_store import SqliteStore
-from audit.testing import sample_event as event
 from audit.witness import Witness, WitnessError
 from audit.witness_file import FileWitness
 from audit.witness_syslog import SyslogWitness
+from tests.audit_doubles import sample_event as event
 
 
 def _store_checkpoints(tmp_path: Path) -> list:

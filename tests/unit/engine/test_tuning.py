@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from bench.graph_profile import VARIANTS
+from bench.engine.graph_profile import VARIANTS
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 

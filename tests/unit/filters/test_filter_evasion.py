@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.filters_evasion import benign, evasions, look_alikes, score
+from bench.filters.evasion import benign, evasions, look_alikes, score
 from filters import FilterConfig, FilterContext, FilterPipeline
 
 CTX = FilterContext(roles=("user",), model="m")

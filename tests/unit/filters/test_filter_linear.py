@@ -5,7 +5,7 @@ The payment-card check walked back over every earlier 4-digit group: "1234 5678 
 cost about 25 times scanning 40 KB. The bound is 50 (twice linear, for a loaded 2-core machine
 and caches; quadratic would be 625), on the best of several runs of CPU time, with every
 detector of the packaged policy and normalization. Worst inputs of every detector, timed one by
-one: ``bench/filters_worst_case.py``.
+one: ``bench/filters/worst_case.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from bench.filters_worst_case import LARGE, SMALL, build
+from bench.filters.worst_case import LARGE, SMALL, build
 from filters import FilterConfig, FilterPipeline
 from filters.normalized import normalize
 

@@ -11,7 +11,7 @@ from filter_fixtures import ALL_REDACT, make_pipeline, write_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.filters_evasion import benign, evasions, look_alikes
+from bench.filters.evasion import benign, evasions, look_alikes
 from filters import Direction, FilterConfig, FilterContext, FilterPipeline
 from filters.detectors import builtin_detectors
 from filters.detectors.digit_run import run_rule

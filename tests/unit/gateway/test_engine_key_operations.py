@@ -19,7 +19,6 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
-from audit.testing import MemorySink
 from common.audit_event import AuditEvent, Decision, EventType
 from engine.serving.client import EngineClient
 from engine.serving.protocol import KeyOperationEvent
@@ -27,6 +26,7 @@ from gateway.engine_pool import EnginePool
 from keys.key_audit import key_event
 from keys.provider import KeyRef
 from strongroom.engine_process import KeyOperationLog
+from tests.audit_doubles import MemorySink
 
 pytestmark = pytest.mark.anyio
 TOKEN = "key-operations-test-token"

@@ -10,13 +10,13 @@ from litestar import Litestar, Request, get
 from litestar.exceptions import NotFoundException
 
 from audit.record import AuditContent
-from audit.testing import MemorySink
 from common.audit_event import AuditEvent, Decision, EventType
 from gateway.auditor import Auditor, RequestSink
 from gateway.request_context import request_context
 from gateway.request_middleware import RequestMiddleware
 from gateway.telemetry import Telemetry
 from gateway.telemetry_config import TelemetryConfig
+from tests.audit_doubles import MemorySink
 
 
 class LogSink(MemorySink):

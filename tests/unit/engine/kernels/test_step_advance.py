@@ -93,7 +93,7 @@ def test_strided_rows_and_bf16_logits(device: str) -> None:
 
 @pytest.mark.parametrize("block", [256, 4096])
 def test_program_width_changes_no_token(device: str, block: int) -> None:
-    # The width is a tuning knob (bench.graph_profile step_block_*): more or fewer keys per row,
+    # The width is a tuning knob (bench.engine.graph_profile step_block_*): more or fewer keys per row,
     # the same reduction. 3,000 logits: twelve programs of 256, or one program wider than the row.
     tuning = replace(DEFAULT_TUNING, step_block=block)
     rows = torch.randn(3, 3000)

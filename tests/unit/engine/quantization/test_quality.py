@@ -1,13 +1,13 @@
 """A tiny Llama trained briefly on the demo corpus keeps its held-out perplexity within 5 % when
 its weights are FP8 or INT8 (as the engine loads them), its activations too FP8 (as the CUDA
 prefill runs them), or its keys and values FP8 (simulated).
-The longer run and its numbers: ``bench/quant_quality.py``, bench/BENCHMARKS.md."""
+The longer run and its numbers: ``bench/engine/quant_quality.py``, bench/BENCHMARKS.md."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.quant_quality import measure
+from bench.engine.quant_quality import measure
 
 
 def test_quantized_perplexity_within_five_percent() -> None:

@@ -51,7 +51,7 @@ def test_fused_step_runs_quant_gemv_and_keeps_tokens(
     runner.fused = FusedStep(runner.hosted.model, replace(_TUNING, fp8_scaled_mm=False))  # type: ignore[arg-type]
     assert [o.token_ids for o in llm.generate(_PROMPTS, params)] == reference
     assert not calls["fp8_scaled_mm"]
-    # FP8 activations in the prefill round differently (bench/quant_quality.py measures how much).
+    # FP8 activations in the prefill round differently (bench/engine/quant_quality.py measures how much).
     runner.fused = FusedStep(runner.hosted.model, _TUNING)  # type: ignore[arg-type]
     assert [len(o.token_ids) for o in llm.generate(_PROMPTS, params)] == [3, 3]
     assert calls["quant_gemv"] and max(calls["quant_gemv"]) <= 16

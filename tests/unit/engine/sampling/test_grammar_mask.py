@@ -113,11 +113,13 @@ def test_invalid_schema_names_response_format(demo) -> None:  # type: ignore[no-
 
 def test_compiled_grammars_are_cached_by_schema_hash(demo) -> None:  # type: ignore[no-untyped-def]
     compiler, _, _ = demo
-    spec = StructuredOutput.json_schema(_SCHEMA)
-    compiler.matcher(spec)
-    first = compiler._cache[spec.key]
-    compiler.matcher(StructuredOutput.json_schema(dict(_SCHEMA)))
-    assert compiler._cache[spec.key] is first
+    schema = {"type": "object", "properties": {"cache_probe": {"type": "integer"}}}  # no other test's
+    before = compiler.num_cached
+    compiler.matcher(StructuredOutput.json_schema(schema))
+    compiler.matcher(StructuredOutput.json_schema(dict(schema)))
+    assert compiler.num_cached == before + 1  # the equal schema reused the first compilation
+    compiler.matcher(StructuredOutput.json_schema({**schema, "required": ["cache_probe"]}))
+    assert compiler.num_cached == before + 2
     assert StructuredOutput.json_schema(_SCHEMA).key != StructuredOutput.json_object().key
 
 

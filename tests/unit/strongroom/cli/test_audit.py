@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from audit.config import AuditConfig
 from audit.log import AuditLog
 from audit.operator_log import OperatorLog
-from audit.testing import sample_event as event
 from strongroom.cli.audit import audit
+from tests.audit_doubles import sample_event as event
 
 
 def _seed(tmp_path: Path) -> Path:

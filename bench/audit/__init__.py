@@ -1,0 +1,1 @@
+"""Audit-log benchmarks: append throughput and latency, SQLite and PostgreSQL."""

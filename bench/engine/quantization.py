@@ -1,0 +1,128 @@
+"""Weight quantization on the GPU: batch-1 decode and memory of the Llama-3-8B shape, and the
+nano-vllm throughput workload on the Qwen3-0.6B shape, for bf16, FP8 and INT8 (W8A16) weights.
+
+Random bf16 weights, quantized at load (``quantization = "fp8" | "int8"``, one scale per output
+channel). Decode as ``bench.gpu_engine`` (prompt 128, 256 new tokens, greedy, CUDA graphs); the
+floor is the weight bytes actually stored plus the KV read per token at the measured copy
+bandwidth. One device call, JSON to ``--out``/quantization.json::
+
+    python -m bench.engine.quantization --out $OUT [--throughput-scale 0.25] [--skip throughput]
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bench.engine.bandwidth import COPY_BANDWIDTH
+from bench.gpu_engine import (
+    NEW_TOKENS,
+    PROMPT_LEN,
+    _decode_variant,
+    _floor,
+    _free_gpu,
+    _hf_model,
+    _safe,
+    _save,
+    run_throughput,
+)
+from bench.provenance import provenance
+from engine.tuning import DEFAULT_TUNING
+
+QUANTIZATIONS: tuple[str | None, ...] = (None, "fp8", "int8")
+
+
+def _label(quantization: str | None) -> str:
+    return quantization or "bf16"
+
+
+def _stored_weight_bytes(path: Path, quantization: str | None) -> dict[str, float]:
+    """Bytes of the hosted model's parameters (quantized weights + scales) and the GPU memory
+    allocated once it is loaded (no KV pool: a 1 MiB one)."""
+    import torch
+
+    from engine import LLM
+
+    _free_gpu()
+    before = torch.cuda.memory_allocated()
+    llm = LLM(str(path), dtype="bfloat16", device="cuda", kv_cache_bytes=1 << 20, max_num_seqs=1,
+              cuda_graphs=False, quantization=quantization)  # fmt: skip
+    model = llm.engine.models[llm.model_names[0]].model
+    stored = sum(p.numel() * p.element_size() for p in model.parameters())
+    allocated = torch.cuda.memory_allocated() - before
+    del llm, model
+    _free_gpu()
+    return {"weight_bytes": stored, "allocated_bytes": allocated}
+
+
+def run_decode(workdir: Path) -> dict[str, Any]:
+    random.seed(0)
+    prompt = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
+    warm = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
+    hf = _hf_model("llama3-8b")
+    path = workdir / "llama3-8b"
+    _save(hf, path)
+    kv_bytes = _floor(hf, PROMPT_LEN + NEW_TOKENS // 2)["kv_bytes_per_token"]
+    del hf
+    _free_gpu()
+    result: dict[str, Any] = {"shape": "llama3-8b", "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS}
+    for quantization in QUANTIZATIONS:
+        entry: dict[str, Any] = _safe(lambda q=quantization: _stored_weight_bytes(path, q))
+        timed = _safe(lambda q=quantization: _decode_variant(path, prompt, warm, DEFAULT_TUNING,
+                                                             profile=True, quantization=q))  # fmt: skip
+        _free_gpu()
+        entry.update(timed)
+        graphs = entry.get("ours_graphs", {})
+        if "decode_tok_s" in graphs and "weight_bytes" in entry:
+            floor_ms = (entry["weight_bytes"] + kv_bytes) / COPY_BANDWIDTH * 1e3
+            graphs["ms_per_token"] = 1e3 / graphs["decode_tok_s"]
+            graphs["floor_ms"] = floor_ms
+            graphs["mbu"] = floor_ms / graphs["ms_per_token"]
+        result[_label(quantization)] = entry
+    return result
+
+
+def run_throughputs(workdir: Path, scale: float) -> dict[str, Any]:
+    from bench.engine.random_model import build_random_qwen3
+
+    build_random_qwen3(workdir / "qwen3-0.6b", shape="qwen3-0.6b", dtype="bfloat16", device="cuda")
+    out: dict[str, Any] = {}
+    for quantization in QUANTIZATIONS:
+        out[_label(quantization)] = _safe(lambda q=quantization: run_throughput(workdir, scale, variants=False,
+                                                                                 quantization=q))  # fmt: skip
+        _free_gpu()
+    return out
+
+
+@click.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@click.option("--throughput-scale", type=float, default=1.0, show_default=True)
+@click.option("--skip", multiple=True, type=click.Choice(["decode", "throughput"]))
+def main(out_dir: Path, throughput_scale: float, skip: tuple[str, ...]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"provenance": provenance(sys.argv, "cuda")}
+    target = out_dir / "quantization.json"
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
+        workdir = Path(tmp)
+        for stage, fn in (
+            ("decode", run_decode),
+            ("throughput", lambda w: run_throughputs(w, throughput_scale)),
+        ):
+            if stage in skip:
+                continue
+            started = time.perf_counter()
+            report[stage] = _safe(lambda f=fn: f(workdir))
+            report[f"{stage}_s"] = time.perf_counter() - started
+            target.write_text(json.dumps(report, indent=2, default=str))
+    click.echo(json.dumps(report, indent=2, default=str)[:4000])
+
+
+if __name__ == "__main__":
+    main()

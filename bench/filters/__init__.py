@@ -1,0 +1,1 @@
+"""Content-filter benchmarks: quality against Presidio, speed, worst cases, streaming."""

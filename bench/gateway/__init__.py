@@ -1,0 +1,1 @@
+"""Gateway benchmarks: added latency, worker scaling, token verification, engine failover."""

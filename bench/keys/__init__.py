@@ -1,0 +1,1 @@
+"""Sealed-model benchmarks: sealed against plaintext load throughput."""

@@ -1,0 +1,1 @@
+"""Authorization benchmarks: decision cost against plain casbin."""

@@ -1,0 +1,1 @@
+"""Serving benchmarks: Poisson arrivals through the real gateway and engine, against a peer server."""

@@ -1,0 +1,1 @@
+"""Structured output benchmarks: grammar masks, schema coverage, TPOT with constraints."""
