@@ -53,6 +53,12 @@ def _corpus_ids(tokenizer: Any) -> tuple[list[int], list[int], list[int]]:
 
 
 def _train(steps: int, seed: int, window: int) -> tuple[Any, Any, list[int]]:
+    # Another benchmark in the same process may have turned autograd off globally.
+    with torch.enable_grad():
+        return _train_with_grad(steps, seed, window)
+
+
+def _train_with_grad(steps: int, seed: int, window: int) -> tuple[Any, Any, list[int]]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from engine.loading.demo import _train_tokenizer

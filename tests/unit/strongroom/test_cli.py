@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from strongroom.cli import _mount_bench
+from strongroom.cli.root import _mount_bench
 
 
 def test_bench_from_a_source_checkout_is_the_bench_group() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import engine_multimodel
+from bench.engine import multimodel as engine_multimodel
 from bench.engine.multimodel import WORKLOADS, kv_plan, make_requests, run
 
 
