@@ -70,10 +70,10 @@ class LLMEngine:
         """The other tensor-parallel ranks; None on one rank."""
         if config.tensor_parallel_size > 1:
             self.ranks = RankGroup.start(config, data_dir, sources)
+            self.device = self.ranks.device  # rank 0's own device (``cuda:0`` for ``cuda``)
         elif tp_world_size() > 1:
             # Layers read the world size when built: this engine's would come out sharded.
             raise EngineConfigError("a tensor-parallel engine already runs in this process")
-            self.device = self.ranks.device
         try:
             self.models, self.failed_models = load_hosted_models(
                 config, data_dir, sources, self.device, skip_failed=skip_failed_models
