@@ -13,8 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
-import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +20,7 @@ import msgspec
 
 from audit.errors import AuditError
 from audit.feed import FeedReply, FeedRequest, read_frame, write_frame
+from audit.private_socket import listen, peer_uid
 
 if TYPE_CHECKING:
     from audit.log import AuditLog
@@ -47,12 +46,8 @@ class AuditFeedServer:
     @classmethod
     async def start(cls, log: AuditLog, data_dir: Path, path: Path) -> AuditFeedServer:
         self = cls(log, data_dir, path)
-        self.path.unlink(missing_ok=True)  # left by a supervisor that was killed
-        old_umask = os.umask(0o177)
-        try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(path))
-        finally:
-            os.umask(old_umask)
+        # A socket file left by a supervisor that was killed is replaced.
+        self._server = await listen(self.path, self._serve)
         return self
 
     async def close(self) -> None:
@@ -67,9 +62,7 @@ class AuditFeedServer:
         self.path.unlink(missing_ok=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock: socket.socket = writer.get_extra_info("socket")
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        if struct.unpack("3i", creds)[1] != os.getuid():
+        if peer_uid(writer) != os.getuid():
             writer.close()
             return
         sending = asyncio.Lock()

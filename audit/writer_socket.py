@@ -16,18 +16,15 @@ process cannot pass off an inference or a service record through it. One request
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import socket
-import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from audit.errors import AuditError, AuditUnavailableError
+from audit.private_socket import addressable, listen, peer_uid
 from common.audit_event import AuditEvent, EventType
 
 if TYPE_CHECKING:
@@ -63,19 +60,6 @@ def socket_path(db_path: Path) -> Path:
     return db_path.with_name(db_path.name + ".sock")
 
 
-@contextlib.contextmanager
-def _addressable(path: Path) -> Iterator[str]:
-    """``path`` short enough for ``sun_path`` (108 bytes): through /proc/self/fd when it is not."""
-    if len(os.fsencode(path)) < 100:
-        yield str(path)
-        return
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        yield f"/proc/self/fd/{fd}/{path.name}"
-    finally:
-        os.close(fd)
-
-
 class WriterSocket:
     """The gateway's side: serves appends (and archiving) for operator commands."""
 
@@ -92,13 +76,8 @@ class WriterSocket:
     async def start(cls, log: AuditLog, db_path: Path, data_dir: Path) -> WriterSocket:
         """Listen at ``socket_path(db_path)``; call only while holding the writer lock."""
         self = cls(log, data_dir, socket_path(db_path))
-        self.path.unlink(missing_ok=True)  # left by a writer that was killed; the lock is ours now
-        old_umask = os.umask(0o177)  # the socket file is created 0600
-        try:
-            with _addressable(self.path) as address:
-                self._server = await asyncio.start_unix_server(self._serve, path=address, limit=_MAX_LINE)
-        finally:
-            os.umask(old_umask)
+        # A socket file left by a writer that was killed is replaced: the lock is ours now.
+        self._server = await listen(self.path, self._serve, limit=_MAX_LINE)
         return self
 
     async def close(self) -> None:
@@ -110,7 +89,7 @@ class WriterSocket:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            if _peer_uid(writer) != os.getuid():
+            if peer_uid(writer) != os.getuid():
                 return
             reply = await self._answer(await reader.readline())
             writer.write(msgspec.json.encode(reply) + b"\n")
@@ -136,12 +115,6 @@ class WriterSocket:
             return WriterReply(error=f"{type(exc).__name__}: {exc}")
 
 
-def _peer_uid(writer: asyncio.StreamWriter) -> int:
-    sock: socket.socket = writer.get_extra_info("socket")
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
 async def ask_writer(db_path: Path, request: WriterRequest) -> WriterReply | None:
     """Send ``request`` to the gateway that writes ``db_path``; None when no gateway listens.
 
@@ -150,7 +123,7 @@ async def ask_writer(db_path: Path, request: WriterRequest) -> WriterReply | Non
     """
     path = socket_path(db_path)
     try:
-        with _addressable(path) as address:
+        with addressable(path) as address:
             reader, writer = await asyncio.open_unix_connection(address, limit=_MAX_LINE)
     except OSError:
         # No gateway reachable there (absent, refused, a path that cannot be a socket): the caller
