@@ -1,11 +1,11 @@
 """The gateway's side of ``engine.serving.protocol``: one engine instance.
 
-Generations go over one link (``engine.serving.engine_link``): a WebSocket opened on the first
-generation and shared by every generation after it, reopened once the engine has gone away.
+Generations and token counts go over one link (``engine.serving.engine_link``): a WebSocket
+opened on first use and shared by everything after it, reopened once the engine has gone away.
 Leaving a stream early sends the engine an abort for it; the link ending fails every stream on it.
 
-Health, info, token counts and embeddings are plain HTTP/1.1 calls over a pool of keep-alive
-connections, apart from the link, so a probe never waits behind a busy link's frames::
+Health, info and embeddings are plain HTTP/1.1 calls over a pool of keep-alive connections,
+apart from the link, so a probe never waits behind a busy link's frames::
 
     idle connection (or connect) ─▶ one write: head + body ─▶ status line and headers
         ─▶ body: content-length or chunked ─▶ back to the pool
@@ -319,11 +319,6 @@ class EngineClient:
             finally:
                 link.close_stream(stream)
 
-    @property
-    def num_link_streams(self) -> int:
-        """Generations on the link now (0 without a link)."""
-        return self._link.num_streams if self._link is not None else 0
-
     async def _open_link(self) -> EngineLink:
         """The link, connected on first use and again after it ended; one connect at a time."""
         link = self._link
@@ -355,7 +350,9 @@ class EngineClient:
     async def count_tokens(self, request: GenerateRequest) -> int:
         """The prompt tokens ``request`` would have in this engine: its model's own chat template
         and tokenizer, counted before anything is reserved or queued."""
-        return (await self._call("/engine/v1/tokens", request, TokenCount)).num_tokens
+        async with self._slots:
+            link = await self._open_link()
+            return await link.count(request)
 
     async def count_embedding_tokens(self, request: EmbedRequest) -> int:
         """The input tokens ``embed`` will take for ``request``; nothing is queued."""

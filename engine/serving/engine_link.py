@@ -47,11 +47,13 @@ from engine.errors import (
 from engine.serving.frames import coalesced
 from engine.serving.protocol import (
     LINK_PATH,
+    Counted,
     DeltaEvent,
     DeltaFrame,
     ErrorEvent,
     GenerateRequest,
     LinkAbort,
+    LinkCount,
     LinkOpen,
 )
 
@@ -71,7 +73,7 @@ _BY_CODE: dict[str, type[EngineError]] = {
 }
 _encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(list[tuple[int, msgspec.Raw]])
-_frame_decoder = msgspec.msgpack.Decoder(DeltaFrame | ErrorEvent)
+_frame_decoder = msgspec.msgpack.Decoder(DeltaFrame | ErrorEvent | Counted)
 _MAX_MESSAGE_BYTES = 256 << 20
 """A message from the engine larger than this fails the link (the engine splits at far less)."""
 
@@ -149,6 +151,9 @@ class LinkStream:
                     if events:
                         break  # hand over what came before the error first
                     raise self._error
+                if isinstance(payload, Counted):
+                    self._link.fail_all("a token count inside a generation's stream")
+                    raise self._error or EngineUnavailableError("unexpected count")
                 events += payload
             if events:
                 for event in events:
@@ -157,6 +162,23 @@ class LinkStream:
                 yield coalesced(events) if len(pending) > 1 else events
             if self._error is not None:
                 raise self._error
+
+    async def answer(self) -> int:
+        """A token count's answer (its stream's one frame)."""
+        if not self._pending:
+            await self._wait()
+        try:
+            payload = _frame_decoder.decode(self._pending[0])
+        except msgspec.DecodeError as exc:
+            self._link.fail_all(f"unreadable frame ({exc})")
+            raise self._error or EngineUnavailableError("unreadable frame") from None
+        self._open.clear()
+        if isinstance(payload, ErrorEvent):
+            raise error_of(payload)
+        if not isinstance(payload, Counted):
+            self._link.fail_all("a generation's frame answered a token count")
+            raise self._error or EngineUnavailableError("unexpected frame")
+        return payload.num_tokens
 
     async def _wait(self) -> None:
         if self._error is not None:
@@ -244,14 +266,25 @@ class EngineLink(asyncio.Protocol):
 
     def open(self, request: GenerateRequest) -> LinkStream:
         """Start ``request`` on this link; raises ``EngineUnavailableError`` if the link has ended."""
+        stream = self._new_stream(request.params.n)
+        self._send(_encoder.encode(LinkOpen(stream=stream.sid, request=request)))
+        return stream
+
+    async def count(self, request: GenerateRequest) -> int:
+        """The prompt tokens ``request`` would have in this engine (nothing is queued)."""
+        stream = self._new_stream(1)
+        self._send(_encoder.encode(LinkCount(stream=stream.sid, request=request)))
+        try:
+            return await stream.answer()
+        finally:
+            self._streams.pop(stream.sid, None)
+
+    def _new_stream(self, n: int) -> LinkStream:
         if self.error is not None:
             raise self.error
         self._next_sid += 1
-        stream = LinkStream(
-            self, self._next_sid, request.params.n, self._max_stream_bytes, self._read_timeout_s
-        )
+        stream = LinkStream(self, self._next_sid, n, self._max_stream_bytes, self._read_timeout_s)
         self._streams[stream.sid] = stream
-        self._send(_encoder.encode(LinkOpen(stream=stream.sid, request=request)))
         return stream
 
     def close_stream(self, stream: LinkStream) -> None:

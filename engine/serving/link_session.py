@@ -21,14 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from engine.core.outputs import StreamDelta
 from engine.errors import EngineError
-from engine.serving.protocol import ErrorEvent, GenerateRequest, LinkAbort, LinkOpen
+from engine.serving.protocol import Counted, ErrorEvent, GenerateRequest, LinkAbort, LinkCount, LinkOpen
 
 if TYPE_CHECKING:
     from engine.serving.backend import EngineBackend
@@ -38,17 +38,24 @@ __all__ = ["LinkSession"]
 log = logging.getLogger("strongroom.engine")
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(LinkOpen | LinkAbort)
+_decoder = msgspec.msgpack.Decoder(LinkOpen | LinkCount | LinkAbort)
 
-_Entry = tuple[int, list[StreamDelta] | ErrorEvent]
+_Payload = list[StreamDelta] | ErrorEvent | Counted
+_Entry = tuple[int, _Payload]
+Counter = Callable[[GenerateRequest], Awaitable[int]]
+"""The server's token count (long prompts off the event loop)."""
 
 
 class LinkSession:
     """One gateway connection's streams; ``run`` serves it until the gateway goes away."""
 
-    def __init__(self, backend: EngineBackend, send: Callable[[bytes], Awaitable[None]]) -> None:
+    def __init__(
+        self, backend: EngineBackend, send: Callable[[bytes], Awaitable[None]], count: Counter | None = None
+    ) -> None:
+        """``count``: how ``LinkCount`` is answered (default: the backend's, on the event loop)."""
         self._backend = backend
         self._send = send
+        self._count = count
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._out: list[_Entry] = []
         self._has_out = asyncio.Event()
@@ -68,7 +75,9 @@ class LinkSession:
                     log.warning("closing an engine link that sent an unreadable message: %s", exc)
                     return
                 if isinstance(message, LinkOpen):
-                    self._open(message)
+                    self._open(message.stream, self._serve(message.stream, message.request))
+                elif isinstance(message, LinkCount):
+                    self._open(message.stream, self._answer_count(message.stream, message.request))
                 else:
                     self._abort(message.stream)
         finally:
@@ -80,12 +89,25 @@ class LinkSession:
             # are what frees the gateway's KV blocks.
             await asyncio.shield(asyncio.gather(*tasks, writer, return_exceptions=True))
 
-    def _open(self, message: LinkOpen) -> None:
-        sid = message.stream
+    def _open(self, sid: int, work: Coroutine[Any, Any, None]) -> None:
         if sid in self._tasks:
+            work.close()
             self._put(sid, ErrorEvent(code="invalid_request", message=f"stream {sid} is already open"))
             return
-        self._tasks[sid] = asyncio.create_task(self._serve(sid, message.request))
+        self._tasks[sid] = asyncio.create_task(work)
+
+    async def _answer_count(self, sid: int, request: GenerateRequest) -> None:
+        try:
+            if self._count is not None:
+                num_tokens = await self._count(request)
+            else:
+                num_tokens = self._backend.count_tokens(request)
+            self._put(sid, Counted(num_tokens=num_tokens))
+        except EngineError as exc:
+            self._put(sid, ErrorEvent(code=exc.code, message=exc.message, param=exc.param))
+        finally:
+            if self._tasks.get(sid) is asyncio.current_task():
+                del self._tasks[sid]
 
     def _abort(self, sid: int) -> None:
         task = self._tasks.pop(sid, None)
@@ -118,7 +140,7 @@ class LinkSession:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._backend.abort(request.request_id))
 
-    def _put(self, sid: int, payload: list[StreamDelta] | ErrorEvent) -> None:
+    def _put(self, sid: int, payload: _Payload) -> None:
         self._out.append((sid, payload))
         self._has_out.set()
 

@@ -14,7 +14,8 @@ in a pool, so either drops in behind ``EngineClient``. Connections are kept aliv
     GET  /engine/v1/info      ◀── EngineInfo (JSON: instance id, models, pool stats)
     GET  /engine/v1/health    ◀── 200 once every model is loaded, 503 before
     GET  /engine/v1/link      WebSocket upgrade: the link, every generation of one gateway worker
-                              LinkOpen | LinkAbort (msgpack) ──▶  ◀── LinkBatch (msgpack), one per step
+                              LinkOpen | LinkCount | LinkAbort (msgpack) ──▶
+                              ◀── [[stream, DeltaFrame | ErrorEvent | Counted], ...] per step
 
 A generation streams binary frames, each a 4-byte big-endian length and that many bytes of
 msgpack, independent of the HTTP chunk boundaries::
@@ -40,6 +41,9 @@ writes one binary message per step holding every stream's frame of that step::
     gateway ──▶ LinkOpen(stream=7, request)   LinkAbort(stream=7)          (one message each)
     engine  ──▶ [[7, DeltaFrame], [9, DeltaFrame], [4, ErrorEvent], ...]  (one message per step)
 
+A token count (``LinkCount``, what ``POST /engine/v1/tokens`` answers) is a stream of one frame,
+``Counted`` or ``ErrorEvent``, so a request costs the engine no HTTP call at all.
+
 A stream ends when every completion finished or with its ``ErrorEvent``; a LinkAbort ends it
 early (its late frames are dropped). The link closing ends every stream on it: the engine
 aborts them all, the gateway fails them all at once. The engine side is
@@ -64,6 +68,7 @@ __all__ = [
     "LINK_PATH",
     "PROTOCOL_VERSION",
     "ChatMessage",
+    "Counted",
     "DeltaEvent",
     "DeltaFrame",
     "EmbedRequest",
@@ -73,6 +78,7 @@ __all__ = [
     "GenerateRequest",
     "KeyOperationEvent",
     "LinkAbort",
+    "LinkCount",
     "LinkOpen",
     "LogprobEntry",
     "ModelCard",
@@ -185,6 +191,20 @@ class LinkOpen(msgspec.Struct, frozen=True, kw_only=True, tag="open"):
 
     stream: int
     request: GenerateRequest
+
+
+class LinkCount(msgspec.Struct, frozen=True, kw_only=True, tag="count"):
+    """Count ``request``'s prompt tokens as ``generate`` would; stream ``stream`` answers with one
+    ``Counted`` or ``ErrorEvent``. Nothing is queued."""
+
+    stream: int
+    request: GenerateRequest
+
+
+class Counted(msgspec.Struct, frozen=True, kw_only=True, tag="counted"):
+    """The answer to a ``LinkCount``."""
+
+    num_tokens: int
 
 
 class LinkAbort(msgspec.Struct, frozen=True, kw_only=True, tag="abort"):

@@ -213,7 +213,7 @@ class EngineServer:
         @websocket(LINK_PATH)
         async def link(socket: WebSocket[Any, Any, Any]) -> None:
             await socket.accept()
-            session = LinkSession(server.backend, socket.send_bytes)
+            session = LinkSession(server.backend, socket.send_bytes, server.count_tokens)
             await session.run(socket.iter_data(mode="binary"))
 
         @post("/engine/v1/embed", status_code=HTTP_200_OK)

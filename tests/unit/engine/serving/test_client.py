@@ -18,7 +18,7 @@ import pytest
 from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineUnavailableError, PromptTooLongError
 from engine.serving.client import EngineClient
-from engine.serving.protocol import EngineInfo, ErrorEvent, GenerateRequest, TokenCount
+from engine.serving.protocol import EmbedRequest, EngineInfo, ErrorEvent, GenerateRequest, TokenCount
 
 pytestmark = pytest.mark.anyio
 
@@ -98,6 +98,7 @@ def chunked(body: bytes, size: int) -> bytes:
     return framed + b"0\r\nx-trailer: yes\r\n\r\n"
 
 
+EMBED = EmbedRequest(request_id="e1", model="demo-embed", input=["hi"])
 INFO = msgspec.json.encode(EngineInfo(instance_id="e1", models=[]))
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-type: application/json\r\n\r\n"
 
@@ -135,7 +136,7 @@ async def test_a_connection_the_engine_closed_while_idle_is_replaced(scripted: S
     engine, url = await scripted(respond)
     client = EngineClient(url, "t")
     for pause_s in (0.05, 0.05, 0.0, 0.0, 0.0):  # noticed while idle, or only when reused
-        assert await client.count_tokens(request()) == 3
+        assert await client.count_embedding_tokens(EMBED) == 3
         await asyncio.sleep(pause_s)
     assert engine.num_connections == 5
     assert len(engine.requests) == 5, "no request was sent twice"
@@ -166,7 +167,7 @@ async def test_an_engine_silent_past_the_read_timeout_is_unavailable(scripted: S
     client = EngineClient(url, "t", read_timeout_s=0.2)
     started = time.monotonic()
     with pytest.raises(EngineUnavailableError, match="TimeoutError"):
-        await client.count_tokens(request())
+        await client.count_embedding_tokens(EMBED)
     assert 0.2 <= time.monotonic() - started < 2
     assert len(engine.requests) == 1
     await client.aclose()
@@ -183,9 +184,9 @@ async def test_an_answer_cut_off_midway_is_unavailable_and_not_resent(scripted: 
 
     engine, url = await scripted(respond)
     client = EngineClient(url, "t")
-    assert await client.count_tokens(request()) == 3
+    assert await client.count_embedding_tokens(EMBED) == 3
     with pytest.raises(EngineUnavailableError):
-        await client.count_tokens(request())
+        await client.count_embedding_tokens(EMBED)
     assert len(engine.requests) == 2
     await client.aclose()
 
@@ -207,7 +208,7 @@ async def test_a_refusal_answer_raises_its_own_class(scripted: Start) -> None:
     _, url = await scripted(respond)
     client = EngineClient(url, "t")
     with pytest.raises(PromptTooLongError, match="too long") as err:
-        await client.count_tokens(request())
+        await client.count_embedding_tokens(EMBED)
     assert err.value.param == "messages"
     await client.aclose()
 
