@@ -2,11 +2,13 @@
 
     load (streamed chats) ──▶ strongroom serve under cProfile (1 worker) ──▶ stub engine
 
-The gateway runs under ``python -m cProfile`` until the load ends, then stops (SIGTERM) and
-writes its profile; own time (``tottime``) is summed per part of the tree (the engine link,
-the rest of the gateway, litestar, uvicorn, the filters, the audit log, msgspec, the event loop)
-and divided by the tokens streamed. cProfile inflates Python-heavy code more than C, so read the
-shares, not the absolute figures; ``strongroom bench gateway`` gives the uninflated CPU per token.
+The gateway runs with a cProfile profiler that counts its event-loop thread's CPU time (not wall
+time: waits cost nothing), switched on by SIGUSR1 once it is warm and off by SIGUSR2 when the
+load ends, so start-up is left out. Own time (``tottime``) is summed per part of the tree (the
+engine link, the rest of the gateway, litestar, uvicorn, the filters, the audit log, msgspec, the
+event loop) and divided by the tokens streamed. cProfile inflates Python-heavy code more than C,
+so read the shares, not the absolute figures; ``strongroom bench gateway`` gives the uninflated
+CPU per token.
 
     python -m bench.gateway.stream_profile [--filters] [--seconds 10] [--concurrency 32] [--max-tokens 64]
 """
@@ -14,6 +16,7 @@ shares, not the absolute figures; ``strongroom bench gateway`` gives the uninfla
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import os
 import pstats
 import secrets
@@ -21,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,8 @@ from bench.gateway.overhead import (
     write_record,
 )
 
+_SERVE_PROFILED = "--serve-profiled"
+
 _PARTS = (
     ("engine link", ("engine/serving/",)),
     ("filters", ("/filters/",)),
@@ -50,8 +56,11 @@ _PARTS = (
     ("uvicorn + httptools", ("uvicorn/", "httptools")),
     ("websockets", ("websockets/",)),
     ("msgspec", ("msgspec",)),
+    ("anyio", ("anyio/",)),
     ("event loop (asyncio, uvloop)", ("asyncio/", "uvloop", "<built-in method select", "selectors")),
     ("socket I/O", ("socket", "<method 'send", "<method 'recv")),
+    ("other libraries", ("site-packages/",)),
+    ("Python's standard library", ("/lib/python3",)),
 )
 
 
@@ -79,14 +88,20 @@ def profile(
     )
     try:
         _wait(f"http://127.0.0.1:{engine_port}/engine/v1/health", {"authorization": f"Bearer {engine_token}"})
-        gateway = subprocess.Popen(
-            [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "strongroom", "serve"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        log = data_dir / "gateway.log"
+        with log.open("wb") as log_file:
+            gateway = subprocess.Popen(
+                [sys.executable, "-m", "bench.gateway.stream_profile", _SERVE_PROFILED, str(out)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log_file,
+            )
         url = f"http://127.0.0.1:{gw_port}"
-        _wait(f"{url}/readyz")
+        try:
+            _wait(f"{url}/readyz", timeout_s=60)
+        except RuntimeError:
+            gateway.kill()
+            raise RuntimeError(f"the profiled gateway did not start:\n{log.read_text()[-3000:]}") from None
         token = subprocess.run(
             [*cmd, "token", "--sub", "bench", "--role", "analyst", "--ttl", "7200"],
             env=env,
@@ -102,9 +117,16 @@ def profile(
             headers,
             msgspec.json.encode(_chat_body(max_tokens, stream=True)),
         )
-        samples = _Samples(max_tokens)
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_drive(url, request, concurrency, 1.0, _Samples()))  # warm-up
+            samples = _Samples(max_tokens)
+            gateway.send_signal(signal.SIGUSR1)
             runner.run(_drive(url, request, concurrency, seconds, samples))
+            gateway.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the dump is written in one go, but let it finish
         gateway.send_signal(signal.SIGTERM)
         gateway.wait(timeout=120)
     finally:
@@ -114,10 +136,16 @@ def profile(
     num_tokens = len(samples.latencies) * max_tokens
     by_part: dict[str, float] = {}
     top = []
-    for (filename, _, name), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, _, name), (_, _, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
         part = _part(filename, name)
-        by_part[part] = by_part.get(part, 0.0) + tottime
         top.append((tottime, f"{Path(filename).name}:{name}", part))
+        if filename != "~" or not callers:
+            by_part[part] = by_part.get(part, 0.0) + tottime
+            continue
+        # A built-in (len, isinstance, dict.get) counts for the code that called it.
+        for (caller_file, _, caller_name), (_, _, caller_tottime, _) in callers.items():
+            caller_part = _part(caller_file, caller_name)
+            by_part[caller_part] = by_part.get(caller_part, 0.0) + caller_tottime
     total = sum(by_part.values())
     top.sort(reverse=True)
     return {
@@ -159,5 +187,24 @@ def main(seconds: float, concurrency: int, max_tokens: int, filters: bool, outpu
     click.echo(f"wrote {write_record('gateway_stream_profile', load_before, config, result, output)}")
 
 
+def _serve_profiled(out: str) -> None:
+    """``strongroom serve`` (one worker) with a profiler of this thread's CPU time behind signals."""
+    profiler = cProfile.Profile(time.thread_time)
+
+    def stop(*_: object) -> None:
+        profiler.disable()
+        profiler.dump_stats(out)
+
+    signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+    signal.signal(signal.SIGUSR2, stop)
+    from strongroom.cli import main as strongroom
+
+    sys.argv = ["strongroom", "serve"]
+    strongroom()
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == [_SERVE_PROFILED]:
+        _serve_profiled(sys.argv[2])
+    else:
+        main()
