@@ -136,9 +136,9 @@ def profile(
     num_tokens = len(samples.latencies) * max_tokens
     by_part: dict[str, float] = {}
     top = []
-    for (filename, _, name), (_, _, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, _, name), (_, num_calls, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
         part = _part(filename, name)
-        top.append((tottime, f"{Path(filename).name}:{name}", part))
+        top.append((tottime, f"{Path(filename).name}:{name}", part, num_calls))
         if filename != "~" or not callers:
             by_part[part] = by_part.get(part, 0.0) + tottime
             continue
@@ -159,7 +159,13 @@ def profile(
             for part, s in sorted(by_part.items(), key=lambda kv: -kv[1])
         },
         "top": [
-            {"function": f, "part": p, "us_per_token": t / max(1, num_tokens) * 1e6} for t, f, p in top[:25]
+            {
+                "function": f,
+                "part": p,
+                "us_per_token": t / max(1, num_tokens) * 1e6,
+                "calls_per_token": c / max(1, num_tokens),
+            }
+            for t, f, p, c in top[:40]
         ],
     }
 
@@ -182,7 +188,10 @@ def main(seconds: float, concurrency: int, max_tokens: int, filters: bool, outpu
         click.echo(f"  {part:32} {row['share']:6.1%}  {row['us_per_token']:7.2f} µs/token")
     click.echo("top functions (own time):")
     for row in result["top"][:15]:
-        click.echo(f"  {row['us_per_token']:7.2f} µs/token  {row['function']}  [{row['part']}]")
+        click.echo(
+            f"  {row['us_per_token']:7.2f} µs/token  {row['calls_per_token']:5.2f} calls/token"
+            f"  {row['function']}  [{row['part']}]"
+        )
     config = {"seconds": seconds, "concurrency": concurrency, "max_tokens": max_tokens, "filters": filters}
     click.echo(f"wrote {write_record('gateway_stream_profile', load_before, config, result, output)}")
 
