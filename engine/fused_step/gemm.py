@@ -155,7 +155,7 @@ def _quantized_matmul(
     if not isinstance(x, torch.Tensor):
         x = materialize(x, tuning)
     if tuning.skinny_gemm and quant_gemv_fits(x, layer.group):
-        return quant_gemv(x, layer.weight, layer.weight_scale, layer.group, bias)
+        return quant_gemv(x, layer.weight, layer.weight_scale, layer.group, bias, tuning=tuning)
     if tuning.fp8_scaled_mm and fp8_scaled_mm_fits(x, layer.weight, layer.group):
         return fp8_scaled_mm(x, layer.weight, layer.weight_scale, bias)
     return F.linear(x, layer.dequantized(x.dtype), bias)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.kernels.quant_gemv import quant_gemv, quant_gemv_fits
+from engine.kernels.quant_gemv import QuantGemvConfig, quant_gemv, quant_gemv_fits
 from engine.quantization.tensors import dequantize, quantize, quantize_blocks
 
 # The interpreter rounds float32 -> bfloat16 toward zero (the GPU to nearest): one ulp.
@@ -34,6 +34,34 @@ def test_matches_dequantized_reference(
     want = F.linear(x.float(), dequantize(q, scale, group), bias.float())
     assert got.dtype == dtype and got.shape == (m, n)
     torch.testing.assert_close(got.float(), want, atol=1e-4, rtol=_RTOL[dtype])
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        QuantGemvConfig(block_n=16, block_k=64, split_k=3),  # ragged last split, partials summed
+        QuantGemvConfig(block_n=32, block_k=64, split_k=2, use_dot=True),
+        QuantGemvConfig(block_n=16, block_k=1024),  # wider than the scale group: narrowed to it
+    ],
+)
+@pytest.mark.parametrize("block", [None, (32, 128)])
+def test_every_launch_shape_matches_the_reference(
+    device: str, config: QuantGemvConfig, block: tuple[int, int] | None
+) -> None:
+    n, k = 80, 384
+    w = torch.randn(n, k) / k**0.5
+    if block is None:
+        q, scale = quantize(w, "fp8")
+    else:
+        q, blocks = quantize_blocks(w, "fp8", block)
+        scale = blocks.repeat_interleave(block[0], 0)[:n].contiguous()
+    group = None if block is None else block[1]
+    for m in (1, 3):
+        x = torch.randn(m, k)
+        bias = torch.randn(n)
+        got = quant_gemv(x.to(device), q.to(device), scale.to(device), group, bias.to(device), config).cpu()
+        want = F.linear(x, dequantize(q, scale, group), bias)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
 
 
 def test_refuses_what_it_cannot_take() -> None:
