@@ -168,30 +168,35 @@ def engine_mask_times(
     records = []
     for batch in batches:
         matchers = [compiler.matcher(StructuredOutput.json_object()) for _ in range(batch)]
-        logits = torch.randn(batch + 1, vocab, device=device)
-        rows = [*matchers, None]
-        want = logits.clone()
-        old.apply(want, rows)
-        got = logits.clone()
-        new.apply(got, rows)
-        if not torch.equal(got, want):
-            raise AssertionError(f"the old and new masks differ at batch {batch}")
-
-        def prefetched() -> None:
-            new.prefetch(matchers, logits.device)
-            new.wait()
-
-        records.append(
-            {
-                "batch": batch,
-                "constrained_rows": batch,
-                "vocab": vocab,
-                "old_apply_ms": _timed_ms(lambda: old.apply(logits, rows), device, iters),
-                "new_apply_ms": _timed_ms(lambda: new.apply(logits, rows), device, iters),
-                "fill_ms": _timed_ms(prefetched, "cpu", iters),
-                "new_apply_after_prefetch_ms": _timed_ms(
-                    lambda: new.apply(logits, rows), device, iters, setup=prefetched
-                ),
-            }
-        )
+        records.append(_engine_mask_record(old, new, matchers, vocab, device, iters))
     return records
+
+
+def _engine_mask_record(
+    old: Any, new: Any, matchers: list[Any], vocab: int, device: str, iters: int
+) -> dict[str, Any]:
+    batch = len(matchers)
+    logits = torch.randn(batch + 1, vocab, device=device)
+    rows = [*matchers, None]
+    want = logits.clone()
+    old.apply(want, rows)
+    got = logits.clone()
+    new.apply(got, rows)
+    if not torch.equal(got, want):
+        raise AssertionError(f"the old and new masks differ at batch {batch}")
+
+    def prefetched() -> None:
+        new.prefetch(matchers, logits.device)
+        new.wait()
+
+    return {
+        "batch": batch,
+        "constrained_rows": batch,
+        "vocab": vocab,
+        "old_apply_ms": _timed_ms(lambda: old.apply(logits, rows), device, iters),
+        "new_apply_ms": _timed_ms(lambda: new.apply(logits, rows), device, iters),
+        "fill_ms": _timed_ms(prefetched, "cpu", iters),
+        "new_apply_after_prefetch_ms": _timed_ms(
+            lambda: new.apply(logits, rows), device, iters, setup=prefetched
+        ),
+    }

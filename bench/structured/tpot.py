@@ -35,13 +35,13 @@ def _schema(max_tokens: int) -> StructuredOutput:
     )
 
 
-def _random_qwen3(path: Path, device: str) -> Path:
+def _random_qwen3(path: Path, device: str, shape: str = "qwen3-0.6b") -> Path:
     import json
 
     from bench.engine.random_model import build_random_qwen3
     from bench.structured.vocab import real_like_tokenizer
 
-    build_random_qwen3(path, shape="qwen3-0.6b", dtype="bfloat16", device=device)
+    build_random_qwen3(path, shape=shape, dtype="bfloat16" if device != "cpu" else "float32", device=device)
     tok = real_like_tokenizer()
     eos = tok.token_to_id("<|endoftext|>")
     tok.save(str(path / "tokenizer.json"))
@@ -84,7 +84,11 @@ def tpot(
         constrained = SamplingParams(
             temperature=0.8, seed=1, max_tokens=max_tokens, structured=_schema(max_tokens)
         )
-        sides = (("free", free, "new"), ("constrained", constrained, "new"), ("constrained_old", constrained, "old"))
+        sides = (
+            ("free", free, "new"),
+            ("constrained", constrained, "new"),
+            ("constrained_old", constrained, "old"),
+        )
         records = []
         for batch in batches:
             for _, params, mask in sides:  # warm-up

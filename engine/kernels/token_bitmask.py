@@ -23,7 +23,9 @@ _BLOCK = 4096
 
 
 @triton.jit
-def _token_bitmask_kernel(logits_ptr, bitmask_ptr, rows_ptr, vocab, stride_logits, stride_mask, BLOCK: tl.constexpr):
+def _token_bitmask_kernel(
+    logits_ptr, bitmask_ptr, rows_ptr, vocab, stride_logits, stride_mask, BLOCK: tl.constexpr
+):
     mask_row = tl.program_id(0)
     row = tl.load(rows_ptr + mask_row)
     if row >= 0:

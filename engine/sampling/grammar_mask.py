@@ -137,7 +137,7 @@ class GrammarMask:
             np.unpackbits((~words).view(np.uint8), axis=1, bitorder="little")[:, :vocab]
         ).view(torch.bool)  # [num_masks, vocab], True = not allowed
         first, n = target[0], len(target)
-        if target == list(range(first, first + n)):
+        if first >= 0 and target == list(range(first, first + n)):
             # The usual batch: the masks' rows are one run of the logits' rows, one pass.
             logits[first : first + n].masked_fill_(masked_out, float("-inf"))
             return

@@ -45,7 +45,7 @@ class MaskBuffer:
     def wait_copied(self) -> None:
         """Until the last copy out of the host buffers has run (a no-op on CPU)."""
         if self._copied is not None:
-            self._copied.synchronize()  # type: ignore[no-untyped-call]
+            self._copied.synchronize()
             self._copied = None
 
     def apply_on_device(self, logits: torch.Tensor, target: list[int]) -> None:
