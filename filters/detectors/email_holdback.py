@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from filters.holdback import TriggerWatch
+from filters.holdback import Quiet, TriggerWatch
 
 __all__ = ["EmailHoldback"]
 
@@ -111,8 +111,8 @@ class EmailHoldback:
         return n
 
     @property
-    def wake(self) -> frozenset[str] | None:
-        return None
+    def quiet(self) -> Quiet | None:
+        return None  # every word may begin an address
 
     def may_match(self, start: int) -> bool:
         return self._trigger.latest >= start

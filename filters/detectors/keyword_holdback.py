@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 
 from filters.detectors.term_automaton import TermAutomaton
+from filters.holdback import Quiet
 
 __all__ = ["KeywordHoldback"]
 
@@ -53,8 +54,9 @@ class KeywordHoldback:
         return max(positions[-depth] if depth else n, n - self._max_keep)
 
     @property
-    def wake(self) -> frozenset[str] | None:
-        return None
+    def quiet(self) -> Quiet | None:
+        """At the root, text without a term's first character leaves the root."""
+        return self._automaton.quiet if self._state == 0 else None
 
     def may_match(self, start: int) -> bool:
         return self._last_hit_start >= start
