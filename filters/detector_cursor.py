@@ -40,6 +40,7 @@ class DetectorCursor:
         "action",
         "detector",
         "hold",
+        "holds_forward",
         "num_scanned",
         "quiet",
         "read_to",
@@ -71,6 +72,10 @@ class DetectorCursor:
             self._scan_from = scan_from
             self._scan_start = None
         self.rewrites = action.rewrites
+        self.holds_forward: bool = getattr(self._holdback, "holds_forward", False)
+        """Its hold point never moves back, however the text is split into reads: then a busy
+        cursor whose last hold point lies at or after the release point may read later, and
+        its hold points come out as if it had read every delta."""
         self.scanned_to = 0
         """Spans that start before this are final and were reported."""
         self.read_to = 0
@@ -84,6 +89,11 @@ class DetectorCursor:
         return (
             f"DetectorCursor(detector={self.detector.name!r}, hold={self.hold}, scanned_to={self.scanned_to})"
         )
+
+    def skip_to(self, n: int) -> None:
+        """An idle cursor that holds nothing back while idle (``Quiet.keep`` 0) and was left
+        unread up to ``n``: nothing there to hold or scan, and nothing its holdback needs."""
+        self.hold = self.scanned_to = self.read_to = n
 
     def floor(self, text: str, base: int, bound: int) -> int:
         """For an idle cursor with unread text that woke nothing: a hold point its reading it

@@ -38,6 +38,9 @@ WHITESPACE = "".join(ch for ch in map(chr, range(0x3001)) if re.fullmatch(r"\s",
 
 
 class Holdback(Protocol):
+    """A holdback may also say ``holds_forward = True``: its hold point never moves back,
+    however the text is split into reads (``filters.detector_cursor``)."""
+
     def advance(self, text: str, base: int, begin: int) -> int:
         """Read the new characters ``[begin, base + len(text))``; return the hold point."""
         ...
@@ -88,9 +91,14 @@ class TriggerWatch:
     An occurrence whose look-ahead reaches past the end may still be undone ("at" that becomes
     "attention"): it counts until the next read, which reads it again."""
 
-    __slots__ = ("_finditer", "_last", "_lookahead", "_tentative", "_width", "last")
+    __slots__ = ("_finditer", "_last", "_lookahead", "_needles", "_tentative", "_width", "last")
 
-    def __init__(self, pattern: re.Pattern[str], width: int, lookahead: int = 0) -> None:
+    def __init__(
+        self, pattern: re.Pattern[str], width: int, lookahead: int = 0, needles: tuple[str, ...] = ()
+    ) -> None:
+        self._needles = needles
+        """Strings every occurrence contains one of (empty: none known): text without them is
+        read without running the pattern."""
         self._last = _last_of(pattern)
         self._finditer = pattern.finditer
         self._width = width
@@ -111,6 +119,13 @@ class TriggerWatch:
 
     def read(self, text: str, base: int, begin: int) -> None:
         lo = max(0, begin - base - self._width + 1)
+        if self._needles:
+            for needle in self._needles:
+                if text.find(needle, lo) != -1:
+                    break
+            else:
+                self._tentative = -1
+                return
         found = self._last.match(text, lo)
         self._tentative = -1
         if found is None:

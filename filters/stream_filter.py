@@ -38,8 +38,9 @@ or replaces everything held with a placeholder (``redact``).
 
 from __future__ import annotations
 
-import operator
+import re
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from common.finding import Finding
 from filters.action import Action, Direction
@@ -58,7 +59,19 @@ _NOTHING = StreamStep(release="", blocked=False)
 _RECENT = 8
 _TRIM_CHARS = 4096
 """Dead characters at the head of the buffer before it is cut (so cutting is amortized)."""
-_hold_of = operator.attrgetter("hold")
+
+
+class _Split(NamedTuple):
+    """The cursors as idle or busy, kept while no cursor changes sides (most deltas)."""
+
+    idle: list[DetectorCursor]
+    floors: list[DetectorCursor]
+    """The idle ones whose hold point may lag the end (a cut-off marker)."""
+    busy: list[DetectorCursor]
+    wake: frozenset[str]
+    """Every idle cursor's wake characters."""
+    markers: list[tuple[re.Pattern[str], int]]
+    """Idle cursors' markers (``Quiet.marker``) and their lengths."""
 
 
 class StreamFilter:
@@ -83,6 +96,7 @@ class StreamFilter:
             if self._actions[d.name] is not Action.OFF
         ]
         self._flags = any(not c.rewrites for c in self._cursors)
+        self._split: _Split | None = None
         self._recent: list[Candidate] = []
         """The last matches applied, for settling a flag-only match that became final late."""
         self._original = ""
@@ -162,49 +176,74 @@ class StreamFilter:
         begin, new = self._append(piece)
         text, base = self._text, self._base
         n = base + len(text)
-        idle: list[DetectorCursor] = []
-        busy: list[DetectorCursor] = []
-        chars: frozenset[str] | None = None
-        for cursor in self._cursors:
-            quiet = cursor.quiet
-            if quiet is not None:
-                if chars is None:
-                    chars = frozenset(new)
+        split = self._split or self._split_cursors()
+        chars = frozenset(new)
+        if chars.isdisjoint(split.wake) and not any(
+            marker.search(text, max(0, begin - base - width + 1)) for marker, width in split.markers
+        ):
+            busy, floors = split.busy, split.floors
+        else:
+            self._split = None
+            busy, floors = list(split.busy), []
+            for cursor in split.idle:
+                quiet = cursor.quiet
+                if quiet is None:
+                    continue
                 if chars.isdisjoint(quiet.wake) and (
                     quiet.marker is None
                     or quiet.marker.search(text, max(0, begin - base - quiet.marker_len + 1)) is None
                 ):
-                    idle.append(cursor)
+                    if quiet.keep:
+                        floors.append(cursor)
                     continue
-                # Woken: first the text it left unread, as it would have read it, so that its
-                # scan starts after that idle text rather than before it.
-                if cursor.read_to < begin and not self._run(cursor, text[: begin - base], base, final=False):
+                # Woken: the text it left unread first, as it would have read it, so that its
+                # scan starts after that idle text rather than before it. When it held nothing
+                # back while idle, that text changed nothing but the hold point.
+                if quiet.keep == 0:
+                    cursor.skip_to(begin)
+                elif cursor.read_to < begin and not self._run(
+                    cursor, text[: begin - base], base, final=False
+                ):
                     return self._fail(cursor.detector.name)
                 cursor.quiet = None
-            busy.append(cursor)
+                busy.append(cursor)
         # A flag-only detector holds back as far as ``hold_len`` allows: a flag-only match found
         # in time is settled against the others (a flagged secret around a card number leaves
         # the number alone) and counted as the whole text would count it.
         cap = n - self.hold_len
         release = n
-        if len(busy) > 1:
-            busy.sort(key=_hold_of)  # the likeliest to set the release point first
         for cursor in busy:
-            if cursor.hold >= release:
-                continue  # all it could still find starts there or later: it reads another time
+            if cursor.holds_forward and cursor.hold >= release:
+                continue  # whatever it could still find starts there or later: it reads later
             if not self._run(cursor, text, base, final=False):
                 return self._fail(cursor.detector.name)
+            if cursor.quiet is not None:
+                self._split = None
             release = min(release, cursor.hold if cursor.rewrites else max(cap, cursor.hold))
-        for cursor in idle:
+        for cursor in floors:
             quiet = cursor.quiet
-            if quiet is None or quiet.keep == 0 or (not cursor.rewrites and cap >= release):
+            if quiet is None or (not cursor.rewrites and cap >= release):
                 continue
-            if cursor.floor(text, base, release) >= release:
+            if max(cursor.hold, n - quiet.keep) >= release or cursor.floor(text, base, release) >= release:
                 continue
             if not self._run(cursor, text, base, final=False):
                 return self._fail(cursor.detector.name)
+            if cursor.quiet is not quiet:
+                self._split = None
             release = min(release, cursor.hold if cursor.rewrites else max(cap, cursor.hold))
         return self._release(release)
+
+    def _split_cursors(self) -> _Split:
+        idle = [c for c in self._cursors if c.quiet is not None]
+        quiets = [q for c in idle if (q := c.quiet) is not None]
+        self._split = _Split(
+            idle=idle,
+            floors=[c for c in idle if c.quiet is not None and c.quiet.keep],
+            busy=[c for c in self._cursors if c.quiet is None],
+            wake=frozenset().union(*(q.wake for q in quiets)),
+            markers=[(q.marker, q.marker_len) for q in quiets if q.marker is not None],
+        )
+        return self._split
 
     def _run(self, cursor: DetectorCursor, text: str, base: int, *, final: bool) -> bool:
         """Let the cursor read what it has not; False when its detector raised."""
@@ -222,6 +261,7 @@ class StreamFilter:
         """Every cursor reads what it left unread; the name of a detector that raised, if one did."""
         text, base = self._text, self._base
         n = base + len(text)
+        self._split = None
         for cursor in self._cursors:
             if cursor.read_to < n and not self._run(cursor, text, base, final=False):
                 return cursor.detector.name

@@ -19,6 +19,10 @@ __all__ = ["KeywordHoldback"]
 class KeywordHoldback:
     __slots__ = ("_automaton", "_last_hit_start", "_max_keep", "_positions", "_state")
 
+    holds_forward = True
+    """The longest suffix that begins a term starts no earlier after more text (a shorter
+    prefix of a term is one too), so the hold point only moves forward."""
+
     def __init__(self, automaton: TermAutomaton, max_match_len: int) -> None:
         self._automaton = automaton
         self._max_keep = max_match_len - 1
@@ -55,8 +59,9 @@ class KeywordHoldback:
 
     @property
     def quiet(self) -> Quiet | None:
-        """At the root, text without a term's first character leaves the root."""
-        return self._automaton.quiet if self._state == 0 else None
+        """At the root, text without a term's first character leaves the root; but a list's
+        first characters are most letters, so the stream would wake it nearly every delta."""
+        return None
 
     def may_match(self, start: int) -> bool:
         return self._last_hit_start >= start

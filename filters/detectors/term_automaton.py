@@ -12,13 +12,11 @@ import re
 from collections import deque
 from collections.abc import Sequence
 
-from filters.holdback import Quiet
-
 __all__ = ["TermAutomaton"]
 
 
 class TermAutomaton:
-    __slots__ = ("depth", "fail", "first", "goto", "longest", "quiet", "shortest_out")
+    __slots__ = ("depth", "fail", "first", "goto", "longest", "shortest_out")
 
     def __init__(self, terms: Sequence[str]) -> None:
         goto: list[dict[str, int]] = [{}]
@@ -62,8 +60,6 @@ class TermAutomaton:
         firsts = "".join(sorted(goto[0]))
         self.first = re.compile(f"[{re.escape(firsts)}]" if firsts else "(?!)")
         """Any character some term starts with."""
-        self.quiet = Quiet(wake=frozenset(firsts))
-        """At the root nothing but a term's first character moves."""
 
     def __repr__(self) -> str:
         return f"TermAutomaton(num_states={len(self.goto)})"
