@@ -24,8 +24,9 @@ Most cursors are idle most of the time (no digit for a card, no ``-`` or token p
 secret): an idle cursor is not run on a delta without its wake characters as long as the
 lower bound it gives on its hold point (``DetectorCursor.floor``) does not come before the
 release point the others set; it reads what it missed, in one call, once it does, when the
-wake characters come, before the buffer is cut and at the end. The release is the same as if
-every cursor had read every delta.
+wake characters come, before the buffer is cut and at the end. A busy cursor whose hold point
+only ever moves forward (a keyword list's) likewise reads later while its last hold point lies
+at or after that release. The release is the same as if every cursor had read every delta.
 
 Context: characters before ``released`` stay in the buffer while a cursor may still read them
 (its ``lookbehind``) and for at least the longest match, so look-behinds see what they would
