@@ -77,7 +77,7 @@ def row(layer: RowParallelLinear, x: torch.Tensor | PendingMerge, tuning: CudaTu
     else:
         y = _matmul(x, layer.weight, bias, tuning)
     if layer.tp_size > 1:
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=layer.tp_group)
     return y
 
 
@@ -108,7 +108,7 @@ def silu_mul_down(
     bias = layer.bias if layer.tp_rank == 0 else None
     y = skinny_gemm(gate_up, layer.weight, bias, silu_mul=True, tuning=tuning)
     if layer.tp_size > 1:
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=layer.tp_group)
     return y
 
 

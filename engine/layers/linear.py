@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from engine.worker.distributed import tp_rank, tp_world_size
+from engine.worker.distributed import tp_group, tp_rank, tp_world_size
 
 __all__ = [
     "ColumnParallelLinear",
@@ -39,6 +39,7 @@ class _ParallelLinear(nn.Module):
         super().__init__()
         self.tp_rank = tp_rank()
         self.tp_size = tp_world_size()
+        self.tp_group = tp_group()
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
 
@@ -105,5 +106,5 @@ class RowParallelLinear(_ParallelLinear):
         # x: [num_tokens, in / tp] -> [num_tokens, out], summed over ranks
         y = F.linear(x, self.weight, self.bias if self.tp_rank == 0 else None)
         if self.tp_size > 1:
-            dist.all_reduce(y)
+            dist.all_reduce(y, group=self.tp_group)
         return y

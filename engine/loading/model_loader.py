@@ -7,7 +7,8 @@ before loading for a quantized checkpoint (whose scale tensors then load like we
 loading when the weights are quantized as they arrive.
 Checkpoints saved from the bare decoder (sentence-transformers embedding models such as
 Qwen3-Embedding) name weights without the ``model.`` prefix; an embedding model needs no
-``lm_head`` and gets none.
+``lm_head`` and gets none. A pipeline stage skips the weights of the other stages' layers
+(the model's ``weight_target``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def load_model(
             model = model_class(config)(config)
     finally:
         torch.set_default_dtype(previous)
-    if not needs_lm_head and not config.tie_word_embeddings:
+    if not needs_lm_head and not config.tie_word_embeddings and hasattr(model, "lm_head"):
         del model.lm_head  # its vocab x hidden weight would only take memory
     if quant is not None and quant.prequantized:
         quantize_linears(model, quant, from_weights=False)
@@ -57,6 +58,7 @@ def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant
     params = dict(model.named_parameters())
     has_lm_head = hasattr(model, "lm_head")
     packed: dict[str, tuple[str, int | str]] = getattr(model, "packed_modules", {})
+    weight_target = getattr(model, "weight_target", lambda name: name)
     loaded: set[str] = set()
     for name, tensor in ckpt.weights():
         is_head = name == "lm_head.weight"
@@ -64,6 +66,10 @@ def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant
             continue
         if not name.startswith("model.") and not is_head:  # saved from the bare decoder
             name = "model." + name
+        stage_name = weight_target(name)
+        if stage_name is None:  # another pipeline stage's
+            continue
+        name = stage_name
         if quant is not None:
             mapped = quant.parameter_for(name, tensor, ckpt.name)
             if mapped is None:
