@@ -123,7 +123,8 @@ class LlamaModel(nn.Module):
             VocabParallelEmbedding(config.vocab_size, config.hidden_size) if self.is_first_stage else None
         )
         self.layers = nn.ModuleList(
-            layer_class(config) if i in self.stage_layers else MissingLayer() for i in range(config.num_layers)
+            layer_class(config) if i in self.stage_layers else MissingLayer()
+            for i in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps) if self.is_last_stage else None
 

@@ -127,7 +127,9 @@ class RankGroup:
                 raise EngineRankError(f"{dead} while starting")
 
         if spawned < me.world_size:
-            log.info("waiting at %s for ranks %d..%d to join from other hosts", address, spawned, me.world_size - 1)
+            log.info(
+                "waiting at %s for ranks %d..%d to join from other hosts", address, spawned, me.world_size - 1
+            )
         try:
             plans = join(me, device, address, config.distributed_timeout_s, check)
         except BaseException:
