@@ -255,7 +255,20 @@ def run_engine_rank(settings: Settings) -> None:
     env.check(settings.engine)
     from engine.errors import EngineConfigError
 
-    sources, failed = model_sources(settings, [])
+    # Each rank unwraps the data key itself; its key operations go to its log (only rank 0's
+    # reach the gateway's audit log, through EngineInfo).
+    key_operations: list[KeyOperationEvent] = []
+    sources, failed = model_sources(settings, key_operations)
+    for op in key_operations:
+        log.info(
+            "key operation %s of model %s: key %s v%s (%s)%s",
+            op.operation,
+            op.model,
+            op.key_id,
+            op.key_version,
+            op.provider,
+            f", failed: {op.error}" if op.error else "",
+        )
     models = tuple(m for m in settings.engine.models if m.name in sources)
     if not models:  # (a config without models would fall back to reading the plain directories)
         raise EngineConfigError(f"no model opens on this rank: {failed}")

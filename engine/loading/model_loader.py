@@ -59,8 +59,17 @@ def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant
     has_lm_head = hasattr(model, "lm_head")
     packed: dict[str, tuple[str, int | str]] = getattr(model, "packed_modules", {})
     weight_target = getattr(model, "weight_target", lambda name: name)
+
+    def on_this_stage(name: str) -> bool:
+        prefixed = name if name.startswith("model.") or name == "lm_head.weight" else "model." + name
+        return weight_target(prefixed) is not None
+
+    stage = getattr(model, "model", None)
+    whole = stage is None or (stage.is_first_stage and stage.is_last_stage)
     loaded: set[str] = set()
-    for name, tensor in ckpt.weights():
+    # A pipeline stage reads only its own tensors; a whole model reads whole files (from a sealed
+    # source, the whole-file read also checks every chunk tag against the signed manifest).
+    for name, tensor in ckpt.weights(None if whole else on_this_stage):
         is_head = name == "lm_head.weight"
         if name.endswith(_IGNORED_SUFFIXES) or (is_head and (config.tie_word_embeddings or not has_lm_head)):
             continue

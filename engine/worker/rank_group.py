@@ -217,12 +217,15 @@ def _refuse_unservable(
 ) -> None:
     """Refuse, before any rank starts, what the ranks could not serve."""
     tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
+    spawns = (config.spawned_ranks or config.world_size) > 1
     for name, source in (sources or {}).items():
-        # Spawning would pickle a sealed source, data key included, to the other ranks.
-        if not isinstance(source, DirectorySource):
+        # Spawning would pickle a sealed source, data key included, to the other ranks; a rank
+        # started with `strongroom engine-rank` opens it through the key provider itself.
+        if spawns and not isinstance(source, DirectorySource):
             raise EngineConfigError(
-                f"model {name}: tensor parallel serves plaintext checkpoint directories only"
-                f" (not {type(source).__name__}) for now"
+                f"model {name}: ranks spawned by rank 0 serve plaintext checkpoint directories only"
+                f" (not {type(source).__name__}); set spawned_ranks = 1 and start the other ranks"
+                " with `strongroom engine-rank`, each opening the sealed model itself"
             )
     for spec in config.models:
         try:

@@ -13,13 +13,19 @@ import msgspec
 import pytest
 
 import engine
-from engine.config import EngineConfig
+from engine.config import EngineConfig, ModelSpec
 from engine.errors import EngineConfigError
 from engine.llm_engine import LLMEngine
 from engine.worker.distributed import free_port
 from engine.worker.rank_environment import RankEnvironment
-
-from ..parallel_generation import Result, assert_same_greedy, assert_same_seeded, config, generate
+from tests.unit.engine.parallel_generation import (
+    GREEDY,
+    Result,
+    assert_same_greedy,
+    assert_same_seeded,
+    config,
+    generate,
+)
 
 REPO = Path(engine.__file__).resolve().parent.parent
 TORCHRUN = {
@@ -116,3 +122,84 @@ def test_rank_started_elsewhere_serves_the_last_stage(
     assert_same_seeded(single_rank, result)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr.decode()[-2000:]
+
+
+@pytest.mark.timeout(180)
+def test_sealed_model_over_a_rank_started_elsewhere(model_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """Sealed checkpoints and pipeline stages: rank 0 spawns nothing (a spawn would carry the data
+    key), the rank started elsewhere unwraps it through the key provider itself, and each stage
+    decrypts only the chunks of its own tensors."""
+    from keys import KeyFileProvider, KeysConfig, seal_model, seal_registry
+    from strongroom.config import load_settings
+    from strongroom.engine_process import model_sources
+
+    prompt = [0, *range(40, 56)]
+    plain = LLMEngine(
+        EngineConfig(models=(ModelSpec(name="m", path=str(model_dirs["qwen3"])),), block_size=4)
+    )
+    plain.add_request("r", "m", prompt, GREEDY)
+    expected = [t for _, d in _drain(plain) for t in d.token_ids]
+    assert len(expected) == GREEDY.max_tokens
+    provider = KeyFileProvider.create(tmp_path / "keys" / "master.key")
+    registry = seal_registry(KeysConfig(), tmp_path, provider)
+    seal_model(
+        model_dirs["qwen3"], tmp_path / "models" / "m", "m", provider, registry=registry, chunk_size=4096
+    )
+    settings_file = tmp_path / "strongroom.toml"
+    settings_file.write_text(
+        f'data_dir = "{tmp_path}"\n'
+        "[engine]\nblock_size = 4\nkv_cache_bytes = 1048576\npipeline_parallel_size = 2\nspawned_ranks = 1\n"
+        '[[engine.models]]\nname = "m"\npath = "models/m"\n'
+    )
+    port = str(free_port("127.0.0.1"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
+    env |= {"PYTHONPATH": str(REPO), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "strongroom", "engine-rank", "--config", str(settings_file)],
+        env={**env, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        settings = load_settings(str(settings_file))
+        key_operations: list = []  # type: ignore[type-arg]
+        sources, failed = model_sources(settings, key_operations)
+        assert failed == {} and [op.operation for op in key_operations] == ["unwrap"]
+        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+        try:
+            staged = LLMEngine(settings.engine, settings.data_path, sources)
+        finally:
+            del os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+        try:
+            staged.add_request("r", "m", prompt, GREEDY)
+            assert [t for _, d in _drain(staged) for t in d.token_ids] == expected
+        finally:
+            staged.close()
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr.decode()[-2000:]
+        assert "key operation unwrap of model m" in stderr.decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def _drain(engine: LLMEngine) -> list:  # type: ignore[type-arg]
+    out = []
+    while engine.has_work:
+        out.extend(engine.step())
+    return out
+
+
+def test_spawned_ranks_refuse_a_sealed_source(model_dirs: dict[str, Path]) -> None:
+    class Sealed:  # any source other than a plaintext directory
+        name = "sealed"
+
+        def names(self) -> list[str]:
+            return []
+
+        def read(self, name: str) -> bytes:
+            raise AssertionError("never read")
+
+    with pytest.raises(EngineConfigError, match="set spawned_ranks = 1 and start the other ranks"):
+        LLMEngine(config(model_dirs, 1, 2), sources={"qwen3": Sealed()})
