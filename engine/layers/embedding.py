@@ -23,6 +23,13 @@ class VocabParallelEmbedding(nn.Module):
         self.vocab_size = vocab_size
         self.weight = nn.Parameter(torch.empty(self.shard_size, hidden), requires_grad=False)
 
+    def checkpoint_rows(
+        self, param: nn.Parameter, shard_id: int | str | None = None
+    ) -> tuple[int, int] | None:
+        """The vocabulary rows ``weight_loader`` takes (None: all, on one rank or past the end)."""
+        stop = min(self.vocab_start + self.shard_size, self.vocab_size)
+        return None if self.tp_size == 1 or self.vocab_start >= stop else (self.vocab_start, stop)
+
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
         shard = loaded[self.vocab_start : self.vocab_start + self.shard_size]
         param.data.zero_()

@@ -51,6 +51,12 @@ class QuantizedLinear(nn.Module):
     tp_size: int
     tp_group: Any
 
+    def checkpoint_rows(
+        self, param: nn.Parameter, shard_id: int | str | None = None
+    ) -> tuple[int, int] | None:
+        """All rows: scales are sliced their own way (blocks), so the whole tensor is read."""
+        return None
+
     @property
     def group(self) -> int | None:
         """Input columns per scale; None for one scale per output channel."""

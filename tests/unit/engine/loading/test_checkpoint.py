@@ -67,3 +67,19 @@ def test_a_bad_header_is_named(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", 1 << 40))
     with pytest.raises(ModelLoadError, match="header of 1099511627776 bytes"):
         list(Checkpoint(DirectorySource(tmp_path)).weights(stage_one))
+
+
+def test_named_rows_are_the_only_ones_read(model_dirs: dict[str, Path]) -> None:
+    """A tensor-parallel rank's rows of a tensor split on its first dimension: read alone, in
+    their place of a tensor of the whole shape (whose other rows the loader never looks at)."""
+    name = "model.layers.0.mlp.gate_proj.weight"
+    source = CountingSource(model_dirs["qwen2"])
+    whole = dict(Checkpoint(source).weights())[name]
+    source.bytes_read = 0
+    ((got_name, got),) = Checkpoint(source).weights(lambda n: n == name, lambda n: (32, 96))
+    assert got_name == name and got.shape == whole.shape
+    assert torch.equal(got[32:96], whole[32:96])
+    row_bytes = whole.shape[1] * whole.element_size()
+    assert source.bytes_read - 64 * row_bytes < 20_000  # the rows, plus the header
+    with pytest.raises(ModelLoadError, match="rows 96:300 outside 128"):
+        list(Checkpoint(source).weights(lambda n: n == name, lambda n: (96, 300)))
