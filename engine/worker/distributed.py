@@ -128,12 +128,13 @@ def tp_group() -> Any:
     return _tp_group
 
 
-def rank_device(device: str, rank: int) -> torch.device:
-    """Rank ``rank``'s device: the configured CUDA device plus the rank (one GPU each), or the CPU."""
+def rank_device(device: str, local_rank: int) -> torch.device:
+    """A rank's device: the configured CUDA device plus the rank's number on its host (one GPU
+    each; the rank itself where rank 0 spawns them all), or the CPU."""
     base = torch.device(device)
     if base.type != "cuda":
         return base
-    return torch.device("cuda", (base.index or 0) + rank)
+    return torch.device("cuda", (base.index or 0) + local_rank)
 
 
 def join(
