@@ -123,7 +123,7 @@ def silu_mul_down(
         y = quant_gemv(
             gate_up, layer.weight, layer.weight_scale, layer.group, bias, silu_mul=True, tuning=tuning
         )
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=layer.tp_group)
         return y
     if _defers(layer, gate_up, tuning):
         return skinny_gemm_deferred(gate_up, layer.weight, layer.bias, silu_mul=True, tuning=tuning)
