@@ -255,8 +255,8 @@ def run_engine_rank(settings: Settings) -> None:
     env.check(settings.engine)
     from engine.errors import EngineConfigError
 
-    # Each rank unwraps the data key itself; its key operations go to its log (only rank 0's
-    # reach the gateway's audit log, through EngineInfo).
+    # Each rank unwraps the data key itself; its key operations go to its log and to rank 0,
+    # whose EngineInfo carries them to the gateway's audit log.
     key_operations: list[KeyOperationEvent] = []
     sources, failed = model_sources(settings, key_operations)
     for op in key_operations:
@@ -274,4 +274,12 @@ def run_engine_rank(settings: Settings) -> None:
         raise EngineConfigError(f"no model opens on this rank: {failed}")
     config = msgspec.structs.replace(settings.engine, models=models)
     log.info("engine rank %d of %d joining %s", env.rank, env.world_size, env.address)
-    run_rank(env.rank, config, str(settings.data_path), dict(sources), env.address, env.local_rank)
+    run_rank(
+        env.rank,
+        config,
+        str(settings.data_path),
+        dict(sources),
+        env.address,
+        env.local_rank,
+        [msgspec.to_builtins(op) for op in key_operations],
+    )

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -94,6 +95,9 @@ class RankGroup:
         """Rank 0's device."""
         self.place = place
         """Rank 0's place: the instance's sizes."""
+        self.key_operations: list[Any] = []
+        """What the other ranks reported of their key operations at start-up (msgpack values of
+        ``engine.serving.protocol.KeyOperationEvent``; none from spawned ranks)."""
         self._ready = False
         self._failed: str | None = None
 
@@ -162,6 +166,8 @@ class RankGroup:
             if not isinstance(answer, int):
                 raise EngineRankError(f"{self._name(rank)} could not start: {answer}")
         smallest = min(a for a in answers if isinstance(a, int))
+        for rank in range(1, self.place.world_size):
+            self.key_operations.extend(self._plans.get(f"key_operations/{rank}"))
         self._plans.put("blocks", smallest)
         self._ready = True
         return smallest

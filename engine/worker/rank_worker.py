@@ -11,6 +11,8 @@ same forward passes as rank 0, taking part in their collectives and passing acti
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -34,14 +36,17 @@ def run_rank(
     sources: dict[str, ModelSource],
     address: str,
     local_rank: int | None = None,
+    key_operations: list[Any] | None = None,
 ) -> None:
-    """Serve as ``rank`` until rank 0 stops; ``local_rank`` (default ``rank``) picks the GPU on this host."""
+    """Serve as ``rank`` until rank 0 stops; ``local_rank`` (default ``rank``) picks the GPU on this
+    host. ``key_operations`` (msgpack values) go to rank 0, which reports them as its own."""
     device = rank_device(config.device, rank if local_rank is None else local_rank)
     if config.num_threads is not None and device.type == "cpu":
         torch.set_num_threads(config.num_threads)
     me = RankPlace(rank, config.tensor_parallel_size, config.pipeline_parallel_size)
     plans = join(me, device, address, config.distributed_timeout_s)
     try:
+        plans.put(f"key_operations/{rank}", key_operations or [])
         models, failed = load_hosted_models(config, data_dir, sources, device, skip_failed=True)
         served: list[str] = plans.get("served")
         missing = [name for name in served if name not in models]

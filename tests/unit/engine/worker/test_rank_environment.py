@@ -16,6 +16,7 @@ import engine
 from engine.config import EngineConfig, ModelSpec
 from engine.errors import EngineConfigError
 from engine.llm_engine import LLMEngine
+from engine.serving.protocol import KeyOperationEvent
 from engine.worker.distributed import free_port
 from engine.worker.rank_environment import RankEnvironment
 from tests.unit.engine.parallel_generation import (
@@ -171,6 +172,11 @@ def test_sealed_model_over_a_rank_started_elsewhere(model_dirs: dict[str, Path],
         finally:
             del os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
         try:
+            assert staged.ranks is not None
+            # The remote rank's own unwrap reaches rank 0, for the gateway's audit log.
+            (remote,) = [msgspec.convert(op, KeyOperationEvent) for op in staged.ranks.key_operations]
+            assert (remote.operation, remote.model, remote.error) == ("unwrap", "m", "")
+            assert remote.process == f"engine pid {proc.pid}" != key_operations[0].process
             staged.add_request("r", "m", prompt, GREEDY)
             assert [t for _, d in _drain(staged) for t in d.token_ids] == expected
         finally:
