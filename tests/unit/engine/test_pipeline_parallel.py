@@ -26,7 +26,10 @@ LAYOUTS = {"pp2": (1, 2), "tp2xpp2": (2, 2)}
 
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
-def staged_engine(request: pytest.FixtureRequest, model_dirs: dict[str, Path]) -> Iterator[LLMEngine]:
+def staged_engine(
+    request: pytest.FixtureRequest, model_dirs: dict[str, Path], single_rank: Result
+) -> Iterator[LLMEngine]:
+    # After the single-rank reference: no whole-model engine can start beside a parallel one.
     engine = LLMEngine(config(model_dirs, *LAYOUTS[request.param]))
     yield engine
     engine.close()
