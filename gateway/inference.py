@@ -54,7 +54,7 @@ from gateway.response_shape import ResponseShape, fingerprint_of
 from gateway.stream_writer import StreamWriter
 from gateway.telemetry import Telemetry
 from gateway.tool_plan import ToolPlan
-from policies import Authorizer
+from policies import Authorizer, PolicyUnavailableError
 
 __all__ = ["InferenceService", "Prepared", "close_lease"]
 
@@ -156,6 +156,10 @@ class InferenceService:
             raise RuntimeError("prepare() needs an authenticated request")
         ctx.model = body.model
         ctx.end_user = body.user or getattr(body, "safety_identifier", None) or ""
+        try:
+            await self.authorizer.current()  # a change whose call has returned is in force here
+        except PolicyUnavailableError as exc:
+            raise await self.reject(ctx, exc) from None
         if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
             # Answered exactly like a model that does not exist, before the engines are asked
             # (a known model's outage would be a 503), so names cannot be enumerated; the audit
