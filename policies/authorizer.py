@@ -43,6 +43,11 @@ __all__ = ["Authorizer", "default_policy"]
 
 log = logging.getLogger("strongroom.policies")
 
+_COMPILING = threading.Lock()
+"""One table compiled at a time in the process: casbin parses its matcher with ``ast.parse``,
+which CPython 3.11 does not make safe in two threads at once (``SystemError: AST constructor
+recursion depth mismatch``), as a reload and a change's install can be."""
+
 
 def default_policy() -> Policy:
     """The packaged ``policies/policy.csv``."""
@@ -154,13 +159,18 @@ class Authorizer:
         if self._freshness.is_current(self._table.version):
             return
         try:
-            await asyncio.wait_for(self._watcher.refresh_now(), self.config.sync_timeout_s)
+            await asyncio.wait_for(self._catch_up(), self.config.sync_timeout_s)
         except TimeoutError:
             raise PolicyUnavailableError(
                 f"policy store did not answer within {self.config.sync_timeout_s} s; "
                 f"version {self.version} cannot be confirmed current"
             ) from None
         self._current_table()
+
+    async def _catch_up(self) -> None:
+        await self._watcher.reloaded()  # the reload under way (the announcement's) may be enough
+        if not self._freshness.is_current(self._table.version):
+            await self._watcher.refresh_now()  # one that began after this replica found itself behind
 
     def allowed(self, principal: Principal, action: str, resource: str) -> bool:
         table = self._current_table()
@@ -261,7 +271,8 @@ class Authorizer:
     def _install(self, policy: Policy) -> None:
         if policy.version <= self._table.version:
             return
-        table = DecisionTable(policy, self.config.decision_cache_size)
+        with _COMPILING:
+            table = DecisionTable(policy, self.config.decision_cache_size)
         with self._install_lock:  # a reload (worker thread) and a change (loop) may race: newest wins
             if policy.version > self._table.version:
                 self._table = table
@@ -272,13 +283,17 @@ class Authorizer:
         version board) and those on other hosts (their leases waited out)."""
         updated = await self.store.apply(changes, actor, audit)
         committed_s = self._freshness.now()
-        # Published before the next await, so a caller that goes away now leaves it published.
-        self._freshness.publish(updated.version)
-        # Compiled off the loop: casbin and the table's check take a noticeable time on big policies.
-        await asyncio.to_thread(self._install, updated)
-        await self._watcher.announce(updated.version)  # the others reload now, not at a request
+        # Shielded: a caller that goes away now still leaves the version installed and published.
+        await asyncio.shield(self._take_into_use(updated))
         await self._freshness.wait_out_leases(committed_s)
         return updated
+
+    async def _take_into_use(self, updated: Policy) -> None:
+        # Compiled off the loop: casbin and the table's check take a noticeable time on big policies.
+        # Installed before it is published, so this replica's own requests do not reload it too.
+        await asyncio.to_thread(self._install, updated)
+        self._freshness.publish(updated.version)
+        await self._watcher.announce(updated.version)  # the others reload now, not at a request
 
     async def record_opening(self, audit: AuditSink, actor: str = "") -> None:
         """Record what opening the store did to it (the seed policy imported into a new store),

@@ -57,6 +57,16 @@ class PolicyWatcher:
         caller checks what it needs). Reloads run one at a time; every ask made while one runs
         is answered by the next, so a burst of asks costs two reloads, not one each."""
         self._num_asked += 1
+        await self._await_runner()
+
+    async def reloaded(self) -> None:
+        """Return once the reload under way, or a new one if none is, has finished: for a caller
+        that only needs *some* reload to end (it checks afterwards whether that one was enough)."""
+        if self._runner is None or self._runner.done():
+            self._num_asked += 1
+        await self._await_runner()
+
+    async def _await_runner(self) -> None:
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._run_asked())
         # Shielded: a caller that stops waiting (its timeout, a disconnect) leaves the reload running.

@@ -137,7 +137,9 @@ def test_concurrent_changes_in_one_process_serialise(authorizer: Authorizer, sin
     assert authorizer.version == 6 and len(sink.events) == 5
 
 
-REVOKE_ANALYST_CHAT = PolicyChange(op="ungrant", rule=Grant(role="analyst", pattern="demo-chat", action="chat"))
+REVOKE_ANALYST_CHAT = PolicyChange(
+    op="ungrant", rule=Grant(role="analyst", pattern="demo-chat", action="chat")
+)
 GRANT_TRADER_CHAT = PolicyChange(op="grant", rule=Grant(role="trader", pattern="demo-chat", action="chat"))
 
 
