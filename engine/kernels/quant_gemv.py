@@ -29,10 +29,17 @@ import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
-from engine.kernels.skinny_gemm import sum_splits
+from engine.kernels.skinny_gemm import SplitKPartials, _load_x, sum_splits
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
-__all__ = ["QUANT_GEMV_MAX_ROWS", "QuantGemvConfig", "quant_gemv", "quant_gemv_config", "quant_gemv_fits"]
+__all__ = [
+    "QUANT_GEMV_MAX_ROWS",
+    "QuantGemvConfig",
+    "quant_gemv",
+    "quant_gemv_config",
+    "quant_gemv_deferred",
+    "quant_gemv_fits",
+]
 
 QUANT_GEMV_MAX_ROWS = 16
 _MIN_GROUP = 128
@@ -78,20 +85,20 @@ def _load_wq(w_rows, kk, n_ok, k_ok, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _product(w, x_ptr, kk, k_ok, rm, m_ok, m, stride_xm, EVEN: tl.constexpr, BLOCK_M: tl.constexpr,
+def _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr,
-             UPCAST: tl.constexpr):  # fmt: skip
+             UPCAST: tl.constexpr, SILU_MUL: tl.constexpr):  # fmt: skip
     # [BN, BM] float32: the tile w [BN, BK] times x's rows' columns kk.
     if USE_DOT:
         x_mask = m_ok[:, None] if EVEN else m_ok[:, None] & k_ok[None, :]
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
+        x = _load_x(x_ptr, rm[:, None] * stride_xm + kk[None, :], x_mask, k, SILU_MUL)
         if UPCAST:
             return tl.dot(w, tl.trans(x.to(tl.float32)), input_precision=PRECISION)
         return tl.dot(w.to(x.dtype), tl.trans(x), input_precision=PRECISION)
     out = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for i in tl.static_range(BLOCK_M):
         row_ok = tl.full([BLOCK_K], i, tl.int32) < m
-        xi = tl.load(x_ptr + i * stride_xm + kk, mask=row_ok if EVEN else row_ok & k_ok, other=0.0)
+        xi = _load_x(x_ptr, i * stride_xm + kk, row_ok if EVEN else row_ok & k_ok, k, SILU_MUL)
         part = tl.sum(w * xi.to(tl.float32)[None, :], 1)  # [BN]
         out += tl.where(tl.arange(0, BLOCK_M)[None, :] == i, part[:, None], 0.0)
     return out
@@ -103,7 +110,8 @@ def _quant_gemv_kernel(
     m, n, k, k_per_split, group, stride_xm, stride_wn, stride_sn, stride_ys, stride_ym,
     HAS_BIAS: tl.constexpr, IS_PARTIAL: tl.constexpr, PER_CHANNEL: tl.constexpr, EVEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    USE_DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+    USE_DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SILU_MUL: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     pid_n, split = tl.program_id(0), tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -118,8 +126,8 @@ def _quant_gemv_kernel(
     k_ok = kk < k
     w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN)
     pdl_wait(PDL)
-    part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
-                    PRECISION, UPCAST)  # fmt: skip
+    part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
+                    PRECISION, UPCAST, SILU_MUL)  # fmt: skip
     if PER_CHANNEL:
         acc += part
     else:
@@ -130,8 +138,8 @@ def _quant_gemv_kernel(
         kk = k0 + tl.arange(0, BLOCK_K)
         k_ok = kk < k
         w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN)
-        part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
-                    PRECISION, UPCAST)  # fmt: skip
+        part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
+                    PRECISION, UPCAST, SILU_MUL)  # fmt: skip
         if PER_CHANNEL:
             acc += part
         else:
@@ -190,20 +198,55 @@ def quant_gemv(
     bias: torch.Tensor | None = None,
     config: QuantGemvConfig | None = None,
     *,
+    silu_mul: bool = False,
     tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
     """x [m <= 16, K] @ dequantize(weight [N, K], scale [N, G])^T + bias -> [m, N] in x's dtype;
-    ``group``: K columns per scale (None: one scale per row). ``config`` overrides the launch
-    shape ``quant_gemv_config`` picks."""
+    ``group``: K columns per scale (None: one scale per row). ``silu_mul``: x is a merged
+    [gate | up] row [m, 2K] and the input is silu(gate) * up, made in the loads (as
+    ``skinny_gemm``'s). ``config`` overrides the launch shape ``quant_gemv_config`` picks."""
+    y = _quant_gemv(x, weight, scale, group, bias, config, silu_mul=silu_mul, defer_sum=False, tuning=tuning)
+    assert isinstance(y, torch.Tensor)  # never deferred
+    return y
+
+
+def quant_gemv_deferred(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    group: int | None,
+    bias: torch.Tensor | None = None,
+    *,
+    silu_mul: bool = False,
+    tuning: CudaTuning = DEFAULT_TUNING,
+) -> torch.Tensor | SplitKPartials:
+    """``quant_gemv`` that, when its launch splits K, returns the (scaled) partials for the next
+    kernel to sum (``SplitKPartials``, as ``skinny_gemm_deferred``) instead of a launch here."""
+    return _quant_gemv(x, weight, scale, group, bias, None, silu_mul=silu_mul, defer_sum=True, tuning=tuning)
+
+
+def _quant_gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    group: int | None,
+    bias: torch.Tensor | None,
+    config: QuantGemvConfig | None,
+    *,
+    silu_mul: bool,
+    defer_sum: bool,
+    tuning: CudaTuning,
+) -> torch.Tensor | SplitKPartials:
     if not quant_gemv_fits(x, group):
         raise ValueError(
             f"quant_gemv takes up to {QUANT_GEMV_MAX_ROWS} rows and groups of {_MIN_GROUP}k columns"
         )
-    m, k = x.shape
-    n = weight.shape[0]
-    if weight.shape[1] != k or scale.shape[0] != n or scale.dtype != torch.float32:
+    m = x.shape[0]
+    n, k = weight.shape
+    if x.shape[1] != (2 * k if silu_mul else k) or scale.shape[0] != n or scale.dtype != torch.float32:
         raise ValueError(
             f"shapes do not fit: x {tuple(x.shape)}, weight {tuple(weight.shape)}, scale {tuple(scale.shape)}"
+            f" (silu_mul={silu_mul})"
         )
     x = x.contiguous()
     config = config or quant_gemv_config(m, n, k)
@@ -225,8 +268,10 @@ def quant_gemv(
         EVEN=n % config.block_n == 0 and k % block_k == 0 and k_per_split % block_k == 0,
         BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=block_k, USE_DOT=config.use_dot,
         PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
-        num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x, tuning.pdl),
+        SILU_MUL=silu_mul, num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x, tuning.pdl),
     )  # fmt: skip
+    if num_splits > 1 and defer_sum:
+        return SplitKPartials(dst, bias, x.dtype)
     if num_splits > 1:
         sum_splits(dst, bias, y, pdl=tuning.pdl)
     return y

@@ -13,6 +13,7 @@ empty (before a quantized checkpoint loads into it) or quantized from the loaded
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -48,6 +49,13 @@ class QuantizedLinear(nn.Module):
     quant: WeightQuant
     tp_rank: int
     tp_size: int
+    tp_group: Any
+
+    def checkpoint_rows(
+        self, param: nn.Parameter, shard_id: int | str | None = None
+    ) -> tuple[int, int] | None:
+        """All rows: scales are sliced their own way (blocks), so the whole tensor is read."""
+        return None
 
     @property
     def group(self) -> int | None:
@@ -116,7 +124,7 @@ class QuantizedLinear(nn.Module):
             return F.linear(x, w, self.bias)
         y = F.linear(x, w, self.bias if self.tp_rank == 0 else None)
         if self.tp_size > 1:
-            dist.all_reduce(y)
+            dist.all_reduce(y, group=self.tp_group)
         return y
 
 

@@ -7,7 +7,9 @@ before loading for a quantized checkpoint (whose scale tensors then load like we
 loading when the weights are quantized as they arrive.
 Checkpoints saved from the bare decoder (sentence-transformers embedding models such as
 Qwen3-Embedding) name weights without the ``model.`` prefix; an embedding model needs no
-``lm_head`` and gets none.
+``lm_head`` and gets none. A pipeline stage skips the weights of the other stages' layers
+(the model's ``weight_target``) without reading them, and a tensor-parallel rank reads only the
+rows its column-parallel layers take (their ``checkpoint_rows``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from engine.loading.checkpoint import Checkpoint
 from engine.loading.model_config import ModelConfig
 from engine.models import model_class
 from engine.quantization.scheme import WeightQuant
+from engine.worker.distributed import place
 
 __all__ = ["load_model"]
 
@@ -43,7 +46,7 @@ def load_model(
             model = model_class(config)(config)
     finally:
         torch.set_default_dtype(previous)
-    if not needs_lm_head and not config.tie_word_embeddings:
+    if not needs_lm_head and not config.tie_word_embeddings and hasattr(model, "lm_head"):
         del model.lm_head  # its vocab x hidden weight would only take memory
     if quant is not None and quant.prequantized:
         quantize_linears(model, quant, from_weights=False)
@@ -57,23 +60,52 @@ def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant
     params = dict(model.named_parameters())
     has_lm_head = hasattr(model, "lm_head")
     packed: dict[str, tuple[str, int | str]] = getattr(model, "packed_modules", {})
-    loaded: set[str] = set()
-    for name, tensor in ckpt.weights():
+    weight_target = getattr(model, "weight_target", lambda name: name)
+
+    def stage_name(name: str) -> str | None:
+        """The checkpoint name as this model (this stage) holds it; None: not held here."""
         is_head = name == "lm_head.weight"
         if name.endswith(_IGNORED_SUFFIXES) or (is_head and (config.tie_word_embeddings or not has_lm_head)):
-            continue
+            return None
         if not name.startswith("model.") and not is_head:  # saved from the bare decoder
             name = "model." + name
+        return weight_target(name)  # type: ignore[no-any-return]
+
+    def packed_target(name: str) -> tuple[str, int | str | None]:
+        for part, (packed_name, shard_id) in packed.items():
+            if f".{part}." in name:
+                return name.replace(f".{part}.", f".{packed_name}."), shard_id
+        return name, None
+
+    def rows(name: str) -> tuple[int, int] | None:
+        """The rows of a checkpoint tensor this rank's shard takes (column-parallel layers and the
+        vocabulary split on the first dimension); None: all of them."""
+        held = stage_name(name)
+        if held is None or quant is not None:  # quantized layers slice their scales their own way
+            return None
+        target, shard = packed_target(held)
+        param = params.get(target)
+        module = model.get_submodule(target.rsplit(".", 1)[0]) if param is not None else None
+        take = getattr(module, "checkpoint_rows", None)
+        return None if take is None else take(param, shard)
+
+    # One whole rank reads whole files (from a sealed source that also checks every chunk tag
+    # against the signed manifest); a pipeline stage reads only its own tensors, and a
+    # tensor-parallel rank only its rows of those split on their first dimension.
+    selective = place().world_size > 1
+    loaded: set[str] = set()
+    tensors = ckpt.weights(lambda n: stage_name(n) is not None, rows) if selective else ckpt.weights()
+    for checkpoint_name, tensor in tensors:
+        held = stage_name(checkpoint_name)
+        if held is None:  # another pipeline stage's, or never loaded
+            continue
+        name = held
         if quant is not None:
             mapped = quant.parameter_for(name, tensor, ckpt.name)
             if mapped is None:
                 continue
             name = mapped
-        target, shard = name, None
-        for part, (packed_name, shard_id) in packed.items():
-            if f".{part}." in name:
-                target, shard = name.replace(f".{part}.", f".{packed_name}."), shard_id
-                break
+        target, shard = packed_target(name)
         param = params.get(target)
         if param is None:
             raise ModelLoadError(f"{ckpt.name}: unexpected weight {name} for {config.architecture}")
