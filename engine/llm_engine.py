@@ -364,7 +364,20 @@ class LLMEngine:
                 self._forget_if_done(request_id)
         self.device_wait_s += cur.wait_s
         self.num_steps += 1
+        if self._inflight is None:
+            self._prefetch_masks(cur)
         return deltas
+
+    def _prefetch_masks(self, cur: InflightStep) -> None:
+        """No step is in flight, so every running constrained row has consumed its last token:
+        fill their next masks while the loop schedules and queues the next forward pass."""
+        grammars = []
+        for row in cur.rows:
+            output = self._outputs.get(row.seq.seq_id)
+            if output is not None and output.grammar is not None and not row.seq.is_finished:
+                grammars.append(output.grammar)
+        if grammars and len({g.vocab_size for g in grammars}) == 1:
+            self.sampler.prefetch_masks(grammars, self.device)
 
     def _can_look_ahead(self, cur: InflightStep) -> bool:
         # Penalties read the output so far and logprobs are read back inside the sampler:
