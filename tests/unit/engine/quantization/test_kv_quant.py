@@ -121,3 +121,19 @@ def test_tensor_parallel_ranks_cache_fp8_as_one_rank(model_dirs: dict[str, Path]
         assert model.cache_dtype == torch.float8_e4m3fn
     finally:
         sharded.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_cuda_engine_over_fp8_cache_gives_the_torch_paths_tokens(model_dirs: dict[str, Path]) -> None:
+    # Compiled kernels, the fused step and the decode graphs against the CPU torch path, FP8 both.
+    path = str(model_dirs["qwen3"])
+    options = {"kv_cache_dtype": "fp8", "kv_cache_bytes": 1 << 20, "block_size": 4, "max_num_seqs": 4}
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=1)
+    want = LLM(path, **options).generate(_PROMPTS, params)  # type: ignore[arg-type]
+    got = LLM(path, device="cuda", **options).generate(_PROMPTS, params)  # type: ignore[arg-type]
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    for g, w in zip(got, want, strict=True):
+        assert g.outputs[0].logprobs is not None and w.outputs[0].logprobs is not None
+        for a, b in zip(g.outputs[0].logprobs, w.outputs[0].logprobs, strict=True):
+            assert a.logprob == pytest.approx(b.logprob, abs=1e-2)
