@@ -372,7 +372,7 @@ class InferenceService:
                     reason="client disconnected",
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
-                    model_manifest=prep.card.manifest_sha256,
+                    model_manifest=prep.card.audit_manifest,
                     content=_content(prep.body, {}),
                 )
             )
@@ -401,7 +401,7 @@ class InferenceService:
             findings=_merged(prep.findings),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            model_manifest=prep.card.manifest_sha256,
+            model_manifest=prep.card.audit_manifest,
             content=_content(prep.body, texts),
             served=served,
         )
@@ -427,7 +427,7 @@ class InferenceService:
                 status=200,
                 reason="stream started",
                 findings=_merged(prep.findings),
-                model_manifest=prep.card.manifest_sha256,
+                model_manifest=prep.card.audit_manifest,
             )
         except BaseException as exc:
             await _shielded(stack.aclose())
@@ -529,7 +529,7 @@ class InferenceService:
             findings=_merged(prep.findings),
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
-            model_manifest=prep.card.manifest_sha256,
+            model_manifest=prep.card.audit_manifest,
             content=_content(prep.body, writer.texts()),
             served=True,
         )

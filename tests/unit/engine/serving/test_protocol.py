@@ -21,7 +21,7 @@ from engine.loading.demo import write_demo_model
 from engine.serving.async_engine import AsyncEngine
 from engine.serving.backend import EngineBackend
 from engine.serving.client import EngineClient
-from engine.serving.protocol import DeltaEvent, DeltaFrame, EmbedRequest, GenerateRequest
+from engine.serving.protocol import DeltaEvent, DeltaFrame, EmbedRequest, GenerateRequest, ModelCard
 from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 
@@ -223,3 +223,22 @@ async def test_embed_over_the_link_with_the_real_engine(tmp_path: Path) -> None:
             async with client.generate(request(model="demo-embed", prompt="hi")) as events:
                 [e async for e in events]
         await client.aclose()
+
+
+def test_audit_manifest_names_the_sealing_and_the_quantization() -> None:
+    card = ModelCard(name="m", max_model_len=8, has_chat_template=False)
+    assert card.audit_manifest == ""  # plaintext, served as stored
+    sealed = ModelCard(name="m", max_model_len=8, has_chat_template=False, manifest_sha256="ab" * 32)
+    assert sealed.audit_manifest == "ab" * 32
+    quantized = ModelCard(
+        name="m",
+        max_model_len=8,
+        has_chat_template=False,
+        manifest_sha256="ab" * 32,
+        quantization="fp8-block128x128",
+        kv_cache_dtype="float8_e4m3fn",
+    )
+    assert quantized.audit_manifest == f"{'ab' * 32} weights=fp8-block128x128 kv=fp8"
+    assert len(quantized.audit_manifest) <= 128  # the audit log's cap on the field
+    bf16_cache = ModelCard(name="m", max_model_len=8, has_chat_template=False, kv_cache_dtype="bfloat16")
+    assert bf16_cache.audit_manifest == ""
