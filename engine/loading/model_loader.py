@@ -2,9 +2,11 @@
 
 Every parameter is loaded by the layer that owns it (``weight_loader``), which is where a
 tensor-parallel rank takes its slice; packed layers (qkv, gate_up) are told which part a
-checkpoint tensor is. With a ``WeightQuant`` the linear layers are swapped for quantized twins:
-before loading for a quantized checkpoint (whose scale tensors then load like weights), after
-loading when the weights are quantized as they arrive.
+checkpoint tensor is. With a ``WeightQuant`` the model is built on the meta device, its linear
+layers swapped for quantized twins, and only then given memory: a quantized checkpoint's tensors
+(and scales) load into the twins as they are, an unquantized one's are quantized one tensor at a
+time as they arrive. So loading with ``quantization = "fp8"`` never holds the model in full
+precision: its peak is about the quantized model plus one checkpoint tensor.
 Checkpoints saved from the bare decoder (sentence-transformers embedding models such as
 Qwen3-Embedding) name weights without the ``model.`` prefix; an embedding model needs no
 ``lm_head`` and gets none.
@@ -39,18 +41,33 @@ def load_model(
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with torch.device(device):
+        with torch.device(device if quant is None else torch.device("meta")):
             model = model_class(config)(config)
     finally:
         torch.set_default_dtype(previous)
     if not needs_lm_head and not config.tie_word_embeddings:
         del model.lm_head  # its vocab x hidden weight would only take memory
-    if quant is not None and quant.prequantized:
+    if quant is not None:
         quantize_linears(model, quant, from_weights=False)
+        _materialize(model, device)
     _load_weights(model, ckpt, config, quant)
-    if quant is not None and not quant.prequantized:
-        quantize_linears(model, quant, from_weights=True)
     return model.eval()
+
+
+def _materialize(model: nn.Module, device: torch.device) -> None:
+    """Give a model built on the meta device uninitialized memory on ``device`` (every parameter is
+    then loaded), keeping tied parameters tied, and its computed buffers (``reset_buffers``)."""
+    made: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if id(param) not in made:
+                made[id(param)] = nn.Parameter(torch.empty_like(param, device=device), requires_grad=False)
+            setattr(module, name, made[id(param)])
+        if any(b.is_meta for b in module.buffers(recurse=False)):
+            reset = getattr(module, "reset_buffers", None)
+            if reset is None:
+                raise ModelLoadError(f"{type(module).__name__} has buffers a meta-device build cannot fill")
+            reset(device)
 
 
 def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant: WeightQuant | None) -> None:
@@ -90,6 +107,8 @@ def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant
             except RuntimeError as exc:
                 raise ModelLoadError(f"{ckpt.name}: weight {name} does not fit: {exc}") from exc
         loaded.add(target)
+        if quant is not None and not quant.prequantized and f"{target}_scale" in params:
+            loaded.add(f"{target}_scale")  # quantized from the weight as it loaded
     missing = sorted(set(params) - loaded)
     if missing:
         raise ModelLoadError(
