@@ -365,6 +365,7 @@ def _attend(
     if num_splits < 1 or num_splits & (num_splits - 1):
         raise ValueError("num_splits must be a power of two")
     fp8 = k_cache.dtype == torch.float8_e4m3fn
+    kv_scales = (scales.k, scales.v) if fp8 else (1.0, 1.0)  # a plain cache holds K and V themselves
     if v_cache.dtype != k_cache.dtype or (not fp8 and k_cache.dtype != q.dtype):
         raise ValueError(
             f"a KV cache of {k_cache.dtype} for queries of {q.dtype}: only the same dtype or float8_e4m3fn"
@@ -406,7 +407,7 @@ def _attend(
                 new.k.stride(0), new.k.stride(1), new.v.stride(0), new.v.stride(1))  # fmt: skip
     _attention_kernel[grid](
         q, k_cache, v_cache, part, lse, block_tables, context_lens, query_starts,
-        scale, sliding_window or 0, scales.k, scales.v, 1.0 / scales.k, 1.0 / scales.v,
+        scale, sliding_window or 0, *kv_scales, 1.0 / kv_scales[0], 1.0 / kv_scales[1],
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), part.stride(0), part.stride(1), part.stride(2),

@@ -171,6 +171,17 @@ def test_fp8_cache_matches_the_torch_backend(device: str, dtype: torch.dtype, sc
             _check(got, want, dtype)
 
 
+def test_a_plain_cache_ignores_kv_scales(device: str) -> None:
+    # Scales describe FP8 entries; a bf16 / fp32 cache holds K and V themselves.
+    q, k_cache, v_cache, meta = _case(
+        device, torch.float32, heads=(4, 2, 16), block_size=4, q_lens=[3, 1], ctx_lens=[3, 9], seed=10
+    )
+    args = (q, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.query_starts)
+    want = paged_attention(*args, max_query_len=3, scale=0.25)
+    got = paged_attention(*args, max_query_len=3, scale=0.25, scales=KVScales(0.5, 2.0))
+    assert torch.equal(got, want)
+
+
 def test_rejects_bad_arguments(device: str) -> None:
     q, k_cache, v_cache, meta = _case(
         device, torch.float32, heads=(4, 2, 16), block_size=4, q_lens=[1], ctx_lens=[5], seed=7
