@@ -43,15 +43,14 @@ class Attention(nn.Module):
         self.backend: TorchAttentionBackend | TritonAttentionBackend = TorchAttentionBackend()
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
-        self.kv_scales = UNIT_SCALES
-        """What an FP8 cache's entries are multiplied by (``engine.quantization.kv_quant``)."""
+        self.kv_scales: KVScales = UNIT_SCALES
+        """What an FP8 cache's entries are multiplied by (``engine.quantization.kv_quant``): 1.0,
+        or the checkpoint's calibrated scales (``engine.loading.model_loader``)."""
 
-    def bind_cache(
-        self, k_cache: torch.Tensor, v_cache: torch.Tensor, scales: KVScales = UNIT_SCALES
-    ) -> None:
+    def bind_cache(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
         # k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] views of the shared pool,
-        # in the model's dtype or float8_e4m3fn
-        self.k_cache, self.v_cache, self.kv_scales = k_cache, v_cache, scales
+        # in the model's dtype or float8_e4m3fn (entries times ``kv_scales``)
+        self.k_cache, self.v_cache = k_cache, v_cache
         self.backend = TritonAttentionBackend() if k_cache.is_cuda else TorchAttentionBackend()
 
     def forward(

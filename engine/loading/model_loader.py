@@ -7,6 +7,9 @@ layers swapped for quantized twins, and only then given memory: a quantized chec
 (and scales) load into the twins as they are, an unquantized one's are quantized one tensor at a
 time as they arrive. So loading with ``quantization = "fp8"`` never holds the model in full
 precision: its peak is about the quantized model plus one checkpoint tensor.
+A checkpoint's calibrated KV-cache scales (``self_attn.k_scale`` / ``v_scale``, or one
+``kv_scale`` for both, as FP8 checkpoints with a KV-cache scheme ship them) become each attention
+layer's ``KVScales``; they matter only with ``kv_cache_dtype = "fp8"``.
 Checkpoints saved from the bare decoder (sentence-transformers embedding models such as
 Qwen3-Embedding) name weights without the ``model.`` prefix; an embedding model needs no
 ``lm_head`` and gets none.
@@ -22,11 +25,13 @@ from engine.layers.quantized_linear import quantize_linears
 from engine.loading.checkpoint import Checkpoint
 from engine.loading.model_config import ModelConfig
 from engine.models import model_class
+from engine.quantization.kv_quant import KVScales
 from engine.quantization.scheme import WeightQuant
 
 __all__ = ["load_model"]
 
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+_KV_SCALES = {".self_attn.k_scale": "k", ".self_attn.v_scale": "v", ".self_attn.kv_scale": "kv"}
 
 
 def load_model(
@@ -75,12 +80,19 @@ def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant
     has_lm_head = hasattr(model, "lm_head")
     packed: dict[str, tuple[str, int | str]] = getattr(model, "packed_modules", {})
     loaded: set[str] = set()
+    kv_scales: dict[str, dict[str, float]] = {}
     for name, tensor in ckpt.weights():
         is_head = name == "lm_head.weight"
         if name.endswith(_IGNORED_SUFFIXES) or (is_head and (config.tie_word_embeddings or not has_lm_head)):
             continue
         if not name.startswith("model.") and not is_head:  # saved from the bare decoder
             name = "model." + name
+        suffix = next((s for s in _KV_SCALES if name.endswith(s)), None)
+        if suffix is not None:
+            kv_scales.setdefault(name.removesuffix(suffix), {})[_KV_SCALES[suffix]] = float(
+                tensor.float().max()
+            )
+            continue
         if quant is not None:
             mapped = quant.parameter_for(name, tensor, ckpt.name)
             if mapped is None:
@@ -114,6 +126,21 @@ def _load_weights(model: nn.Module, ckpt: Checkpoint, config: ModelConfig, quant
         raise ModelLoadError(
             f"{ckpt.name}: checkpoint has no weight for {missing[0]} ({len(missing)} missing)"
         )
+    if kv_scales:
+        _set_kv_scales(model, kv_scales, ckpt.name)
+
+
+def _set_kv_scales(model: nn.Module, found: dict[str, dict[str, float]], source: str) -> None:
+    # found: "model.layers.3" -> {"k": .., "v": ..} or {"kv": ..}
+    for index, attn in enumerate(model.kv_layers()):  # type: ignore[operator]
+        layer = found.get(f"model.layers.{index}", {})
+        k, v = layer.get("k", layer.get("kv")), layer.get("v", layer.get("kv"))
+        if k is None or v is None:
+            raise ModelLoadError(f"{source}: KV-cache scales for some layers only (none for layer {index})")
+        try:
+            attn.kv_scales = KVScales(k, v)
+        except ValueError as exc:
+            raise ModelLoadError(f"{source}: layer {index}: {exc}") from exc
 
 
 def _copy(param: nn.Parameter, tensor: torch.Tensor) -> None:

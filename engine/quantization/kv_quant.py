@@ -11,9 +11,8 @@ the same bits::
 The scale is fixed at 1.0 per layer (vLLM's default for an uncalibrated FP8 cache): a scale must
 hold for the whole life of the cache, since a block written under one scale cannot be read under
 another, and the keys and values of the Llama / Qwen families sit well inside E4M3's range
-(±448, relative step 2^-4 above 2^-6) without one. A calibrated per-layer scale (from a
-checkpoint's ``k_scale`` / ``v_scale``) needs only ``KVScales`` values other than 1.0: every path
-takes them.
+(±448, relative step 2^-4 above 2^-6) without one. A checkpoint that ships calibrated per-layer
+scales (``self_attn.k_scale`` / ``v_scale``) gets those instead (``engine.loading.model_loader``).
 """
 
 from __future__ import annotations

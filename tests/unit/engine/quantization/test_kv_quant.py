@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import torch
 
 from engine.config import EngineConfig, ModelSpec
 from engine.core.sampling_params import SamplingParams
-from engine.errors import EngineConfigError
+from engine.errors import EngineConfigError, ModelLoadError
 from engine.llm import LLM
 from engine.llm_engine import LLMEngine
 from engine.quantization.kv_quant import KVScales, dequantize_kv, kv_storage_dtype, quantize_kv
@@ -137,3 +138,38 @@ def test_cuda_engine_over_fp8_cache_gives_the_torch_paths_tokens(model_dirs: dic
         assert g.outputs[0].logprobs is not None and w.outputs[0].logprobs is not None
         for a, b in zip(g.outputs[0].logprobs, w.outputs[0].logprobs, strict=True):
             assert a.logprob == pytest.approx(b.logprob, abs=1e-2)
+
+
+def _with_kv_scales(src: Path, dst: Path, scales: dict[str, float]) -> Path:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    [file] = dst.glob("*.safetensors")
+    tensors = load_file(file)
+    for name, value in scales.items():
+        tensors[name] = torch.tensor(value)
+    save_file(tensors, file, metadata={"format": "pt"})
+    return dst
+
+
+def test_checkpoint_kv_scales_are_used(model_dirs: dict[str, Path], tmp_path: Path) -> None:
+    # Calibrated scales as FP8 checkpoints ship them: the layer divides by them, and the tokens
+    # keep to the unquantized model's as with scale 1.0.
+    src = model_dirs["llama"]
+    layers = json.loads((src / "config.json").read_text())["num_hidden_layers"]
+    scales = {f"model.layers.{i}.self_attn.{kv}_scale": 0.5 + i for i in range(layers) for kv in "kv"}
+    path = _with_kv_scales(src, tmp_path / "scaled", scales)
+    llm = LLM(str(path), dtype="bfloat16", kv_cache_bytes=1 << 20, block_size=4, kv_cache_dtype="fp8")
+    (model,) = llm.engine.models.values()
+    assert [a.kv_scales for a in model.model.kv_layers()] == [
+        KVScales(0.5 + i, 0.5 + i) for i in range(layers)
+    ]  # type: ignore[operator]
+    plain = LLM(str(src), dtype="bfloat16", kv_cache_bytes=1 << 20, block_size=4)
+    first = SamplingParams(temperature=0, max_tokens=1, logprobs=1)
+    for got, want in zip(llm.generate(_PROMPTS, first), plain.generate(_PROMPTS, first), strict=True):
+        assert got.token_ids == want.token_ids
+    partial = _with_kv_scales(src, tmp_path / "partial", {"model.layers.0.self_attn.kv_scale": 2.0})
+    with pytest.raises(ModelLoadError, match="KV-cache scales for some layers only"):
+        LLM(str(partial), kv_cache_bytes=1 << 20)
