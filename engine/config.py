@@ -88,8 +88,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Size of the shared KV pool (of each tensor-parallel rank); None sizes it by kv_cache_fraction."""
     kv_cache_dtype: str = "auto"
     """What the KV pool stores keys and values as: "auto" (each model's dtype) or "fp8"
-    (float8_e4m3fn, one scale of 1.0 per layer for K and for V: half the bytes of bfloat16, so
-    about twice the blocks; ``engine.quantization.kv_quant``)."""
+    (float8_e4m3fn with one scale per layer for K and one for V, 1.0 unless the checkpoint ships
+    calibrated ones: half the bytes of bfloat16, so about twice the blocks;
+    ``engine.quantization.kv_quant``)."""
     kv_cache_fraction: float = 0.9
     """Share of the device memory still free after loading weights that the pool takes (GPU); on CPU
     a share of available RAM. Never more blocks than max_num_seqs full-length sequences need."""
