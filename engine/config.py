@@ -126,9 +126,22 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     every model: their own attention heads, MLP columns and vocabulary rows, and the KV of their
     own heads. Must divide every model's attention heads, KV heads and intermediate size. Above
     1, steps run eagerly: no fused CUDA step, CUDA graphs or asynchronous scheduling yet."""
+    pipeline_parallel_size: int = 1
+    """Pipeline stages, each running an equal share of every model's decoder layers (and
+    keeping their KV): the first also the embedding, the last the final norm and LM head. Each
+    stage has tensor_parallel_size ranks, so the instance runs tensor_parallel_size x
+    pipeline_parallel_size processes (one per GPU). Must divide every model's layer count. A
+    step's sequences go through the stages in up to pipeline_parallel_size micro-batches, so the
+    stages work at once. Above 1, steps run eagerly, as with tensor parallelism."""
+    spawned_ranks: int | None = None
+    """How many of the ranks this host starts itself, rank 0 included (ranks 0..N-1); the others
+    are started on other hosts (``strongroom engine-rank``, or torchrun, with MASTER_ADDR,
+    MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK) and rank 0 waits for them. None: all of them.
+    Sealed models need 1: a spawned rank would be handed the data key, while one started with
+    ``strongroom engine-rank`` unwraps it through the key provider itself."""
     distributed_timeout_s: float = 300.0
-    """How long a rank waits on the others inside a step before the instance fails (tensor
-    parallel only); a rank that dies is noticed at once."""
+    """How long a rank waits on the others inside a step before the instance fails (tensor or
+    pipeline parallel only); a rank that dies is noticed at once."""
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -156,10 +169,22 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise EngineConfigError("long_prefill_token_threshold must be >= 1 (or unset)")
         if self.tensor_parallel_size < 1:
             raise EngineConfigError("tensor_parallel_size must be >= 1")
+        if self.pipeline_parallel_size < 1:
+            raise EngineConfigError("pipeline_parallel_size must be >= 1")
+        if self.spawned_ranks is not None and not 1 <= self.spawned_ranks <= self.world_size:
+            raise EngineConfigError(
+                f"spawned_ranks must be in [1, {self.world_size}] (tensor_parallel_size x"
+                f" pipeline_parallel_size), not {self.spawned_ranks}"
+            )
         if self.distributed_timeout_s <= 0:
             raise EngineConfigError("distributed_timeout_s must be > 0")
         if self.num_threads is not None and self.num_threads < 1:
             raise EngineConfigError("num_threads must be >= 1")
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of the instance: tensor_parallel_size x pipeline_parallel_size."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     def dtype_of(self, spec: ModelSpec) -> str:
         """The dtype a model actually loads in (the engine-wide override wins)."""

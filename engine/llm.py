@@ -6,7 +6,8 @@ outs = llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=16))
 outs[0].text, outs[0].token_ids, outs[0].finish_reason
 vectors = LLM("path/to/Qwen3-Embedding").embed(["a query", "a passage"])   # unit-norm lists
 
-LLM(path, tensor_parallel_size=2) splits every model over two processes (one per GPU on CUDA);
+LLM(path, tensor_parallel_size=2) splits every model over two processes (one per GPU on CUDA),
+LLM(path, pipeline_parallel_size=2) its layers over two stages, and both together over four;
 ``close()`` (or leaving a ``with LLM(...) as llm:`` block) stops them.
 """
 
@@ -73,7 +74,7 @@ class LLM:
         self._ids = itertools.count()
 
     def close(self) -> None:
-        """Stop the other tensor-parallel ranks, if any."""
+        """Stop the other tensor- and pipeline-parallel ranks, if any."""
         self.engine.close()
 
     def __enter__(self) -> LLM:

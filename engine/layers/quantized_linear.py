@@ -16,6 +16,7 @@ result of quantizing the whole loaded layer), so the full-precision layer never 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -54,6 +55,13 @@ class QuantizedLinear(nn.Module):
     source_dtype: torch.dtype
     """The model's dtype: an unquantized checkpoint tensor is rounded to it before quantizing, as
     when it loaded into the plain layer first."""
+    tp_group: Any
+
+    def checkpoint_rows(
+        self, param: nn.Parameter, shard_id: int | str | None = None
+    ) -> tuple[int, int] | None:
+        """All rows: scales are sliced their own way (blocks), so the whole tensor is read."""
+        return None
 
     @property
     def group(self) -> int | None:
@@ -142,7 +150,7 @@ class QuantizedLinear(nn.Module):
             return F.linear(x, w, self.bias)
         y = F.linear(x, w, self.bias if self.tp_rank == 0 else None)
         if self.tp_size > 1:
-            dist.all_reduce(y)
+            dist.all_reduce(y, group=self.tp_group)
         return y
 
 

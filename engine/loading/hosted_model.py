@@ -21,7 +21,7 @@ from engine.loading.model_source import DirectorySource, ModelSource
 from engine.quantization.kv_quant import kv_storage_dtype
 from engine.quantization.scheme import WeightQuant
 from engine.text.tokenizer import Tokenizer
-from engine.worker.distributed import tp_world_size
+from engine.worker.distributed import place
 
 __all__ = ["HostedModel", "load_hosted_models", "model_source"]
 
@@ -40,6 +40,8 @@ class HostedModel:
     quant: WeightQuant | None = None
     tp_size: int = 1
     """Tensor-parallel ranks the weights are split across; this process holds one slice."""
+    num_stage_layers: int = 0
+    """The decoder layers this rank's pipeline stage runs and caches (all of them on one stage)."""
     kind: str = "chat"
     """"chat" or "embedding" (``engine.loading.model_kind``)."""
     kv_dtype: torch.dtype | None = None
@@ -70,7 +72,7 @@ class HostedModel:
         max_len = min(spec.max_model_len or config.max_position_embeddings, config.max_position_embeddings)
         kind = spec.kind or detect_kind(ckpt)
         model = load_model(ckpt, config, torch_dtype, device, quant, needs_lm_head=kind == "chat")
-        tp = tp_world_size()
+        here = place()
         kv_dtype = kv_storage_dtype(kv_cache_dtype, torch_dtype)
         return cls(
             spec.name,
@@ -81,7 +83,8 @@ class HostedModel:
             max_len,
             frozenset(eos),
             quant,
-            tp,
+            here.tp_size,
+            len(here.stage_layers(config.num_layers)),
             kind,
             kv_dtype,
         )
@@ -103,7 +106,7 @@ class HostedModel:
     @property
     def kv_bytes_per_token(self) -> int:
         c = self.config
-        return c.num_layers * 2 * self.num_local_kv_heads * c.head_dim * self.cache_dtype.itemsize
+        return self.num_stage_layers * 2 * self.num_local_kv_heads * c.head_dim * self.cache_dtype.itemsize
 
     def info(self) -> ModelInfo:
         return ModelInfo(

@@ -249,6 +249,7 @@ class EngineServer:
                 server._ready = True
                 return
             server._failed.update(server.backend.failed_models)
+            server._key_operations.extend(server.backend.rank_key_operations)
             server._ready = True
             log.info("engine %s ready with %d models", server.instance_id, len(server.backend.model_infos()))
 

@@ -18,7 +18,7 @@ from engine.core.outputs import EmbeddingOutput, ModelInfo, StreamDelta
 from engine.errors import InvalidRequestError, PromptTooLongError, UnknownModelError
 from engine.serving.frames import coalesced
 from engine.serving.inbox import Inbox
-from engine.serving.protocol import EmbedRequest, GenerateRequest
+from engine.serving.protocol import EmbedRequest, GenerateRequest, KeyOperationEvent
 
 __all__ = ["StubEngine"]
 
@@ -114,6 +114,10 @@ class StubEngine:
     @property
     def failed_models(self) -> dict[str, str]:
         return {}
+
+    @property
+    def rank_key_operations(self) -> list[KeyOperationEvent]:
+        return []
 
     async def start(self) -> None:
         return None

@@ -13,7 +13,8 @@ per-token footprint (rounded up to 256 bytes); a smaller model uses a prefix of 
     inside one block, for the model that owns it (its KV dtype, row-major):
     [layer 0: K [B, H, D] | V [B, H, D]] [layer 1: K | V] ... [layer L-1: K | V] [unused tail]
 
-Each model sees the pool as ``[num_blocks, L, 2, B, H, D]`` (a strided view, no copy); layer
+With tensor parallelism H counts this rank's KV heads, with pipeline parallelism L this stage's
+layers. Each model sees the pool as ``[num_blocks, L, 2, B, H, D]`` (a strided view, no copy); layer
 ``l`` gets ``k_cache = view[:, l, 0]`` of shape ``[num_blocks, B, H, D]`` with
 ``stride(0) = block_bytes / itemsize``, ``stride(1) = H * D``, ``stride(2) = D``, ``stride(3) = 1``
 — the paged layout a Triton kernel indexes as ``base + block_id * stride(0) + slot * stride(1)``.
@@ -88,7 +89,7 @@ class KVCache:
         used = model.kv_bytes_per_token * self.block_size
         typed = self.buffer[:, :used].view(model.cache_dtype)
         return typed.view(
-            self.num_blocks, c.num_layers, 2, self.block_size, model.num_local_kv_heads, c.head_dim
+            self.num_blocks, model.num_stage_layers, 2, self.block_size, model.num_local_kv_heads, c.head_dim
         )
 
     def bind(self, model: HostedModel) -> None:
