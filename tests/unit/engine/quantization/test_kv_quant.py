@@ -95,11 +95,14 @@ def test_fused_step_reads_and_writes_the_fp8_cache(model_dirs: dict[str, Path]) 
             assert g.logprob == pytest.approx(w.logprob, abs=1e-3)
 
 
-def test_tensor_parallel_ranks_cache_fp8_as_one_rank(model_dirs: dict[str, Path]) -> None:
-    def engine(tp: int) -> LLMEngine:
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)])
+def test_parallel_ranks_cache_fp8_as_one_rank(model_dirs: dict[str, Path], tp: int, pp: int) -> None:
+    # Tensor parallel (each rank half the KV heads) and pipeline parallel (each stage half the
+    # layers): the FP8 caches of the ranks give one rank's tokens, in twice the blocks.
+    def engine(tp: int, pp: int) -> LLMEngine:
         spec = ModelSpec(name="m", path=str(model_dirs["qwen2"]))
         config = EngineConfig(models=(spec,), block_size=4, kv_cache_bytes=1 << 20, tensor_parallel_size=tp,
-                              kv_cache_dtype="fp8")  # fmt: skip
+                              pipeline_parallel_size=pp, kv_cache_dtype="fp8")  # fmt: skip
         return LLMEngine(config)
 
     def tokens(e: LLMEngine) -> list[list[int]]:
@@ -111,17 +114,17 @@ def test_tensor_parallel_ranks_cache_fp8_as_one_rank(model_dirs: dict[str, Path]
                 out.setdefault(rid, []).extend(delta.token_ids)
         return [out[str(i)] for i in range(len(_PROMPTS))]
 
-    single = engine(1)
+    single = engine(1, 1)
     want, single_blocks = tokens(single), single.stats()["blocks_total"]
-    sharded = engine(2)
+    del single
+    parallel = engine(tp, pp)
     try:
-        assert tokens(sharded) == want
-        # Each rank caches half the KV heads, in FP8: twice the blocks in the same bytes.
-        assert sharded.stats()["blocks_total"] == 2 * single_blocks
-        (model,) = sharded.models.values()
+        assert tokens(parallel) == want
+        assert parallel.stats()["blocks_total"] == 2 * single_blocks
+        (model,) = parallel.models.values()
         assert model.cache_dtype == torch.float8_e4m3fn
     finally:
-        sharded.close()
+        parallel.close()
 
 
 @pytest.mark.gpu
