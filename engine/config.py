@@ -10,6 +10,7 @@ import msgspec
 
 from engine.core.cache_scope import CACHE_SCOPES
 from engine.errors import EngineConfigError
+from engine.quantization.kv_quant import KV_CACHE_DTYPES
 from engine.quantization.scheme import QUANTIZATIONS
 
 __all__ = ["DTYPES", "EngineConfig", "ModelSpec"]
@@ -25,7 +26,8 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     path: str
     """Hugging Face checkpoint directory; relative paths are relative to the data directory."""
     dtype: str = "float32"
-    """Weight and KV-cache dtype: float32, float16, bfloat16, or auto (the checkpoint's own)."""
+    """Weight and activation dtype, and the KV cache's unless the engine's ``kv_cache_dtype`` is
+    "fp8": float32, float16, bfloat16, or auto (the checkpoint's own)."""
     max_model_len: int | None = None
     """Longest prompt plus output; None takes the checkpoint's max_position_embeddings."""
     prefix_cache_scope: str = "subject"
@@ -35,7 +37,8 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     models whose prompts are not confidential between users."""
     quantization: str | None = None
     """Quantize the linear layers' weights as they load: "fp8" (E4M3) or "int8" (W8A16), one
-    scale per output channel; activations and the KV cache stay in ``dtype``. None serves the
+    scale per output channel; activations stay in ``dtype`` (the KV cache too, unless the engine's
+    ``kv_cache_dtype`` is "fp8"). None serves the
     checkpoint as it is (a checkpoint quantized as FP8 or compressed-tensors 8-bit loads
     quantized by itself; asking for a quantization of one is an error)."""
     kind: str | None = None
@@ -83,6 +86,11 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """When set, overrides every model's dtype (e.g. bfloat16 on a GPU)."""
     kv_cache_bytes: int | None = None
     """Size of the shared KV pool (of each tensor-parallel rank); None sizes it by kv_cache_fraction."""
+    kv_cache_dtype: str = "auto"
+    """What the KV pool stores keys and values as: "auto" (each model's dtype) or "fp8"
+    (float8_e4m3fn with one scale per layer for K and one for V, 1.0 unless the checkpoint ships
+    calibrated ones: half the bytes of bfloat16, so about twice the blocks;
+    ``engine.quantization.kv_quant``)."""
     kv_cache_fraction: float = 0.9
     """Share of the device memory still free after loading weights that the pool takes (GPU); on CPU
     a share of available RAM. Never more blocks than max_num_seqs full-length sequences need."""
@@ -147,6 +155,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise EngineConfigError("block_size must be a power of two in [1, 256]")
         if self.kv_cache_bytes is not None and self.kv_cache_bytes <= 0:
             raise EngineConfigError("kv_cache_bytes must be > 0")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise EngineConfigError(
+                f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, not {self.kv_cache_dtype!r}"
+            )
         if not 0 < self.kv_cache_fraction <= 1:
             raise EngineConfigError("kv_cache_fraction must be in (0, 1]")
         if self.max_num_seqs < 1:

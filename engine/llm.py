@@ -42,13 +42,15 @@ class LLM:
         device: str = "cpu",
         max_model_len: int | None = None,
         quantization: str | None = None,
+        kv_cache_dtype: str = "auto",
         kind: str | None = None,
         tuning: CudaTuning = DEFAULT_TUNING,
         **engine_options: Any,
     ) -> None:
         """``model`` is one checkpoint directory (hosted under its directory name); ``models`` maps
         names to directories. ``quantization`` ("fp8" | "int8") quantizes every model's linear
-        weights as they load (``ModelSpec.quantization``); ``kind`` declares every model's kind
+        weights as they load (``ModelSpec.quantization``); ``kv_cache_dtype`` ("auto" | "fp8") is
+        what the KV cache stores keys and values as (``EngineConfig.kv_cache_dtype``); ``kind`` declares every model's kind
         ("chat" or "embedding"; None reads it from each checkpoint). ``engine_options`` are further
         ``EngineConfig`` fields; ``tuning`` the CUDA path's (``engine.tuning``)."""
         paths = dict(models or {})
@@ -67,7 +69,8 @@ class LLM:
             )
             for name, p in paths.items()
         )
-        self.engine = LLMEngine(EngineConfig(models=specs, device=device, **engine_options), tuning=tuning)
+        config = EngineConfig(models=specs, device=device, kv_cache_dtype=kv_cache_dtype, **engine_options)
+        self.engine = LLMEngine(config, tuning=tuning)
         self._ids = itertools.count()
 
     def close(self) -> None:

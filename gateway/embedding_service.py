@@ -108,7 +108,7 @@ class EmbeddingService:
                 status=200,
                 findings=findings,
                 prompt_tokens=used,
-                model_manifest=card.manifest_sha256,
+                model_manifest=card.audit_manifest,
                 content=AuditContent(prompt=prompt),
             )
         except asyncio.CancelledError:
@@ -122,7 +122,7 @@ class EmbeddingService:
                         status=499,
                         reason="client disconnected",
                         findings=findings,
-                        model_manifest=card.manifest_sha256,
+                        model_manifest=card.audit_manifest,
                         content=AuditContent(prompt=prompt),
                     )
                 except Exception:

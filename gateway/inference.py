@@ -388,7 +388,7 @@ class InferenceService:
                     reason="client disconnected",
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
-                    model_manifest=prep.card.manifest_sha256,
+                    model_manifest=prep.card.audit_manifest,
                     content=_content(prep.body, {}),
                 )
             )
@@ -417,7 +417,7 @@ class InferenceService:
             findings=_merged(prep.findings),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            model_manifest=prep.card.manifest_sha256,
+            model_manifest=prep.card.audit_manifest,
             content=_content(prep.body, texts),
             served=served,
         )
@@ -444,7 +444,7 @@ class InferenceService:
                 status=200,
                 reason="stream started",
                 findings=_merged(prep.findings),
-                model_manifest=prep.card.manifest_sha256,
+                model_manifest=prep.card.audit_manifest,
             )
         except BaseException as exc:
             await _shielded(stack.aclose())
@@ -547,7 +547,7 @@ class InferenceService:
             findings=_merged(prep.findings),
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
-            model_manifest=prep.card.manifest_sha256,
+            model_manifest=prep.card.audit_manifest,
             content=_content(prep.body, writer.texts()),
             served=True,
         )

@@ -124,6 +124,7 @@ class EngineServer:
                 dtype=str(m.dtype),
                 tool_syntax=m.tool_syntax,
                 quantization=m.quantization,
+                kv_cache_dtype=m.kv_cache_dtype,
                 kind=m.kind,
                 embedding_size=m.embedding_size,
                 manifest_sha256=self._manifests.get(m.name, ""),

@@ -69,9 +69,20 @@ class StubEngine:
         models: tuple[str, ...] = ("demo-chat", "demo-base"),
         token_delay_s: float = 0.0,
         embedding_models: tuple[str, ...] = (),
+        quantization: str | None = None,
+        kv_cache_dtype: str = "",
     ):
+        """``quantization`` and ``kv_cache_dtype``: what the chat models report they serve as."""
         self._models = {
-            m: ModelInfo(name=m, max_model_len=4096, vocab_size=1, has_chat_template=True, dtype="none")
+            m: ModelInfo(
+                name=m,
+                max_model_len=4096,
+                vocab_size=1,
+                has_chat_template=True,
+                dtype="none",
+                quantization=quantization,
+                kv_cache_dtype=kv_cache_dtype,
+            )
             for m in models
         }
         self._models.update(

@@ -168,6 +168,7 @@ async def _visible_models(
             created=_STARTED,
             max_model_len=card.max_model_len,
             quantization=card.quantization,
+            kv_cache_dtype=card.kv_cache_dtype or None,
             kind=card.kind,
         )
         for name, card in sorted(cards.items())

@@ -22,7 +22,14 @@ from engine.loading.demo import write_demo_model
 from engine.serving.async_engine import AsyncEngine
 from engine.serving.backend import EngineBackend
 from engine.serving.client import EngineClient
-from engine.serving.protocol import DeltaEvent, DeltaFrame, EmbedRequest, GenerateRequest, KeyOperationEvent
+from engine.serving.protocol import (
+    DeltaEvent,
+    DeltaFrame,
+    EmbedRequest,
+    GenerateRequest,
+    KeyOperationEvent,
+    ModelCard,
+)
 from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 
@@ -242,3 +249,22 @@ async def test_info_carries_the_other_ranks_key_operations_after_start() -> None
     with engine_server(RankedStub(), key_operations=[own]) as url:
         info = await EngineClient(url, TOKEN).info()
     assert info.key_operations == [own, remote]
+
+
+def test_audit_manifest_names_the_sealing_and_the_quantization() -> None:
+    card = ModelCard(name="m", max_model_len=8, has_chat_template=False)
+    assert card.audit_manifest == ""  # plaintext, served as stored
+    sealed = ModelCard(name="m", max_model_len=8, has_chat_template=False, manifest_sha256="ab" * 32)
+    assert sealed.audit_manifest == "ab" * 32
+    quantized = ModelCard(
+        name="m",
+        max_model_len=8,
+        has_chat_template=False,
+        manifest_sha256="ab" * 32,
+        quantization="fp8-block128x128",
+        kv_cache_dtype="float8_e4m3fn",
+    )
+    assert quantized.audit_manifest == f"{'ab' * 32} weights=fp8-block128x128 kv=fp8"
+    assert len(quantized.audit_manifest) <= 128  # the audit log's cap on the field
+    bf16_cache = ModelCard(name="m", max_model_len=8, has_chat_template=False, kv_cache_dtype="bfloat16")
+    assert bf16_cache.audit_manifest == ""
