@@ -74,7 +74,8 @@ def _stored_weight_bytes(path: Path, quantization: str | None) -> dict[str, floa
     return {"weight_bytes": stored, "allocated_bytes": allocated}
 
 
-def run_decode(workdir: Path) -> dict[str, Any]:
+def run_decode(workdir: Path, weights: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``weights``: the labels to time (bf16, fp8, int8); all when empty."""
     random.seed(0)
     prompt = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
     warm = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
@@ -86,6 +87,8 @@ def run_decode(workdir: Path) -> dict[str, Any]:
     _free_gpu()
     result: dict[str, Any] = {"shape": "llama3-8b", "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS}
     for quantization in QUANTIZATIONS:
+        if weights and _label(quantization) not in weights:
+            continue
         entry: dict[str, Any] = _safe(lambda q=quantization: _stored_weight_bytes(path, q))
         timed = _safe(lambda q=quantization: _decode_variant(path, prompt, warm, DEFAULT_TUNING,
                                                              profile=True, quantization=q))  # fmt: skip
@@ -152,14 +155,18 @@ def run_throughputs(workdir: Path, scale: float) -> dict[str, Any]:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @click.option("--throughput-scale", type=float, default=1.0, show_default=True)
 @click.option("--skip", multiple=True, type=click.Choice(["decode", "throughput"]))
-def main(out_dir: Path, throughput_scale: float, skip: tuple[str, ...]) -> None:
+@click.option("--decode-weights", multiple=True, type=click.Choice(["bf16", "fp8", "int8"]),
+              help="Weights timed in the decode stage (repeat; default: all).")  # fmt: skip
+def main(
+    out_dir: Path, throughput_scale: float, skip: tuple[str, ...], decode_weights: tuple[str, ...]
+) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"provenance": provenance(sys.argv, "cuda")}
     target = out_dir / "quantization.json"
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         workdir = Path(tmp)
         for stage, fn in (
-            ("decode", run_decode),
+            ("decode", lambda w: run_decode(w, decode_weights)),
             ("throughput", lambda w: run_throughputs(w, throughput_scale)),
         ):
             if stage in skip:
