@@ -15,9 +15,9 @@ join a SO_REUSEPORT group, and the port is first bound without it, so a second `
 port in use is refused as before rather than silently sharing the traffic.
 
 What is shared lives outside the workers: quotas and revocations in Redis (``serve`` refuses
-several workers without it), the policy in its store (each worker's ``PolicyWatcher`` reloads a
-change within ``access.poll_interval_s``, sooner on the Redis announcement), the audit log in the
-supervisor. A worker that dies is started again (at once, then backing off if it keeps dying).
+several workers without it), the policy in its store (a change is on the version board in shared
+memory before its call returns, and a worker behind the board reloads before it decides; see
+``policies.policy_freshness``), the audit log in the supervisor. A worker that dies is started again (at once, then backing off if it keeps dying).
 SIGTERM (or SIGINT) reaches every worker, each drains for ``server.drain_s``, and the audit log
 closes after the last of them, with their final records in.
 """

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import uvicorn
 
 from engine.serving.backend import EngineBackend
+from engine.serving.protocol import KeyOperationEvent
 from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 from strongroom.listener import Listener
@@ -40,9 +41,12 @@ def _served(config: uvicorn.Config) -> Iterator[int]:
 
 
 @contextmanager
-def engine_server(backend: EngineBackend, token: str) -> Iterator[str]:
+def engine_server(
+    backend: EngineBackend, token: str, *, key_operations: list[KeyOperationEvent] | None = None
+) -> Iterator[str]:
     """Yields the server's URL; the server stops when the block ends."""
-    with _served(uvicorn.Config(EngineServer(backend, token).app(), lifespan="on")) as port:
+    app = EngineServer(backend, token, key_operations=key_operations).app()
+    with _served(uvicorn.Config(app, lifespan="on")) as port:
         yield f"http://127.0.0.1:{port}"
 
 

@@ -1,9 +1,10 @@
 """The engine instance's HTTP server: ``engine.serving.protocol`` over litestar.
 
 One process hosts one ``EngineBackend`` (several models, one KV pool). The gateway, local or
-remote, is its only client; every call must carry the engine token. Generations reach it over
-each gateway worker's link (a WebSocket, ``engine.serving.link_session``); health, info, token
-counts and embeddings are plain HTTP calls, so a probe never queues behind a link's frames.
+remote, is its only client; every call must carry the engine token. Generations and token counts
+reach it over each gateway worker's link (a WebSocket, ``engine.serving.link_session``); health,
+info and embeddings are plain HTTP calls, so a probe never queues behind a link's frames. The HTTP
+generate and token routes stay for direct callers (the benchmarks' peer, curl).
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class EngineServer:
                 dtype=str(m.dtype),
                 tool_syntax=m.tool_syntax,
                 quantization=m.quantization,
+                kv_cache_dtype=m.kv_cache_dtype,
                 kind=m.kind,
                 embedding_size=m.embedding_size,
                 manifest_sha256=self._manifests.get(m.name, ""),
@@ -258,6 +260,7 @@ class EngineServer:
                 server._ready = True
                 return
             server._failed.update(server.backend.failed_models)
+            server._key_operations.extend(server.backend.rank_key_operations)
             server._ready = True
             log.info("engine %s ready with %d models", server.instance_id, len(server.backend.model_infos()))
 

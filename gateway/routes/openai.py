@@ -160,6 +160,7 @@ async def _visible_models(
     principal = await services.authenticator.caller(ctx, request.headers.get("authorization"))
     cards = services.engines.models()
     authz = services.authorizer
+    await authz.current()
     allowed = {m for action in _MODEL_ACTIONS for m in authz.allowed_models(principal, action, cards)}
     return {
         name: ModelObject(
@@ -167,6 +168,7 @@ async def _visible_models(
             created=_STARTED,
             max_model_len=card.max_model_len,
             quantization=card.quantization,
+            kv_cache_dtype=card.kv_cache_dtype or None,
             kind=card.kind,
         )
         for name, card in sorted(cards.items())
