@@ -340,6 +340,7 @@ def run(
     engine_port, gw_port = _free_port(), _free_port()
     env = bench_env(data_dir, engine_token, engine_port)
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
+    env["STRONGROOM_GRPC__ENABLED"] = "false"  # HTTP is measured; two runs would share gRPC's port
     if not filters:  # the packaged policy with every detector off, as bench/serve_gpu.sh does
         policy = data_dir / "filters-off.toml"
         policy.write_text('version = 1\ndefault_action = "off"\non_error = "block"\n')

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
@@ -15,6 +14,7 @@ from litestar.response import Stream
 
 from gateway.embedding_types import EmbeddingRequest
 from gateway.errors import BadRequestError, ClientDisconnectedError, ModelNotFoundError, PayloadTooLargeError
+from gateway.model_catalog import visible_models
 from gateway.openai_types import ChatCompletionRequest, Completion, CompletionRequest, ModelList, ModelObject
 from gateway.prompt_batch import merge_batch, split_batch
 from gateway.request_context import RequestContext, request_context
@@ -25,9 +25,6 @@ __all__ = ["OPENAI_ROUTES", "context_of"]
 
 _JSON = "application/json"
 _T = TypeVar("_T")
-_STARTED = int(time.time())
-_MODEL_ACTIONS = ("chat", "completion", "embedding")
-"""A model is listed to a caller who may use it for any of these."""
 
 
 def context_of(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:
@@ -160,20 +157,7 @@ async def _visible_models(
 ) -> dict[str, ModelObject]:
     ctx = context_of(request, endpoint)
     principal = await services.authenticator.caller(ctx, request.headers.get("authorization"))
-    cards = services.engines.models()
-    authz = services.authorizer
-    allowed = {m for action in _MODEL_ACTIONS for m in authz.allowed_models(principal, action, cards)}
-    return {
-        name: ModelObject(
-            id=name,
-            created=_STARTED,
-            max_model_len=card.max_model_len,
-            quantization=card.quantization,
-            kind=card.kind,
-        )
-        for name, card in sorted(cards.items())
-        if name in allowed
-    }
+    return visible_models(principal, services.engines, services.authorizer)
 
 
 @get("/v1/models")

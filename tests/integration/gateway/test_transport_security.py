@@ -290,6 +290,8 @@ def test_served_gateway_on_https_reaches_its_engine_over_mutual_tls(
     }
     gateway_env = env | {
         "STRONGROOM_SERVER__PORT": str(gateway_port),
+        # The gRPC API too: TLS with the same certificate, one SO_REUSEPORT port for both workers.
+        "STRONGROOM_GRPC__PORT": str(_free_port()),
         "STRONGROOM_SERVER__ENGINE_URLS": f'["https://127.0.0.1:{engine_port}"]',
         "STRONGROOM_SERVER__ENGINE_TLS": _inline(
             ca_file=str(pki.ca), cert_file=str(pki.client_cert), key_file=str(pki.client_key)
