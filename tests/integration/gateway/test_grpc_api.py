@@ -256,3 +256,22 @@ def test_calls_fail_closed_when_the_audit_log_cannot_be_written(serve: Any, tmp_
                 assert _trailing(err.value)["x-error-code"] == "audit_unavailable"
         finally:
             subprocess.run(["chattr", "-i", *audit_files], check=True)
+
+
+def test_a_client_that_leaves_mid_stream_is_recorded(serve: Any, tmp_path: Path) -> None:
+    """Cancelling the call closes the pipeline's stream: the engine request ends and the outcome
+    is on the record, as when an HTTP client disconnects."""
+    with serve(tmp_path) as gw, grpc.insecure_channel(gw.grpc_target) as channel:  # the demo engine
+        stub = pb_grpc.InferenceStub(channel)
+        call = stub.ChatStream(
+            _chat(max_tokens=1500, ignore_eos=True), metadata=_auth(gw.token("ann", "analyst"))
+        )
+        next(call), next(call)  # the role chunk, then text
+        request_id = dict(call.initial_metadata())["x-request-id"]
+        call.cancel()
+        records = _records(gw, request_id, 2)
+        assert [(r["decision"], r.get("reason", "")) for r in records] == [
+            ("allow", "stream started"),
+            ("error", "client disconnected"),
+        ]
+        assert 0 < records[-1]["completion_tokens"] < 1500
