@@ -11,9 +11,10 @@ rows, taking a lazy input into its loads where it can.
 A lazy input a GEMM cannot take is materialized first (``lazy.materialize``). Row-parallel
 layers on more than one rank all-reduce a summed output, so only one rank leaves partials.
 
-Quantized layers (``engine.layers.quantized_linear``) take none of the lazy inputs: their input
-is materialized, and up to 16 rows run ``quant_gemv`` (the weight read in its one byte); more
-rows run FP8 x FP8 ``torch._scaled_mm`` for FP8 per-channel weights (activations quantized per
+Quantized layers (``engine.layers.quantized_linear``) take no pending norm or merge: their input
+is materialized, and up to 16 rows run ``quant_gemv`` (the weight read in its one byte; like the
+skinny GEMM it makes silu(gate) * up in its loads and leaves split-K partials to the next norm on
+one rank); more rows run FP8 x FP8 ``torch._scaled_mm`` for FP8 per-channel weights (activations quantized per
 row: ``engine.quantization.scaled_mm``), else dequantize the weight and run cuBLAS.
 """
 
@@ -32,7 +33,7 @@ from engine.kernels import (
     skinny_gemm,
     skinny_gemm_deferred,
 )
-from engine.kernels.quant_gemv import quant_gemv, quant_gemv_fits
+from engine.kernels.quant_gemv import quant_gemv, quant_gemv_deferred, quant_gemv_fits
 from engine.kernels.silu_and_mul import silu_and_mul
 from engine.layers import ColumnParallelLinear, RowParallelLinear
 from engine.layers.quantized_linear import QuantizedLinear
@@ -87,6 +88,10 @@ def row_deferred(
     """``row``, or, for a skinny 2-D x on one rank, possibly the GEMM's split-K partials for the
     next norm to sum. x may be attention's unmerged partials (o_proj at one decode token)."""
     if isinstance(layer, QuantizedLinear):
+        if layer.tp_size == 1 and isinstance(x, torch.Tensor) and _quant_skinny(layer, x, tuning):
+            return quant_gemv_deferred(
+                x, layer.weight, layer.weight_scale, layer.group, layer.bias, tuning=tuning
+            )
         return row(layer, x, tuning)
     if isinstance(x, PendingMerge) and not fuses_into(x, layer.weight, tuning):
         x = materialize(x, tuning)  # merged by its own kernel; the tensor rule below still defers the sum
@@ -102,7 +107,24 @@ def silu_mul_down(
     activation is made inside the GEMM's loads (one launch and one tensor fewer). Partials as
     ``row_deferred``."""
     if isinstance(layer, QuantizedLinear):
-        return row(layer, silu_and_mul(gate_up, tuning=tuning), tuning)
+        if not _quant_skinny(layer, gate_up, tuning):
+            return row(layer, silu_and_mul(gate_up, tuning=tuning), tuning)
+        if layer.tp_size == 1:
+            return quant_gemv_deferred(
+                gate_up,
+                layer.weight,
+                layer.weight_scale,
+                layer.group,
+                layer.bias,
+                silu_mul=True,
+                tuning=tuning,
+            )
+        bias = layer.bias if layer.tp_rank == 0 else None
+        y = quant_gemv(
+            gate_up, layer.weight, layer.weight_scale, layer.group, bias, silu_mul=True, tuning=tuning
+        )
+        dist.all_reduce(y)
+        return y
     if _defers(layer, gate_up, tuning):
         return skinny_gemm_deferred(gate_up, layer.weight, layer.bias, silu_mul=True, tuning=tuning)
     bias = layer.bias if layer.tp_rank == 0 else None
@@ -154,8 +176,13 @@ def _quantized_matmul(
     # x: [num_tokens, in] -> [num_tokens, out]
     if not isinstance(x, torch.Tensor):
         x = materialize(x, tuning)
-    if tuning.skinny_gemm and quant_gemv_fits(x, layer.group):
-        return quant_gemv(x, layer.weight, layer.weight_scale, layer.group, bias)
+    if _quant_skinny(layer, x, tuning):
+        return quant_gemv(x, layer.weight, layer.weight_scale, layer.group, bias, tuning=tuning)
     if tuning.fp8_scaled_mm and fp8_scaled_mm_fits(x, layer.weight, layer.group):
         return fp8_scaled_mm(x, layer.weight, layer.weight_scale, bias)
     return F.linear(x, layer.dequantized(x.dtype), bias)
+
+
+def _quant_skinny(layer: QuantizedLinear, x: torch.Tensor, tuning: CudaTuning) -> bool:
+    # Whether the quantized layer's matmul of 2-D x runs quant_gemv.
+    return tuning.skinny_gemm and x.dim() == 2 and quant_gemv_fits(x, layer.group)

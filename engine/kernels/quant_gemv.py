@@ -2,64 +2,157 @@
 """y = x @ dequantize(Wq, scale)^T (+ bias) for a few rows of x, with FP8 E4M3 or INT8 weights.
 
 The decode GEMM streams its weight once, so storing it in one byte instead of two halves its
-time. Each program owns ``block_n`` rows of Wq and walks all of K ``block_k`` columns at a time;
-the quantized tile is converted to x's dtype (exact: E4M3 and int8 values are bf16/fp16 values),
-multiplied on tensor cores with float32 accumulation, and the product scaled by the tile's
-scale, one per output row and K group (``engine.quantization.tensors``)::
+time — if enough of the GPU is streaming. The launch is ``skinny_gemm``'s: each program owns
+``block_n`` rows of Wq and one of ``split_k`` slices of K, and walks its slice ``block_k``
+columns at a time; split partials are summed in fixed order by ``skinny_gemm.sum_splits``. The
+quantized tile is converted to float32 (exact: E4M3 and int8 values are bf16 values) and either
+multiplied and summed per row (one row) or cast to x's dtype for a tensor-core dot (2..16 rows);
+the product is scaled by the tile's scale, one per output row and K group
+(``engine.quantization.tensors``)::
 
-    Wq [N, K]        fp8 / int8      program j reads rows j*BN .. (j+1)*BN
-    scale [N, G]     float32         G = 1 (per channel) or ceil(K / group); block_k divides group
-    x [M <= 16, K]   bf16/fp16/fp32  padded to 16 rows for tl.dot
+    Wq [N, K]        fp8 / int8      program (j, s) reads Wq[j*BN : (j+1)*BN, s*KS : (s+1)*KS]
+    scale [N, G]     float32         G = 1 (per channel: applied once, after the K loop)
+                                     or ceil(K / group) (block_k divides group)
+    x [M <= 16, K]   bf16/fp16/fp32
 
-No split-K and no atomics: results are deterministic and the grid depends only on shapes, so
-calls can be captured in a CUDA graph.
+No atomics: results are deterministic and the grid depends only on shapes, so calls can be
+captured in a CUDA graph. Under programmatic dependent launch the first Wq tile streams before
+the wait for the kernel ahead (``engine.kernels.pdl``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["QUANT_GEMV_MAX_ROWS", "quant_gemv", "quant_gemv_fits"]
+from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.kernels.skinny_gemm import SplitKPartials, _load_x, sum_splits
+from engine.tuning import DEFAULT_TUNING, CudaTuning
+
+__all__ = [
+    "QUANT_GEMV_MAX_ROWS",
+    "QuantGemvConfig",
+    "quant_gemv",
+    "quant_gemv_config",
+    "quant_gemv_deferred",
+    "quant_gemv_fits",
+]
 
 QUANT_GEMV_MAX_ROWS = 16
-_BLOCK_M = 16
-_BLOCK_N = 32
-_BLOCK_K = 128
+_MIN_GROUP = 128
+"""The narrowest scale group taken: block_k divides the group, and narrower K steps stream poorly."""
+
+
+@dataclass(frozen=True)
+class QuantGemvConfig:
+    """One launch shape; ``quant_gemv_config`` picks it, a sweep passes its own."""
+
+    block_n: int = 16
+    """Rows of Wq (output columns) per program, a power of two (≥ 16 with ``use_dot``)."""
+    block_k: int = 512
+    """Columns of Wq per loop step, a power of two ≥ 16 (capped at a scale group's width)."""
+    split_k: int = 1
+    """Programs sharing one column block's K; above 1 their partials are summed by a second kernel."""
+    use_dot: bool = False
+    """``tl.dot`` on tensor cores with rows padded to 16; otherwise one multiply-and-sum per row."""
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("block_n", "block_k", "num_warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.block_k < 16 or (self.use_dot and self.block_n < 16):
+            raise ValueError("block_k (and block_n with use_dot) must be at least 16")
+        if self.split_k < 1 or self.num_stages < 1:
+            raise ValueError("split_k and num_stages must be positive")
+
+
+@triton.jit
+def _load_wq(w_rows, kk, n_ok, k_ok, EVEN: tl.constexpr):
+    # [BN, BK] of Wq as float32. Read once per call: kept out of L2's way. No ``other`` on the
+    # masked load: the interpreter cannot fill an fp8 tile; masked lanes are zeroed after the cast.
+    if EVEN:
+        return tl.load(w_rows + kk[None, :], eviction_policy="evict_first").to(tl.float32)
+    ok = n_ok[:, None] & k_ok[None, :]
+    return tl.where(
+        ok, tl.load(w_rows + kk[None, :], mask=ok, eviction_policy="evict_first").to(tl.float32), 0.0
+    )
+
+
+@triton.jit
+def _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr,
+             UPCAST: tl.constexpr, SILU_MUL: tl.constexpr):  # fmt: skip
+    # [BN, BM] float32: the tile w [BN, BK] times x's rows' columns kk.
+    if USE_DOT:
+        x_mask = m_ok[:, None] if EVEN else m_ok[:, None] & k_ok[None, :]
+        x = _load_x(x_ptr, rm[:, None] * stride_xm + kk[None, :], x_mask, k, SILU_MUL)
+        if UPCAST:
+            return tl.dot(w, tl.trans(x.to(tl.float32)), input_precision=PRECISION)
+        return tl.dot(w.to(x.dtype), tl.trans(x), input_precision=PRECISION)
+    out = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for i in tl.static_range(BLOCK_M):
+        row_ok = tl.full([BLOCK_K], i, tl.int32) < m
+        xi = _load_x(x_ptr, i * stride_xm + kk, row_ok if EVEN else row_ok & k_ok, k, SILU_MUL)
+        part = tl.sum(w * xi.to(tl.float32)[None, :], 1)  # [BN]
+        out += tl.where(tl.arange(0, BLOCK_M)[None, :] == i, part[:, None], 0.0)
+    return out
 
 
 @triton.jit
 def _quant_gemv_kernel(
     x_ptr, w_ptr, s_ptr, b_ptr, y_ptr,
-    m, n, k, group, stride_xm, stride_wn, stride_sn, stride_ym,
-    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    m, n, k, k_per_split, group, stride_xm, stride_wn, stride_sn, stride_ys, stride_ym,
+    HAS_BIAS: tl.constexpr, IS_PARTIAL: tl.constexpr, PER_CHANNEL: tl.constexpr, EVEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SILU_MUL: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
-    pid_n = tl.program_id(0)
+    pid_n, split = tl.program_id(0), tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.arange(0, BLOCK_M)
-    n_ok = rn < n
-    m_ok = rm < m
+    n_ok, m_ok = rn < n, rm < m
+    k_lo = split * k_per_split
+    w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn
+    s_rows = s_ptr + rn * stride_sn
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    for k0 in range(0, k, BLOCK_K):
+    # Weights are never written: the first tile streams while the kernel ahead finishes.
+    kk = k_lo + tl.arange(0, BLOCK_K)
+    k_ok = kk < k
+    w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN)
+    pdl_wait(PDL)
+    part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
+                    PRECISION, UPCAST, SILU_MUL)  # fmt: skip
+    if PER_CHANNEL:
+        acc += part
+    else:
+        acc += part * tl.load(s_rows + k_lo // group, mask=n_ok, other=0.0)[:, None]
+    # k_per_split is a multiple of BLOCK_K, so only the last step of the last split is ragged.
+    for step in range(1, tl.cdiv(tl.minimum(k_per_split, k - k_lo), BLOCK_K)):
+        k0 = k_lo + step * BLOCK_K
         kk = k0 + tl.arange(0, BLOCK_K)
         k_ok = kk < k
-        x = tl.load(
-            x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0
-        )
-        w_ok = n_ok[:, None] & k_ok[None, :]
-        # No ``other``: the interpreter cannot fill an fp8 tile; masked lanes are zeroed after the cast.
-        wq = tl.load(w_ptr + rn[:, None] * stride_wn + kk[None, :], mask=w_ok, eviction_policy="evict_first")
-        w = tl.where(w_ok, wq.to(tl.float32), 0.0).to(x.dtype)
-        s = tl.load(s_ptr + rn * stride_sn + k0 // group, mask=n_ok, other=0.0)
-        if UPCAST:
-            w, x = w.to(tl.float32), x.to(tl.float32)
-        acc += tl.dot(w, tl.trans(x), input_precision=PRECISION) * s[:, None]  # [BN, BM]
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
-    y = y_ptr + rm[None, :] * stride_ym + rn[:, None]
-    tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=n_ok[:, None] & m_ok[None, :])
+        w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN)
+        part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
+                    PRECISION, UPCAST, SILU_MUL)  # fmt: skip
+        if PER_CHANNEL:
+            acc += part
+        else:
+            acc += part * tl.load(s_rows + k0 // group, mask=n_ok, other=0.0)[:, None]
+    if PER_CHANNEL:
+        acc *= tl.load(s_rows, mask=n_ok, other=0.0)[:, None]
+    mask = n_ok[:, None] & m_ok[None, :]
+    if IS_PARTIAL:
+        tl.store(y_ptr + split * stride_ys + rm[None, :] * stride_ym + rn[:, None], acc, mask=mask)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+        tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def quant_gemv_fits(x: torch.Tensor, group: int | None) -> bool:
@@ -68,8 +161,33 @@ def quant_gemv_fits(x: torch.Tensor, group: int | None) -> bool:
         x.dim() == 2
         and x.shape[0] <= QUANT_GEMV_MAX_ROWS
         and x.dtype in (torch.bfloat16, torch.float16, torch.float32)
-        and (group is None or group % _BLOCK_K == 0)
+        and (group is None or group % _MIN_GROUP == 0)
     )
+
+
+def quant_gemv_config(m: int, n: int, k: int) -> QuantGemvConfig:
+    """The launch shape for x [m, k] @ Wq[n, k]^T, read off an H200 sweep of decode shapes
+    (``bench/results/quant_gemv_sweep_h200.txt``).
+
+    One row multiplies and sums without splitting K, but for very long rows: a split costs a
+    second launch, which decode pays per layer. 2..16 rows share tensor-core shapes::
+
+        rows   K ≥ 8192                N ≥ 16384              N ≤ 4096                other
+        1      16 x 512, split 2, 8w   16 x 512, 4w           16 x 1024 (2048 when    16 x 512, 8w
+                                                              K ≤ 2048), 8w
+        2..16  32 x 256, split 4       32 x 256               32 x 128, split 4       32 x 128, split 4
+    """
+    if m == 1:
+        if k >= 8192:
+            return QuantGemvConfig(block_n=16, block_k=512, split_k=2, num_warps=8)
+        if n >= 16384:
+            return QuantGemvConfig(block_n=16, block_k=512, num_warps=4)
+        if n <= 4096:
+            return QuantGemvConfig(block_n=16, block_k=2048 if k <= 2048 else 1024, num_warps=8)
+        return QuantGemvConfig(block_n=16, block_k=512, num_warps=8)
+    if n >= 16384:
+        return QuantGemvConfig(block_n=32, block_k=256, use_dot=True)
+    return QuantGemvConfig(block_n=32, block_k=256 if k >= 8192 else 128, split_k=4, use_dot=True)
 
 
 def quant_gemv(
@@ -78,27 +196,82 @@ def quant_gemv(
     scale: torch.Tensor,
     group: int | None,
     bias: torch.Tensor | None = None,
+    config: QuantGemvConfig | None = None,
+    *,
+    silu_mul: bool = False,
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
     """x [m <= 16, K] @ dequantize(weight [N, K], scale [N, G])^T + bias -> [m, N] in x's dtype;
-    ``group``: K columns per scale (None: one scale per row)."""
+    ``group``: K columns per scale (None: one scale per row). ``silu_mul``: x is a merged
+    [gate | up] row [m, 2K] and the input is silu(gate) * up, made in the loads (as
+    ``skinny_gemm``'s). ``config`` overrides the launch shape ``quant_gemv_config`` picks."""
+    y = _quant_gemv(x, weight, scale, group, bias, config, silu_mul=silu_mul, defer_sum=False, tuning=tuning)
+    assert isinstance(y, torch.Tensor)  # never deferred
+    return y
+
+
+def quant_gemv_deferred(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    group: int | None,
+    bias: torch.Tensor | None = None,
+    *,
+    silu_mul: bool = False,
+    tuning: CudaTuning = DEFAULT_TUNING,
+) -> torch.Tensor | SplitKPartials:
+    """``quant_gemv`` that, when its launch splits K, returns the (scaled) partials for the next
+    kernel to sum (``SplitKPartials``, as ``skinny_gemm_deferred``) instead of a launch here."""
+    return _quant_gemv(x, weight, scale, group, bias, None, silu_mul=silu_mul, defer_sum=True, tuning=tuning)
+
+
+def _quant_gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    group: int | None,
+    bias: torch.Tensor | None,
+    config: QuantGemvConfig | None,
+    *,
+    silu_mul: bool,
+    defer_sum: bool,
+    tuning: CudaTuning,
+) -> torch.Tensor | SplitKPartials:
     if not quant_gemv_fits(x, group):
         raise ValueError(
-            f"quant_gemv takes up to {QUANT_GEMV_MAX_ROWS} rows and groups of {_BLOCK_K}k columns"
+            f"quant_gemv takes up to {QUANT_GEMV_MAX_ROWS} rows and groups of {_MIN_GROUP}k columns"
         )
-    m, k = x.shape
-    n = weight.shape[0]
-    if weight.shape[1] != k or scale.shape[0] != n or scale.dtype != torch.float32:
+    m = x.shape[0]
+    n, k = weight.shape
+    if x.shape[1] != (2 * k if silu_mul else k) or scale.shape[0] != n or scale.dtype != torch.float32:
         raise ValueError(
             f"shapes do not fit: x {tuple(x.shape)}, weight {tuple(weight.shape)}, scale {tuple(scale.shape)}"
+            f" (silu_mul={silu_mul})"
         )
     x = x.contiguous()
+    config = config or quant_gemv_config(m, n, k)
+    block_k = config.block_k
+    if group is not None:
+        while group % block_k:  # a tile never straddles two scale groups
+            block_k //= 2
     interpreted = x.device.type == "cpu"  # only under TRITON_INTERPRET, whose numpy dot lacks bf16
+    k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
+    num_splits = triton.cdiv(k, k_per_split)
+    block_m = 16 if config.use_dot else triton.next_power_of_2(m)
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    _quant_gemv_kernel[(triton.cdiv(n, _BLOCK_N),)](
-        x, weight, scale, bias, y,
-        m, n, k, k if group is None else group, x.stride(0), weight.stride(0), scale.stride(0), y.stride(0),
-        HAS_BIAS=bias is not None, PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32",
-        UPCAST=interpreted,
-        BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, BLOCK_K=_BLOCK_K,
+    dst = y if num_splits == 1 else torch.empty(num_splits, m, n, dtype=torch.float32, device=x.device)
+    _quant_gemv_kernel[(triton.cdiv(n, config.block_n), num_splits)](
+        x, weight, scale, bias if bias is not None else y, dst,
+        m, n, k, k_per_split, k if group is None else group, x.stride(0), weight.stride(0), scale.stride(0),
+        dst.stride(0) if num_splits > 1 else 0, dst.stride(-2),
+        HAS_BIAS=bias is not None, IS_PARTIAL=num_splits > 1, PER_CHANNEL=group is None,
+        EVEN=n % config.block_n == 0 and k % block_k == 0 and k_per_split % block_k == 0,
+        BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=block_k, USE_DOT=config.use_dot,
+        PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
+        SILU_MUL=silu_mul, num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x, tuning.pdl),
     )  # fmt: skip
+    if num_splits > 1 and defer_sum:
+        return SplitKPartials(dst, bias, x.dtype)
+    if num_splits > 1:
+        sum_splits(dst, bias, y, pdl=tuning.pdl)
     return y

@@ -31,7 +31,14 @@ from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.split_merge import PendingMerge, merge_splits
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
-__all__ = ["SkinnyGemmConfig", "SplitKPartials", "skinny_gemm", "skinny_gemm_config", "skinny_gemm_deferred"]
+__all__ = [
+    "SkinnyGemmConfig",
+    "SplitKPartials",
+    "skinny_gemm",
+    "skinny_gemm_config",
+    "skinny_gemm_deferred",
+    "sum_splits",
+]
 
 
 @dataclass(frozen=True)
@@ -196,6 +203,17 @@ def _split_sum_kernel(
     tl.store(y_ptr + row * stride_ym + cols, acc.to(y_ptr.dtype.element_ty), mask=cols < n)
 
 
+def sum_splits(partials: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor, *, pdl: bool) -> None:
+    """y [m, n] = round(sum over splits of partials [splits, m, n] + bias), in a fixed order."""
+    num_splits, m, n = partials.shape
+    block = min(1024, triton.next_power_of_2(n))
+    _split_sum_kernel[(triton.cdiv(n, block), m)](
+        partials, bias if bias is not None else y, y, n, num_splits, partials.stride(0), partials.stride(1),
+        y.stride(0), HAS_BIAS=bias is not None, SPLITS=triton.next_power_of_2(num_splits), BLOCK=block,
+        **pdl_launch(partials, pdl),
+    )  # fmt: skip
+
+
 def skinny_gemm_config(
     m: int,
     n: int,
@@ -344,10 +362,5 @@ def _skinny_gemm(
     if num_splits > 1 and defer_sum:
         return SplitKPartials(dst, bias, x.dtype)
     if num_splits > 1:
-        block = min(1024, triton.next_power_of_2(n))
-        _split_sum_kernel[(triton.cdiv(n, block), m)](
-            dst, bias if bias is not None else y, y, n, num_splits, dst.stride(0), dst.stride(1), y.stride(0),
-            HAS_BIAS=bias is not None, SPLITS=triton.next_power_of_2(num_splits), BLOCK=block,
-            **pdl_launch(x2, tuning.pdl),
-        )  # fmt: skip
+        sum_splits(dst, bias, y, pdl=tuning.pdl)
     return y.view(out_shape)

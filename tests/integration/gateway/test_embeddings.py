@@ -37,7 +37,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGateway]:
 
 
 def client(gw: ServedGateway, sub: str, role: str = "admin") -> OpenAI:
-    """The default policy grants ``embedding`` to admins (on every model), not to analysts."""
+    """The default policy grants ``embedding`` to admins (every model) and analysts (demo-embed)."""
     return OpenAI(base_url=gw.v1, api_key=gw.token(sub, role), max_retries=0, timeout=60)
 
 
@@ -89,7 +89,7 @@ def test_kinds_answer_with_clear_400s_and_models_show_them(gw: ServedGateway) ->
         admin.chat.completions.create(model="demo-embed", messages=[{"role": "user", "content": "hi"}])
     assert err.value.body["param"] == "model" and "embedding model" in err.value.body["message"]  # type: ignore[index]
     analyst = client(gw, "ann", role="analyst")
-    assert {m.id for m in analyst.models.list()} == {"demo-chat"}  # no action on the others
+    assert {m.id for m in analyst.models.list()} == {"demo-chat", "demo-embed"}  # none on demo-base
     with pytest.raises(openai.BadRequestError):
         admin.embeddings.create(model="demo-embed", input=["ok", ""])
     with pytest.raises(openai.BadRequestError) as err:
@@ -98,7 +98,9 @@ def test_kinds_answer_with_clear_400s_and_models_show_them(gw: ServedGateway) ->
 
 
 def test_a_role_without_embedding_gets_403_and_is_audited(gw: ServedGateway) -> None:
-    c = client(gw, "ann", role="analyst")  # chat and completion on demo-chat; no embedding
+    analyst = client(gw, "ann", role="analyst")  # embeds with demo-embed, as a RAG pipeline does
+    assert len(analyst.embeddings.create(model="demo-embed", input="x", encoding_format="float").data) == 1
+    c = client(gw, "aud", role="auditor")  # reads the audit log; no model action at all
     with pytest.raises(openai.PermissionDeniedError) as err:
         c.embeddings.create(model="demo-embed", input="x")
     [record] = audited(gw, err.value.response.headers["x-request-id"])

@@ -11,7 +11,7 @@ from gateway.auth.dev_issuer import DevIssuer
 
 pytestmark = pytest.mark.integration
 
-# The default policy: analyst may use demo-chat only; the stub engine serves every configured model.
+# The default policy: analyst may not use demo-base; the stub engine serves every configured model.
 FORBIDDEN, UNKNOWN = "demo-base", "no-such-model"
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.kernels.quant_gemv import quant_gemv, quant_gemv_fits
+from engine.kernels import SplitKPartials
+from engine.kernels.quant_gemv import QuantGemvConfig, quant_gemv, quant_gemv_deferred, quant_gemv_fits
 from engine.quantization.tensors import dequantize, quantize, quantize_blocks
 
 # The interpreter rounds float32 -> bfloat16 toward zero (the GPU to nearest): one ulp.
@@ -34,6 +35,54 @@ def test_matches_dequantized_reference(
     want = F.linear(x.float(), dequantize(q, scale, group), bias.float())
     assert got.dtype == dtype and got.shape == (m, n)
     torch.testing.assert_close(got.float(), want, atol=1e-4, rtol=_RTOL[dtype])
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        QuantGemvConfig(block_n=16, block_k=64, split_k=3),  # ragged last split, partials summed
+        QuantGemvConfig(block_n=32, block_k=64, split_k=2, use_dot=True),
+        QuantGemvConfig(block_n=16, block_k=1024),  # wider than the scale group: narrowed to it
+    ],
+)
+@pytest.mark.parametrize("block", [None, (32, 128)])
+def test_every_launch_shape_matches_the_reference(
+    device: str, config: QuantGemvConfig, block: tuple[int, int] | None
+) -> None:
+    n, k = 80, 384
+    w = torch.randn(n, k) / k**0.5
+    if block is None:
+        q, scale = quantize(w, "fp8")
+    else:
+        q, blocks = quantize_blocks(w, "fp8", block)
+        scale = blocks.repeat_interleave(block[0], 0)[:n].contiguous()
+    group = None if block is None else block[1]
+    for m in (1, 3):
+        x = torch.randn(m, k)
+        bias = torch.randn(n)
+        got = quant_gemv(x.to(device), q.to(device), scale.to(device), group, bias.to(device), config).cpu()
+        want = F.linear(x, dequantize(q, scale, group), bias)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_silu_mul_in_the_loads_and_partials_left_to_the_caller(device: str, m: int) -> None:
+    # down_proj's shape class (K >= 8192 splits K): silu(gate) * up made as x loads; the deferred
+    # call hands back the scaled partials, which summed give the same y.
+    n, k = 48, 8192
+    q, scale = quantize(torch.randn(n, k) / k**0.5, "fp8")
+    gate_up = torch.randn(m, 2 * k)
+    bias = torch.randn(n)
+    want = F.linear(F.silu(gate_up[:, :k]) * gate_up[:, k:], dequantize(q, scale), bias)
+    args = (gate_up.to(device), q.to(device), scale.to(device), None, bias.to(device))
+    got = quant_gemv(*args, silu_mul=True).cpu()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+    deferred = quant_gemv_deferred(*args, silu_mul=True)
+    assert isinstance(deferred, SplitKPartials) and deferred.partials.shape[0] > 1
+    assert deferred.bias is not None and deferred.dtype == torch.float32
+    torch.testing.assert_close((deferred.partials.sum(0) + deferred.bias).cpu(), want, atol=1e-4, rtol=1e-5)
+    with pytest.raises(ValueError, match="silu_mul=True"):
+        quant_gemv(gate_up[:, :k].to(device), q.to(device), scale.to(device), None, silu_mul=True)
 
 
 def test_refuses_what_it_cannot_take() -> None:

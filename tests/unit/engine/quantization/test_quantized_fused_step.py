@@ -30,10 +30,14 @@ def test_fused_step_runs_quant_gemv_and_keeps_tokens(
         real = getattr(gemm, name)
 
         def spy(
-            x: torch.Tensor, *args: object, _real: object = real, _calls: list[int] = calls_of
+            x: torch.Tensor,
+            *args: object,
+            _real: object = real,
+            _calls: list[int] = calls_of,
+            **kwargs: object,
         ) -> torch.Tensor:
             _calls.append(x.shape[0])
-            return _real(x, *args)  # type: ignore[operator,no-any-return]
+            return _real(x, *args, **kwargs)  # type: ignore[operator,no-any-return]
 
         monkeypatch.setattr(gemm, name, spy)
     llm = LLM(

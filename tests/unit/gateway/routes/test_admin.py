@@ -117,7 +117,7 @@ def test_assign_and_effective_permissions(tmp_path: Path) -> None:
         # bob now administers although his token carries no role
         assert (await client.get("/admin/policy", headers=bearer("bob"))).status_code == 200
         role = (await client.get("/admin/permissions", headers=ADMIN, params={"role": "analyst"})).json()
-        assert {g["pattern"] for g in role["grants"]} == {"demo-chat"}
+        assert {g["pattern"] for g in role["grants"]} == {"demo-chat", "demo-embed"}
         r = await client.post(
             "/admin/assignments/remove", headers=ADMIN, json={"user": "bob", "role": "admin"}
         )

@@ -1,0 +1,96 @@
+"""Launch shapes of the FP8 / INT8 weight GEMV timed per decode shape, beside the bf16 skinny GEMM
+on the same shape (GPU only)::
+
+    python -m bench.engine.quant_gemv_sweep [--quick] [--out results.txt]
+
+Timed as ``bench.engine.skinny_gemm_sweep`` times (calls replayed in one CUDA graph, cycling
+through enough weight copies to overflow L2). GB/s counts the bytes each variant actually reads
+of its weight: one per element quantized, two in bf16. Correctness of every launch shape is
+``tests/unit/engine/kernels/test_quant_gemv.py``; this only times them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from bench.engine.skinny_gemm_sweep import MODEL_SHAPES, _operands, _time_us
+from engine.kernels import skinny_gemm
+from engine.kernels.quant_gemv import QuantGemvConfig, quant_gemv, quant_gemv_config
+from engine.quantization.tensors import dequantize, quantize
+
+
+def _sweep(m: int, quick: bool) -> list[QuantGemvConfig]:
+    if m == 1:
+        grid = itertools.product(
+            (16, 32), (256, 512, 1024, 2048), (1, 2, 4, 8), (4, 8), (3,) if quick else (2, 3, 4)
+        )
+        return [QuantGemvConfig(block_n=bn, block_k=bk, split_k=s, num_warps=nw, num_stages=ns)
+                for bn, bk, s, nw, ns in grid]  # fmt: skip
+    grid = itertools.product((16, 32, 64), (128, 256, 512), (1, 2, 4, 8), (4, 8), (3,) if quick else (3, 4))
+    return [QuantGemvConfig(block_n=bn, block_k=bk, split_k=s, use_dot=True, num_warps=nw, num_stages=ns)
+            for bn, bk, s, nw, ns in grid]  # fmt: skip
+
+
+def bench_quant_gemv(
+    ms: Iterable[int] = (1, 8),
+    fmt: str = "fp8",
+    models: Iterable[str] = tuple(MODEL_SHAPES),
+    quick: bool = False,
+    top: int = 5,
+    out: Callable[[str], None] = print,
+) -> None:
+    """Print µs and GB/s for bf16 (skinny GEMM), the heuristic's pick and the best variants."""
+    for model, m in itertools.product(models, ms):
+        for name, (n, k) in MODEL_SHAPES[model].items():
+            if name == "lm_head":
+                continue  # stays bf16 in a quantized model
+            x, w = _operands(m, n, k, torch.bfloat16)
+            q, scale = quantize(w.float(), fmt)
+            want = F.linear(x.float(), dequantize(q, scale)).to(torch.bfloat16)
+            bf16 = _time_us(lambda x, w: skinny_gemm(x, w), x, w)
+            pick = quant_gemv_config(m, n, k)
+
+            def run(
+                c: QuantGemvConfig, scale: torch.Tensor = scale
+            ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+                return lambda a, wq: quant_gemv(a, wq, scale, None, config=c)
+
+            mine = _time_us(run(pick), x, q)
+            results = []
+            for config in _sweep(m, quick):
+                if k // config.split_k < config.block_k:
+                    continue
+                try:
+                    torch.testing.assert_close(run(config)(x, q), want, atol=2e-2, rtol=2e-2)
+                    results.append((_time_us(run(config), x, q), config))
+                except Exception as exc:  # a variant that does not compile or fit is reported, not fatal
+                    out(f"    {config}: {type(exc).__name__}: {str(exc)[:120]}")
+            results.sort(key=lambda r: r[0])
+            out(f"{model} {name} N={n} K={k} M={m} {fmt}: bf16 skinny {bf16:.2f} µs {w.nbytes / 1e3 / bf16:.0f} GB/s"
+                f" | heuristic {mine:.2f} µs {q.nbytes / 1e3 / mine:.0f} GB/s {pick}")  # fmt: skip
+            for us, config in results[:top]:
+                out(f"    {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  {config}")
+
+
+def main() -> None:
+    path = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
+
+    def write(line: str) -> None:
+        print(line, flush=True)
+        if path:
+            with open(path, "a") as sink:
+                sink.write(line + "\n")
+
+    quick = "--quick" in sys.argv
+    bench_quant_gemv(models=("llama-3-8b",), quick=quick, out=write)
+    bench_quant_gemv(ms=(1,), models=("qwen3-0.6b",), quick=quick, out=write)
+    bench_quant_gemv(ms=(1,), fmt="int8", models=("llama-3-8b",), quick=True, top=2, out=write)
+
+
+if __name__ == "__main__":
+    main()
