@@ -92,9 +92,11 @@ def test_no_token_is_unauthenticated_and_recorded(gw: ServedGateway, stub: pb_gr
 
 def test_roles_decide_as_over_http(gw: ServedGateway, stub: pb_grpc.InferenceStub) -> None:
     analyst = _auth(gw.token("ann", "analyst"))
-    # Embeddings are the admin's: an analyst holds the action on no model at all.
+    # An auditor holds no model action at all: embeddings are refused outright.
     with pytest.raises(grpc.RpcError) as err:
-        stub.Embed(pb.EmbeddingRequest(model="demo-embed", input=["x"]), metadata=analyst)
+        stub.Embed(
+            pb.EmbeddingRequest(model="demo-embed", input=["x"]), metadata=_auth(gw.token("eve", "auditor"))
+        )
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     [record] = _records(gw, _trailing(err.value)["x-request-id"])
     assert (record["event_type"], record["status"]) == ("authorization_denial", 403)
@@ -103,8 +105,14 @@ def test_roles_decide_as_over_http(gw: ServedGateway, stub: pb_grpc.InferenceStu
         stub.Chat(_chat(), metadata=_auth(gw.token("nobody", "visitor")))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert _trailing(err.value)["x-error-code"] == "model_not_found"
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Chat(
+            pb.ChatCompletionRequest(model="demo-base", messages=[pb.ChatMessage(role="user", content="Hi")]),
+            metadata=analyst,
+        )
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
     listed = stub.ListModels(pb.ListModelsRequest(), metadata=analyst)
-    assert [m.id for m in listed.data] == ["demo-chat"]
+    assert [(m.id, m.kind) for m in listed.data] == [("demo-chat", "chat"), ("demo-embed", "embedding")]
     assert not stub.ListModels(pb.ListModelsRequest(), metadata=_auth(gw.token("nobody", "visitor"))).data
 
 
