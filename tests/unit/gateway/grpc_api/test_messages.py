@@ -10,20 +10,30 @@ from gateway.grpc_api.messages import (
     chat_request,
     completion_request,
     embedding_request,
+    mapped,
     model_list,
     proto_of,
 )
 from gateway.openai_types import (
     ChatChoice,
+    ChatChunkChoice,
     ChatCompletion,
+    ChatCompletionChunk,
+    ChatLogprobs,
     ChatMessageOut,
+    ChunkDelta,
     Completion,
     CompletionChoice,
+    CompletionChunk,
     CompletionLogprobs,
+    FunctionDelta,
     ModelObject,
     NamedToolChoice,
+    TokenLogprobOut,
     ToolCall,
+    ToolCallDelta,
     ToolFunction,
+    TopLogprob,
     Usage,
 )
 
@@ -135,3 +145,75 @@ def test_answers_become_their_proto_messages() -> None:
     assert list(logprobs.tokens) == ["a", "b"] and dict(logprobs.top_logprobs[1].top) == {"b": -1.0}
     models = model_list([ModelObject(id="m", created=1, max_model_len=4096, kind="chat")])
     assert models.data[0].max_model_len == 4096 and not models.data[0].HasField("quantization")
+
+
+def _chat_chunks() -> list[ChatCompletionChunk]:
+    head = {"id": "chatcmpl-1", "created": 9, "model": "m", "system_fingerprint": "fp_1"}
+    logprobs = ChatLogprobs(
+        content=[
+            TokenLogprobOut(
+                token="a",
+                logprob=-0.5,
+                bytes=[97],
+                top_logprobs=[TopLogprob(token="b", logprob=-1.0, bytes=None)],
+            )
+        ]
+    )
+    return [
+        ChatCompletionChunk(
+            **head, choices=[ChatChunkChoice(index=0, delta=ChunkDelta(role="assistant", content=""))]
+        ),
+        ChatCompletionChunk(
+            **head, choices=[ChatChunkChoice(index=1, delta=ChunkDelta(content="a"), logprobs=logprobs)]
+        ),
+        ChatCompletionChunk(
+            **head,
+            choices=[
+                ChatChunkChoice(
+                    index=0,
+                    delta=ChunkDelta(
+                        tool_calls=[
+                            ToolCallDelta(
+                                index=0,
+                                id="call_1",
+                                type="function",
+                                function=FunctionDelta(name="f", arguments=""),
+                            ),
+                            ToolCallDelta(index=0, function=FunctionDelta(arguments='{"x"')),
+                        ]
+                    ),
+                )
+            ],
+        ),
+        ChatCompletionChunk(
+            **head, choices=[ChatChunkChoice(index=0, delta=ChunkDelta(), finish_reason="content_filter")]
+        ),
+        ChatCompletionChunk(
+            **head, choices=[], usage=Usage(prompt_tokens=1, completion_tokens=2, total_tokens=3)
+        ),
+    ]
+
+
+def _completion_chunks() -> list[CompletionChunk]:
+    head = {"id": "cmpl-1", "created": 9, "model": "m", "system_fingerprint": "fp_1"}
+    logprobs = CompletionLogprobs(
+        tokens=["a"], token_logprobs=[-0.5], top_logprobs=[{"a": -0.5, "b": -2.0}], text_offset=[3]
+    )
+    return [
+        CompletionChunk(**head, choices=[CompletionChoice(index=0, text="Hi", finish_reason=None)]),
+        CompletionChunk(
+            **head, choices=[CompletionChoice(index=2, text="a", finish_reason="stop", logprobs=logprobs)]
+        ),
+        CompletionChunk(
+            **head, choices=[], usage=Usage(prompt_tokens=1, completion_tokens=2, total_tokens=3)
+        ),
+    ]
+
+
+def test_chunks_built_field_by_field_equal_the_json_mapping() -> None:
+    for chunk in _chat_chunks():
+        assert proto_of(chunk, pb.ChatCompletionChunk()) == mapped(chunk, pb.ChatCompletionChunk()), chunk
+    for completion in _completion_chunks():
+        assert proto_of(completion, pb.CompletionChunk()) == mapped(completion, pb.CompletionChunk()), (
+            completion
+        )
