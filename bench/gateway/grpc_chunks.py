@@ -39,14 +39,18 @@ def main(n: int) -> None:
     encoder = msgspec.json.Encoder()
     ways: dict[str, Callable[[], bytes]] = {
         "sse (msgspec)": lambda: b"data: " + encoder.encode(CHUNK) + b"\n\n",
-        "grpc, field by field (served)": lambda: proto_of(CHUNK, pb.ChatCompletionChunk()).SerializeToString(),
+        "grpc, field by field (served)": lambda: proto_of(
+            CHUNK, pb.ChatCompletionChunk()
+        ).SerializeToString(),
         "grpc, json mapping": lambda: mapped(CHUNK, pb.ChatCompletionChunk()).SerializeToString(),
     }
     results = {name: round(per_chunk_us(encode, n), 2) for name, encode in ways.items()}
     for name, us in results.items():
         print(f"{name:32s} {us:8.2f} us/chunk")
     out = Path(__file__).resolve().parents[1] / "results" / "grpc_chunks.json"
-    out.write_text(json.dumps({**provenance(sys.argv, "cpu"), "n": n, "us_per_chunk": results}, indent=2) + "\n")
+    out.write_text(
+        json.dumps({**provenance(sys.argv, "cpu"), "n": n, "us_per_chunk": results}, indent=2) + "\n"
+    )
 
 
 if __name__ == "__main__":
