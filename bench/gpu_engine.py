@@ -309,6 +309,8 @@ def run_throughput(
     variants: bool = True,
     tuning: CudaTuning = DEFAULT_TUNING,
     quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    profile: bool = True,
 ) -> dict[str, Any]:
     import torch
 
@@ -327,6 +329,7 @@ def run_throughput(
         max_num_batched_tokens=16384,
         tuning=tuning,
         quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
     )
     engine, name = llm.engine, llm.model_names[0]
 
@@ -361,6 +364,8 @@ def run_throughput(
         # may have waited on (with async scheduling, only where a step's host work > GPU time).
         "host_wait_s": waited,
         "host_busy_s": elapsed - waited,
+        "kv_blocks": engine.stats()["blocks_total"],
+        "kv_block_bytes": engine.kv_cache.block_bytes,
     }
     if variants:
         torch.cuda.synchronize()
@@ -373,8 +378,9 @@ def run_throughput(
             "elapsed_s": elapsed,
             "host_wait_s": engine.device_wait_s - wait0,
         }
-    result["profile_phases"] = _safe(lambda: _profile_phases(engine, name, workload))
-    result["profile_256x1024"] = _safe(lambda: _profile_big_batch(engine, name))
+    if profile:
+        result["profile_phases"] = _safe(lambda: _profile_phases(engine, name, workload))
+        result["profile_256x1024"] = _safe(lambda: _profile_big_batch(engine, name))
     return result
 
 

@@ -10,6 +10,9 @@
 #   BUDGET_S=450 (whole script; rates that would not fit are skipped)  RUN_TIMEOUT_S=110 (per rate)
 #   READY_TIMEOUT_S=300  WARMUP_SCALE=0.25 (cpu: 0; a rate-inf pass first for CUDA graphs, Triton compiles)
 #   MAX_NUM_SEQS (engine default)  TPOT_P99_MS=50  INSTALL=auto|1|0  SITE=/tmp/site
+#   WORKERS=1: gateway processes ([server] workers). Above 1 the quotas need Redis: REDIS_SERVER
+#   (a redis-server binary; LD_LIBRARY_PATH for its libraries) is started on REDIS_PORT=16379, or
+#   REDIS_URL names a running one.
 #   FILTERS=default|off: the response filter holds back its longest match (253 characters, about
 #   30 tokens of this tokenizer) and sends them at the end, so with it on TTFT includes those decode
 #   steps and TPOT averages over fewer gaps; off (a policy with every detector off) streams per token.
@@ -55,6 +58,7 @@ if ! [ -w "$shm" ] || [ "$(df -Pk "$shm" | awk 'NR == 2 {print $4}')" -lt 400000
 model=$(mktemp -d "$shm/strongroom-model.XXXXXX")
 work=$(mktemp -d /tmp/strongroom-serve.XXXXXX)
 server_pid=
+redis_pid=
 cleanup() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
     # SIGINT, not SIGTERM: uvicorn re-raises a captured SIGTERM with the default handler, which
@@ -65,6 +69,7 @@ cleanup() {
     # shellcheck disable=SC2086  # one pid per word
     kill -KILL "$server_pid" $engine_pids 2>/dev/null || true
   fi
+  [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
   [ -f "$work/serve.log" ] && cp "$work/serve.log" "$OUT/${NAME}_server.log"
   rm -rf "$model" "$work"
 }
@@ -86,10 +91,25 @@ if [ "${FILTERS:-default}" = off ]; then
   filters_section="[filters]
 policy_file = \"$work/filters-off.toml\""
 fi
+WORKERS=${WORKERS:-1}
+redis_line=""
+if [ "$WORKERS" -gt 1 ]; then
+  if [ -z "${REDIS_URL:-}" ]; then
+    [ -n "${REDIS_SERVER:-}" ] || { log "WORKERS > 1 needs REDIS_SERVER or REDIS_URL"; exit 2; }
+    "$REDIS_SERVER" --port "${REDIS_PORT:-16379}" --bind 127.0.0.1 --save "" --appendonly no \
+      > "$work/redis.log" 2>&1 &
+    redis_pid=$!
+    REDIS_URL="redis://127.0.0.1:${REDIS_PORT:-16379}/0"
+    sleep 0.5
+  fi
+  redis_line="redis_url = \"$REDIS_URL\""
+fi
 cat > "$work/s.toml" <<TOML
 data_dir = "$work/data"
+$redis_line
 [server]
 port = $PORT
+workers = $WORKERS
 allow_token_id_prompts = true   # the benchmark sends token ids
 engine_start_timeout_s = $READY_TIMEOUT_S
 [engine]

@@ -10,6 +10,7 @@ import msgspec
 
 from engine.core.cache_scope import CACHE_SCOPES
 from engine.errors import EngineConfigError
+from engine.quantization.kv_quant import KV_CACHE_DTYPES
 from engine.quantization.scheme import QUANTIZATIONS
 
 __all__ = ["DTYPES", "EngineConfig", "ModelSpec"]
@@ -25,7 +26,8 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     path: str
     """Hugging Face checkpoint directory; relative paths are relative to the data directory."""
     dtype: str = "float32"
-    """Weight and KV-cache dtype: float32, float16, bfloat16, or auto (the checkpoint's own)."""
+    """Weight and activation dtype, and the KV cache's unless the engine's ``kv_cache_dtype`` is
+    "fp8": float32, float16, bfloat16, or auto (the checkpoint's own)."""
     max_model_len: int | None = None
     """Longest prompt plus output; None takes the checkpoint's max_position_embeddings."""
     prefix_cache_scope: str = "subject"
@@ -35,7 +37,8 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     models whose prompts are not confidential between users."""
     quantization: str | None = None
     """Quantize the linear layers' weights as they load: "fp8" (E4M3) or "int8" (W8A16), one
-    scale per output channel; activations and the KV cache stay in ``dtype``. None serves the
+    scale per output channel; activations stay in ``dtype`` (the KV cache too, unless the engine's
+    ``kv_cache_dtype`` is "fp8"). None serves the
     checkpoint as it is (a checkpoint quantized as FP8 or compressed-tensors 8-bit loads
     quantized by itself; asking for a quantization of one is an error)."""
     kind: str | None = None
@@ -83,6 +86,11 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """When set, overrides every model's dtype (e.g. bfloat16 on a GPU)."""
     kv_cache_bytes: int | None = None
     """Size of the shared KV pool (of each tensor-parallel rank); None sizes it by kv_cache_fraction."""
+    kv_cache_dtype: str = "auto"
+    """What the KV pool stores keys and values as: "auto" (each model's dtype) or "fp8"
+    (float8_e4m3fn with one scale per layer for K and one for V, 1.0 unless the checkpoint ships
+    calibrated ones: half the bytes of bfloat16, so about twice the blocks;
+    ``engine.quantization.kv_quant``)."""
     kv_cache_fraction: float = 0.9
     """Share of the device memory still free after loading weights that the pool takes (GPU); on CPU
     a share of available RAM. Never more blocks than max_num_seqs full-length sequences need."""
@@ -118,9 +126,22 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     every model: their own attention heads, MLP columns and vocabulary rows, and the KV of their
     own heads. Must divide every model's attention heads, KV heads and intermediate size. Above
     1, steps run eagerly: no fused CUDA step, CUDA graphs or asynchronous scheduling yet."""
+    pipeline_parallel_size: int = 1
+    """Pipeline stages, each running an equal share of every model's decoder layers (and
+    keeping their KV): the first also the embedding, the last the final norm and LM head. Each
+    stage has tensor_parallel_size ranks, so the instance runs tensor_parallel_size x
+    pipeline_parallel_size processes (one per GPU). Must divide every model's layer count. A
+    step's sequences go through the stages in up to pipeline_parallel_size micro-batches, so the
+    stages work at once. Above 1, steps run eagerly, as with tensor parallelism."""
+    spawned_ranks: int | None = None
+    """How many of the ranks this host starts itself, rank 0 included (ranks 0..N-1); the others
+    are started on other hosts (``strongroom engine-rank``, or torchrun, with MASTER_ADDR,
+    MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK) and rank 0 waits for them. None: all of them.
+    Sealed models need 1: a spawned rank would be handed the data key, while one started with
+    ``strongroom engine-rank`` unwraps it through the key provider itself."""
     distributed_timeout_s: float = 300.0
-    """How long a rank waits on the others inside a step before the instance fails (tensor
-    parallel only); a rank that dies is noticed at once."""
+    """How long a rank waits on the others inside a step before the instance fails (tensor or
+    pipeline parallel only); a rank that dies is noticed at once."""
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -134,6 +155,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise EngineConfigError("block_size must be a power of two in [1, 256]")
         if self.kv_cache_bytes is not None and self.kv_cache_bytes <= 0:
             raise EngineConfigError("kv_cache_bytes must be > 0")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise EngineConfigError(
+                f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, not {self.kv_cache_dtype!r}"
+            )
         if not 0 < self.kv_cache_fraction <= 1:
             raise EngineConfigError("kv_cache_fraction must be in (0, 1]")
         if self.max_num_seqs < 1:
@@ -144,10 +169,22 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise EngineConfigError("long_prefill_token_threshold must be >= 1 (or unset)")
         if self.tensor_parallel_size < 1:
             raise EngineConfigError("tensor_parallel_size must be >= 1")
+        if self.pipeline_parallel_size < 1:
+            raise EngineConfigError("pipeline_parallel_size must be >= 1")
+        if self.spawned_ranks is not None and not 1 <= self.spawned_ranks <= self.world_size:
+            raise EngineConfigError(
+                f"spawned_ranks must be in [1, {self.world_size}] (tensor_parallel_size x"
+                f" pipeline_parallel_size), not {self.spawned_ranks}"
+            )
         if self.distributed_timeout_s <= 0:
             raise EngineConfigError("distributed_timeout_s must be > 0")
         if self.num_threads is not None and self.num_threads < 1:
             raise EngineConfigError("num_threads must be >= 1")
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of the instance: tensor_parallel_size x pipeline_parallel_size."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     def dtype_of(self, spec: ModelSpec) -> str:
         """The dtype a model actually loads in (the engine-wide override wins)."""

@@ -6,7 +6,8 @@ outs = llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=16))
 outs[0].text, outs[0].token_ids, outs[0].finish_reason
 vectors = LLM("path/to/Qwen3-Embedding").embed(["a query", "a passage"])   # unit-norm lists
 
-LLM(path, tensor_parallel_size=2) splits every model over two processes (one per GPU on CUDA);
+LLM(path, tensor_parallel_size=2) splits every model over two processes (one per GPU on CUDA),
+LLM(path, pipeline_parallel_size=2) its layers over two stages, and both together over four;
 ``close()`` (or leaving a ``with LLM(...) as llm:`` block) stops them.
 """
 
@@ -41,13 +42,15 @@ class LLM:
         device: str = "cpu",
         max_model_len: int | None = None,
         quantization: str | None = None,
+        kv_cache_dtype: str = "auto",
         kind: str | None = None,
         tuning: CudaTuning = DEFAULT_TUNING,
         **engine_options: Any,
     ) -> None:
         """``model`` is one checkpoint directory (hosted under its directory name); ``models`` maps
         names to directories. ``quantization`` ("fp8" | "int8") quantizes every model's linear
-        weights as they load (``ModelSpec.quantization``); ``kind`` declares every model's kind
+        weights as they load (``ModelSpec.quantization``); ``kv_cache_dtype`` ("auto" | "fp8") is
+        what the KV cache stores keys and values as (``EngineConfig.kv_cache_dtype``); ``kind`` declares every model's kind
         ("chat" or "embedding"; None reads it from each checkpoint). ``engine_options`` are further
         ``EngineConfig`` fields; ``tuning`` the CUDA path's (``engine.tuning``)."""
         paths = dict(models or {})
@@ -66,11 +69,12 @@ class LLM:
             )
             for name, p in paths.items()
         )
-        self.engine = LLMEngine(EngineConfig(models=specs, device=device, **engine_options), tuning=tuning)
+        config = EngineConfig(models=specs, device=device, kv_cache_dtype=kv_cache_dtype, **engine_options)
+        self.engine = LLMEngine(config, tuning=tuning)
         self._ids = itertools.count()
 
     def close(self) -> None:
-        """Stop the other tensor-parallel ranks, if any."""
+        """Stop the other tensor- and pipeline-parallel ranks, if any."""
         self.engine.close()
 
     def __enter__(self) -> LLM:

@@ -38,10 +38,11 @@ from engine.loading.model_source import ModelSource
 from engine.sampling import GrammarCompiler, GrammarMatcher, Sampler
 from engine.sequence_output import SequenceOutput
 from engine.tuning import DEFAULT_TUNING, CudaTuning
-from engine.worker.distributed import tp_world_size
+from engine.worker.distributed import place
 from engine.worker.inflight_step import InflightStep, SampledRow
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
+from engine.worker.pipeline_runner import PipelineRunner
 from engine.worker.rank_group import RankGroup
 from engine.worker.step_plan import to_plan
 
@@ -67,13 +68,13 @@ class LLMEngine:
         if config.num_threads is not None and self.device.type == "cpu":
             torch.set_num_threads(config.num_threads)
         self.ranks: RankGroup | None = None
-        """The other tensor-parallel ranks; None on one rank."""
-        if config.tensor_parallel_size > 1:
+        """The other tensor- and pipeline-parallel ranks; None on one rank."""
+        if config.world_size > 1:
             self.ranks = RankGroup.start(config, data_dir, sources)
             self.device = self.ranks.device  # rank 0's own device (``cuda:0`` for ``cuda``)
-        elif tp_world_size() > 1:
+        elif place().world_size > 1:
             # Layers read the world size when built: this engine's would come out sharded.
-            raise EngineConfigError("a tensor-parallel engine already runs in this process")
+            raise EngineConfigError("a tensor- or pipeline-parallel engine already runs in this process")
         try:
             self.models, self.failed_models = load_hosted_models(
                 config, data_dir, sources, self.device, skip_failed=skip_failed_models
@@ -87,7 +88,9 @@ class LLMEngine:
         hosted = [m for m in self.models.values() if not m.is_embedding]
         if self.ranks is not None and len(hosted) < len(self.models):
             # The embedding path runs on this rank alone; sharded weights need every rank.
-            raise EngineConfigError("embedding models are not served with tensor_parallel_size > 1")
+            raise EngineConfigError(
+                "embedding models are not served with tensor_parallel_size or pipeline_parallel_size > 1"
+            )
         block_bytes = KVCache.block_bytes_for(hosted or list(self.models.values()), config.block_size)
         # Only embedding models: nothing is ever cached, one block keeps the pool well-formed.
         num_blocks = KVCache.num_blocks_for(config, hosted, block_bytes, self.device) if hosted else 1
@@ -107,7 +110,7 @@ class LLMEngine:
             max_num_batched_tokens=config.max_num_batched_tokens,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
         )
-        self.runners = {
+        self.runners: dict[str, ModelRunner] = {
             name: ModelRunner(
                 m,
                 config.block_size,
@@ -117,6 +120,8 @@ class LLMEngine:
                 max_num_seqs=config.max_num_seqs,
                 tuning=tuning,
             )
+            if config.pipeline_parallel_size == 1
+            else PipelineRunner(m, config.block_size, self.device, place=place())
             for name, m in self.models.items()
             if not m.is_embedding
         }
@@ -141,7 +146,7 @@ class LLMEngine:
         """Sequences that ended while the in-flight step computes a row for them."""
 
     def close(self) -> None:
-        """Stop the other tensor-parallel ranks (nothing to do on one rank)."""
+        """Stop the other ranks (nothing to do on one rank)."""
         if self.ranks is not None:
             self.ranks.close()
             self.ranks = None
@@ -359,7 +364,20 @@ class LLMEngine:
                 self._forget_if_done(request_id)
         self.device_wait_s += cur.wait_s
         self.num_steps += 1
+        if self._inflight is None:
+            self._prefetch_masks(cur)
         return deltas
+
+    def _prefetch_masks(self, cur: InflightStep) -> None:
+        """No step is in flight, so every running constrained row has consumed its last token:
+        fill their next masks while the loop schedules and queues the next forward pass."""
+        grammars = []
+        for row in cur.rows:
+            output = self._outputs.get(row.seq.seq_id)
+            if output is not None and output.grammar is not None and not row.seq.is_finished:
+                grammars.append(output.grammar)
+        if grammars and len({g.vocab_size for g in grammars}) == 1:
+            self.sampler.prefetch_masks(grammars, self.device)
 
     def _can_look_ahead(self, cur: InflightStep) -> bool:
         # Penalties read the output so far and logprobs are read back inside the sampler:

@@ -31,13 +31,16 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["WHITESPACE", "CapHoldback", "Holdback", "RunHoldback", "RunRule"]
+__all__ = ["WHITESPACE", "CapHoldback", "Holdback", "Quiet", "RunHoldback", "RunRule"]
 
 WHITESPACE = "".join(ch for ch in map(chr, range(0x3001)) if re.fullmatch(r"\s", ch))
 """Every character ``\\s`` matches (none lies above U+3000)."""
 
 
 class Holdback(Protocol):
+    """A holdback may also say ``holds_forward = True``: its hold point never moves back,
+    however the text is split into reads (``filters.detector_cursor``)."""
+
     def advance(self, text: str, base: int, begin: int) -> int:
         """Read the new characters ``[begin, base + len(text))``; return the hold point."""
         ...
@@ -48,10 +51,37 @@ class Holdback(Protocol):
         ...
 
     @property
-    def wake(self) -> frozenset[str] | None:
-        """While the hold point is the end of the stream: characters without which new text
-        changes nothing (the caller may then skip ``advance``); None when any text may."""
+    def quiet(self) -> Quiet | None:
+        """While nothing is under way (no marker held, no match pending): what new text must
+        lack for that to stay so, and how far the hold point may then lag the end; None when
+        any text may change it."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Quiet:
+    """What lets a stream leave an idle holdback unread (``filters.detector_cursor``).
+
+    Promise: if the holdback is idle and ``may_match(scanned_to)`` is False, and the text that
+    arrives after its last read is not empty and holds no ``wake`` character and no ``marker``,
+    then reading that text finds no match and leaves the hold point at or after
+    ``n - keep`` and after the last character ``outside`` matches (when ``keep`` > 0; at ``n``
+    when ``keep`` is 0). So the stream reads it only when it must know the hold point exactly."""
+
+    wake: frozenset[str]
+    keep: int = 0
+    """The most characters a cut-off marker at the end holds back while idle."""
+    outside: re.Pattern[str] | None = None
+    """A character a held cut-off never contains (it lies in the trailing run of the others)."""
+    marker: re.Pattern[str] | None = None
+    """Something that ends the idle state besides ``wake`` characters (a token prefix of letters)."""
+    marker_len: int = 1
+    """The longest text ``marker`` matches: it is looked for from that many characters before
+    the new text, so one cut by a delta boundary is seen."""
+
+    def __post_init__(self) -> None:
+        if self.keep < 0 or self.marker_len < 1:
+            raise ValueError("keep must be >= 0 and marker_len positive")
 
 
 class TriggerWatch:
@@ -61,9 +91,14 @@ class TriggerWatch:
     An occurrence whose look-ahead reaches past the end may still be undone ("at" that becomes
     "attention"): it counts until the next read, which reads it again."""
 
-    __slots__ = ("_finditer", "_last", "_lookahead", "_tentative", "_width", "last")
+    __slots__ = ("_finditer", "_last", "_lookahead", "_needles", "_tentative", "_width", "last")
 
-    def __init__(self, pattern: re.Pattern[str], width: int, lookahead: int = 0) -> None:
+    def __init__(
+        self, pattern: re.Pattern[str], width: int, lookahead: int = 0, needles: tuple[str, ...] = ()
+    ) -> None:
+        self._needles = needles
+        """Strings every occurrence contains one of (empty: none known): text without them is
+        read without running the pattern."""
         self._last = _last_of(pattern)
         self._finditer = pattern.finditer
         self._width = width
@@ -84,6 +119,13 @@ class TriggerWatch:
 
     def read(self, text: str, base: int, begin: int) -> None:
         lo = max(0, begin - base - self._width + 1)
+        if self._needles:
+            for needle in self._needles:
+                if text.find(needle, lo) != -1:
+                    break
+            else:
+                self._tentative = -1
+                return
         found = self._last.match(text, lo)
         self._tentative = -1
         if found is None:
@@ -119,7 +161,7 @@ class CapHoldback:
         return True
 
     @property
-    def wake(self) -> frozenset[str] | None:
+    def quiet(self) -> Quiet | None:
         return None
 
 
@@ -144,6 +186,10 @@ class RunRule:
     """Characters every marker and every trigger contains at least one of. While no marker is
     held, text without any of them only moves the hold point (to the end of the stream, or to a
     cut-off marker), so that is all the holdback does; empty: always read the text."""
+    partial_chars: str = ""
+    """Every character a cut-off marker can consist of, where fewer than ``members`` (an IBAN's
+    country code has no space): an idle stream's hold point is after the last other one.
+    Empty: ``members``."""
 
     def __post_init__(self) -> None:
         if self.marker_len < 1 or self.max_match_len < 1:
@@ -155,7 +201,7 @@ class RunRule:
 class RunHoldback:
     """Holds back from the first marker of the trailing run (module docstring)."""
 
-    __slots__ = ("_last_marker", "_marker_at", "_rule", "_run_start", "_trigger", "_wake")
+    __slots__ = ("_idle_quiet", "_last_marker", "_marker_at", "_rule", "_run_start", "_trigger", "_wake")
 
     def __init__(self, rule: RunRule) -> None:
         self._rule = rule
@@ -166,6 +212,7 @@ class RunHoldback:
         """The last place a marker may start, in runs that ended."""
         self._trigger = None if rule.trigger is None else TriggerWatch(rule.trigger, rule.trigger_len)
         self._wake = re.compile("[" + re.escape("".join(sorted(rule.wake))) + "]") if rule.wake else None
+        self._idle_quiet = _quiet_of(rule) if rule.wake else None
 
     def advance(self, text: str, base: int, begin: int) -> int:
         rule = self._rule
@@ -219,7 +266,25 @@ class RunHoldback:
         return self._marker_at is not None or self._last_marker >= start
 
     @property
-    def wake(self) -> frozenset[str] | None:
-        """Characters without which new text changes nothing now; None when any text may."""
-        rule = self._rule
-        return rule.wake if rule.wake and rule.partial is None and self._marker_at is None else None
+    def is_idle(self) -> bool:
+        """No marker in the trailing run."""
+        return self._marker_at is None
+
+    @property
+    def quiet(self) -> Quiet | None:
+        """Idle, text without a wake character leaves no marker and no trigger (``_quiet``); a
+        cut-off marker lies in the trailing run and is shorter than a marker."""
+        return self._idle_quiet if self._marker_at is None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _quiet_of(rule: RunRule) -> Quiet:
+    return Quiet(
+        wake=rule.wake, keep=rule.marker_len - 1, outside=_outside(rule.partial_chars or rule.members)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _outside(members: str) -> re.Pattern[str]:
+    """Any character not among ``members``."""
+    return re.compile("[^" + re.escape(members) + "]")

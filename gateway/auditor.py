@@ -14,6 +14,7 @@ from common.audit_event import AuditEvent, Decision, EventType
 from common.finding import Finding
 from gateway.errors import AuditUnavailable
 from gateway.request_context import RequestContext
+from gateway.stage_timer import StageTimer, now_ns
 
 log = logging.getLogger("strongroom.gateway")
 
@@ -31,8 +32,10 @@ class ContentSink(Protocol):
 class Auditor:
     """One call per decision; returns only once the record is durable."""
 
-    def __init__(self, sink: ContentSink) -> None:
+    def __init__(self, sink: ContentSink, stages: StageTimer | None = None) -> None:
+        """``stages``: where the time each record takes to become durable is observed."""
         self._sink = sink
+        self._stages = stages
 
     async def record(
         self,
@@ -66,6 +69,7 @@ class Auditor:
             detail=detail,
             endpoint=endpoint,
         )
+        started_ns = now_ns()
         try:
             # Only what is given: any AuditSink takes the plain call.
             if content is not None:
@@ -74,6 +78,8 @@ class Auditor:
                 seq = await self._sink.append(event, served=True)
             else:
                 seq = await self._sink.append(event)
+            if self._stages is not None:
+                self._stages.done("audit", ctx.model, started_ns)
         except AuditUnavailableError as exc:
             ctx.is_audit_down = True
             log.error("audit log unavailable, refusing request %s: %s", ctx.request_id, type(exc).__name__)

@@ -20,6 +20,7 @@ from gateway.auth import AuthenticationError, RevocationUnavailableError, TokenV
 from gateway.errors import UnauthenticatedError
 from gateway.metrics_access import MetricsAccess
 from gateway.request_context import RequestContext, request_context
+from gateway.stage_timer import StageTimer, now_ns
 
 __all__ = ["Authenticator"]
 
@@ -27,18 +28,29 @@ _SCRAPE_REFUSAL = "metrics: missing or wrong scrape token"
 
 
 class Authenticator:
-    def __init__(self, verifier: TokenVerifier, metrics_access: MetricsAccess, auditor: Auditor) -> None:
+    def __init__(
+        self,
+        verifier: TokenVerifier,
+        metrics_access: MetricsAccess,
+        auditor: Auditor,
+        stages: StageTimer | None = None,
+    ) -> None:
+        """``stages``: where the time a verification takes is observed (stage ``auth``)."""
         self.verifier = verifier
         self.metrics_access = metrics_access
         self.auditor = auditor
+        self._stages = stages
 
     async def caller(self, ctx: RequestContext, authorization: str | None) -> Principal:
         """The verified caller of the request (verified on the first ask); raises
         UnauthenticatedError (401) or RevocationUnavailableError (503), both audited."""
         if ctx.principal is not None:
             return ctx.principal
+        started_ns = now_ns()
         try:
             ctx.principal = await self.verifier.verify(authorization)
+            if self._stages is not None:
+                self._stages.done("auth", "", started_ns)
         except AuthenticationError as exc:
             await self.auditor.record(
                 ctx, EventType.AUTHENTICATION_FAILURE, Decision.DENY, status=401, reason=exc.reason

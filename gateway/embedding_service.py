@@ -29,6 +29,7 @@ from gateway.errors import BadRequestError, ContentPolicyError, ModelNotFoundErr
 from gateway.inference import InferenceService
 from gateway.request_context import RequestContext
 from gateway.shielded import close_lease
+from policies import PolicyUnavailableError
 
 __all__ = ["MAX_INPUTS", "EmbeddingService"]
 
@@ -110,7 +111,7 @@ class EmbeddingService:
                 status=200,
                 findings=findings,
                 prompt_tokens=used,
-                model_manifest=card.manifest_sha256,
+                model_manifest=card.audit_manifest,
                 content=AuditContent(prompt=prompt),
             )
         except asyncio.CancelledError:
@@ -124,7 +125,7 @@ class EmbeddingService:
                         status=499,
                         reason="client disconnected",
                         findings=findings,
-                        model_manifest=card.manifest_sha256,
+                        model_manifest=card.audit_manifest,
                         content=AuditContent(prompt=prompt),
                     )
                 except Exception:
@@ -145,6 +146,10 @@ class EmbeddingService:
     async def _authorize(self, ctx: RequestContext, model: str) -> None:
         inf, principal = self.inference, ctx.principal
         assert principal is not None
+        try:
+            await inf.authorizer.current()
+        except PolicyUnavailableError as exc:
+            raise await inf.reject(ctx, exc) from None
         if inf.authorizer.allowed(principal, ACTION, model):
             return
         if inf.authorizer.allowed_models(principal, ACTION, inf.engines.models()):

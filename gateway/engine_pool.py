@@ -222,6 +222,7 @@ class EnginePool:
                 "healthy": m.healthy,
                 "models": sorted(m.models),
                 "quantization": {name: card.quantization for name, card in sorted(m.models.items())},
+                "kv_cache_dtype": {name: card.kv_cache_dtype for name, card in sorted(m.models.items())},
                 "failed_models": m.failed_models,
                 "in_flight": m.in_flight,
                 "stats": m.stats,

@@ -66,6 +66,7 @@ class Gatekeeper:
         """The caller's reach for ``permission``; refuses (recorded, then 403) when it has none
         or, where the permission names a domain, when that domain is out of reach."""
         principal = await self.principal(connection)
+        await self.authorizer.current()
         scope = self.authorizer.control_scope(principal, *permission.actions)
         if scope.is_empty:
             missing = [a for a in permission.actions if not self.authorizer.holds(principal, a)]

@@ -59,11 +59,12 @@ from gateway.prepared import Prepared
 from gateway.quota import Quotas
 from gateway.request_context import RequestContext
 from gateway.shielded import close_lease, shielded, shielded_outcome
+from gateway.stage_timer import now_ns
 from gateway.stream_events import StreamError, StreamEvent
 from gateway.stream_writer import StreamWriter
 from gateway.telemetry import Telemetry
 from gateway.tool_plan import ToolPlan
-from policies import Authorizer
+from policies import Authorizer, PolicyUnavailableError
 
 __all__ = ["InferenceService", "Prepared", "close_lease"]
 
@@ -94,6 +95,7 @@ class InferenceService:
         self.auditor = auditor
         self.engines = engines
         self.telemetry = telemetry
+        self._stages = telemetry.serving.stages
         self._default_max_tokens = default_max_tokens
         self._allow_token_ids = allow_token_id_prompts
         self._clock = clock
@@ -132,7 +134,14 @@ class InferenceService:
             raise RuntimeError("prepare() needs an authenticated request")
         ctx.model = body.model
         ctx.end_user = body.user or getattr(body, "safety_identifier", None) or ""
-        if not self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model):
+        started_ns = now_ns()
+        try:
+            await self.authorizer.current()  # a change whose call has returned is in force here
+        except PolicyUnavailableError as exc:
+            raise await self.reject(ctx, exc) from None
+        is_allowed = self.authorizer.allowed(ctx.principal, _ACTIONS[kind], body.model)
+        self._stages.done("policy", body.model, started_ns)
+        if not is_allowed:
             # Answered exactly like a model that does not exist, before the engines are asked
             # (a known model's outage would be a 503), so names cannot be enumerated; the audit
             # record says what really happened.
@@ -160,12 +169,14 @@ class InferenceService:
             raise await self.rejected(ctx, exc) from None
         # The filters first: a request they refuse costs the engine nothing (counting a 1 MB
         # prompt's tokens takes an engine about a second), and the count is of what is sent.
+        started_ns = now_ns()
         try:
             result = await self.filters.acheck_request(
                 texts, FilterContext(roles=ctx.principal.roles, model=body.model)
             )
         except ScanBudgetError as exc:
             raise await self.reject(ctx, exc) from None
+        self._stages.done("request_filter", body.model, started_ns)
         findings = list(result.findings)
         if result.blocked:
             await self.auditor.record(
@@ -197,9 +208,11 @@ class InferenceService:
                     generate, params=msgspec.structs.replace(generate.params, max_tokens=max_tokens)
                 )
             check_context(body, card, num_prompt, max_tokens)
+            started_ns = now_ns()
             lease = await self.quotas.reserve(
                 ctx.principal, body.model, num_prompt + params.n * max_tokens, max_tokens=max_tokens
             )
+            self._stages.done("quota", body.model, started_ns)
         except Exception as exc:
             raise await self.rejected(ctx, exc) from None
         return Prepared(
@@ -229,9 +242,10 @@ class InferenceService:
         used = 0
         try:
             try:
+                started_ns = now_ns()
                 with self.engines.track(prep.client):
                     async with prep.client.generate(prep.generate) as frames:
-                        async for frame in frames:
+                        async for frame in self._stages.timed_frames(frames, prep.body.model, started_ns):
                             for event in frame:
                                 builder.add(event)
             except EngineError as exc:
@@ -240,10 +254,12 @@ class InferenceService:
                 used = builder.usage().total_tokens
                 raise await self.reject(prep.ctx, exc) from None
             ctx_f = _filter_context(prep)
+            started_ns = now_ns()
             for index, text in builder.texts().items():
                 result = await self.filters.acheck_response(text, ctx_f)
                 prep.findings.extend(result.findings)
                 builder.replace(index, "" if result.blocked else result.texts[0], blocked=result.blocked)
+            self._stages.done("response_filter", prep.body.model, started_ns)
             usage = builder.usage()
             used = usage.total_tokens
             await self._audit_done(
@@ -269,7 +285,7 @@ class InferenceService:
                     reason="client disconnected",
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
-                    model_manifest=prep.card.manifest_sha256,
+                    model_manifest=prep.card.audit_manifest,
                     content=content_of(prep.body, {}),
                 )
             )
@@ -298,7 +314,7 @@ class InferenceService:
             findings=merged(prep.findings),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            model_manifest=prep.card.manifest_sha256,
+            model_manifest=prep.card.audit_manifest,
             content=content_of(prep.body, texts),
             served=served,
         )
@@ -314,9 +330,10 @@ class InferenceService:
         """
         stack = contextlib.AsyncExitStack()
         try:
+            started_ns = now_ns()
             stack.enter_context(self.engines.track(prep.client))
             frames = await stack.enter_async_context(prep.client.generate(prep.generate))
-            iterator = frames.__aiter__()
+            iterator = self._stages.timed_frames(frames, prep.body.model, started_ns).__aiter__()
             first = await anext(iterator, None)
             await self.auditor.record(
                 prep.ctx,
@@ -325,7 +342,7 @@ class InferenceService:
                 status=200,
                 reason="stream started",
                 findings=merged(prep.findings),
-                model_manifest=prep.card.manifest_sha256,
+                model_manifest=prep.card.audit_manifest,
             )
         except BaseException as exc:
             await shielded(stack.aclose())
@@ -404,6 +421,7 @@ class InferenceService:
         self, prep: Prepared, stack: contextlib.AsyncExitStack, writer: StreamWriter, outcome: str
     ) -> None:
         await stack.aclose()
+        self._stages.observe("response_filter", prep.body.model, writer.filter_ns * 1e-9)
         usage = writer.usage()
         prep.findings.extend(writer.findings)
         await close_lease(prep.lease, usage.total_tokens)
@@ -426,7 +444,7 @@ class InferenceService:
             findings=merged(prep.findings),
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
-            model_manifest=prep.card.manifest_sha256,
+            model_manifest=prep.card.audit_manifest,
             content=content_of(prep.body, writer.texts()),
             served=True,
         )

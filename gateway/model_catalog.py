@@ -20,10 +20,12 @@ _MODEL_ACTIONS = ("chat", "completion", "embedding")
 """A model is listed to a caller who may use it for any of these."""
 
 
-def visible_models(
+async def visible_models(
     principal: Principal, engines: EnginePool, authorizer: Authorizer
 ) -> dict[str, ModelObject]:
+    """Raises PolicyUnavailableError (503) when the policy in force cannot be known."""
     cards = engines.models()
+    await authorizer.current()  # a policy change whose call has returned is in force here
     allowed = {m for action in _MODEL_ACTIONS for m in authorizer.allowed_models(principal, action, cards)}
     return {
         name: ModelObject(
@@ -31,6 +33,7 @@ def visible_models(
             created=_STARTED,
             max_model_len=card.max_model_len,
             quantization=card.quantization,
+            kv_cache_dtype=card.kv_cache_dtype or None,
             kind=card.kind,
         )
         for name, card in sorted(cards.items())

@@ -335,6 +335,8 @@ class ModelObject(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int | None = None
     quantization: str | None = None
     """The served weights' quantization ("fp8", "int8", ...); None: unquantized."""
+    kv_cache_dtype: str | None = None
+    """What the engine caches keys and values as ("bfloat16", "float8_e4m3fn"); None: not known."""
     kind: str = "chat"
     """"chat" (chat and completions) or "embedding" (``/v1/embeddings``); an extension field."""
 

@@ -164,7 +164,7 @@ class Services:
         await engines.start()
         telemetry.count_in_flight(engines.num_in_flight)
         telemetry.serving.watch_engines(engines.engine_stats)
-        auditor = Auditor(audit_log)
+        auditor = Auditor(audit_log, telemetry.serving.stages)
         inference = InferenceService(
             authorizer=authorizer,
             quotas=quotas,
@@ -185,7 +185,7 @@ class Services:
             filters=filters,
             engines=engines,
             inference=inference,
-            authenticator=Authenticator(verifier, metrics_access, auditor),
+            authenticator=Authenticator(verifier, metrics_access, auditor, telemetry.serving.stages),
             writer_socket=writer_socket,
         )
 

@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.stage_timer import StageTimer
+
 __all__ = ["EngineStatsCollector", "ServingMetrics"]
 
 # Bucket edges as vLLM uses them (seconds), so histograms line up across the two.
@@ -109,6 +111,8 @@ class ServingMetrics:
             buckets=_E2E_BUCKETS,
             registry=self.registry,
         )
+        self.stages = StageTimer(self.registry)
+        """Per-stage latencies of the request path (``strongroom:gateway_stage_seconds``)."""
         self._engines: EngineStatsCollector | None = None
 
     def watch_engines(self, source: EngineStats) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from time import perf_counter_ns
 
 from common.finding import Finding
 from engine.serving.protocol import DeltaEvent, LogprobEntry
@@ -107,6 +108,8 @@ class StreamWriter:
         self._num_prompt_tokens = 0
         self._wants_logprobs = shape.wants_logprobs
         self.blocked = False
+        self.filter_ns = 0
+        """Time spent in the response filters so far (the ``response_filter`` stage)."""
 
     def _choice(self, index: int) -> _Choice:
         choice = self._choices.get(index)
@@ -180,12 +183,14 @@ class StreamWriter:
         choice.num_output_tokens = max(choice.num_output_tokens, event.num_output_tokens)
         choice.feed(event.text, event.logprobs)
         out: list[StreamChunk] = []
+        started_ns = perf_counter_ns()
         step = choice.filter.feed(event.text)
+        tail = choice.filter.finish() if event.finish_reason is not None and not step.blocked else None
+        self.filter_ns += perf_counter_ns() - started_ns
         if step.blocked:
             return self._block(event.index, choice)
         released = step.release
-        if event.finish_reason is not None:
-            tail = choice.filter.finish()
+        if tail is not None:
             if tail.blocked:
                 return self._block(event.index, choice)
             released += tail.release
@@ -235,7 +240,9 @@ class StreamWriter:
         for index, choice in sorted(self._choices.items()):
             if choice.finished:
                 continue
+            started_ns = perf_counter_ns()
             tail = choice.filter.finish()
+            self.filter_ns += perf_counter_ns() - started_ns
             if tail.blocked:
                 out.extend(self._block(index, choice))
                 continue

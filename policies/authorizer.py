@@ -22,7 +22,7 @@ from common.principal import Principal
 from policies.config import AccessConfig
 from policies.control_scope import ControlScope
 from policies.decision_table import DecisionTable
-from policies.errors import PolicyTamperedError
+from policies.errors import PolicyTamperedError, PolicyUnavailableError
 from policies.policy import (
     ALL_DOMAINS,
     CONTROL_ACTIONS,
@@ -32,14 +32,21 @@ from policies.policy import (
     is_role_name,
     user_member,
 )
-from policies.policy_backend import PolicyBackend, open_policy_store
+from policies.policy_backend import PolicyBackend, board_path, open_policy_store
 from policies.policy_change import PolicyChange
+from policies.policy_freshness import PolicyFreshness
 from policies.policy_seal import PolicySeal, tamper_event
 from policies.policy_watcher import PolicyWatcher
+from policies.version_board import VersionBoard
 
 __all__ = ["Authorizer", "default_policy"]
 
 log = logging.getLogger("strongroom.policies")
+
+_COMPILING = threading.Lock()
+"""One table compiled at a time in the process: casbin parses its matcher with ``ast.parse``,
+which CPython 3.11 does not make safe in two threads at once (``SystemError: AST constructor
+recursion depth mismatch``), as a reload and a change's install can be."""
 
 
 def default_policy() -> Policy:
@@ -55,19 +62,33 @@ class Authorizer:
         config: AccessConfig | None = None,
         redis: Any | None = None,
         audit: AuditSink | None = None,
+        board: VersionBoard | None = None,
     ) -> None:
         """``audit`` receives what the authorizer finds on its own (a tampered store); changes are
-        audited through the sink given to ``change``. Raises PolicyTamperedError when the store
-        fails its seal: with no verified policy to keep, the replica must not start."""
+        audited through the sink given to ``change``. ``board``: this host's version board (None:
+        changes made by other processes count only once a reload finds them). Raises
+        PolicyTamperedError when the store fails its seal: with no verified policy to keep, the
+        replica must not start."""
         self.store = store
         self.config = config or AccessConfig()
+        self._freshness = PolicyFreshness(board, lease_s=self.config.effective_lease_s)
         self._audit = audit
         self._reported: set[str] = set()
         self._reporting: set[asyncio.Task[int]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refresh_lock = threading.Lock()  # the watcher reloads on a worker thread
         self._install_lock = threading.Lock()
+        started, seen = self._freshness.now(), board.version() if board is not None else 0
         self._table = DecisionTable(store.load(), self.config.decision_cache_size)
+        if board is not None and seen > self.version:
+            log.warning(
+                "policy store holds version %d, below the %d this host saw (restored?): %d is in force",
+                self.version,
+                seen,
+                self.version,
+            )
+            board.settle(seen, self.version)
+        self._freshness.confirm(started)
         self._valid_roles: dict[str, bool] = {}
         self._watcher = PolicyWatcher(
             self.refresh,
@@ -96,7 +117,9 @@ class Authorizer:
             seed_path = Path(config.seed_policy).expanduser()
             seed_path = seed_path if seed_path.is_absolute() else data / seed_path
             seed = Policy.from_csv(seed_path.read_text(encoding="utf-8"))
-        return cls(open_policy_store(config, data, seed, seal), config=config, redis=redis, audit=audit)
+        store = open_policy_store(config, data, seed, seal)
+        board = VersionBoard(board_path(config, data))
+        return cls(store, config=config, redis=redis, audit=audit, board=board)
 
     @property
     def policy(self) -> Policy:
@@ -121,8 +144,37 @@ class Authorizer:
     def domain_of(principal: Principal) -> str:
         return principal.tenant or ALL_DOMAINS
 
+    def _current_table(self) -> DecisionTable:
+        """The table, if it may decide now; PolicyUnavailableError (503) when a newer version
+        was committed on this host or its lease ran out (a request awaits ``current`` first)."""
+        table = self._table
+        if not self._freshness.is_current(table.version):
+            raise PolicyUnavailableError(self._freshness.why_not_current(table.version))
+        return table
+
+    async def current(self) -> None:
+        """Make sure the next decisions are on the newest committed version: reload first when
+        this replica is behind (or its lease ran out), waiting at most ``sync_timeout_s``.
+        Raises PolicyUnavailableError (503) when it cannot: never a decision on a stale table."""
+        if self._freshness.is_current(self._table.version):
+            return
+        try:
+            await asyncio.wait_for(self._catch_up(), self.config.sync_timeout_s)
+        except TimeoutError:
+            raise PolicyUnavailableError(
+                f"policy store did not answer within {self.config.sync_timeout_s} s; "
+                f"version {self.version} cannot be confirmed current"
+            ) from None
+        self._current_table()
+
+    async def _catch_up(self) -> None:
+        await self._watcher.reloaded()  # the reload under way (the announcement's) may be enough
+        if not self._freshness.is_current(self._table.version):
+            await self._watcher.refresh_now()  # one that began after this replica found itself behind
+
     def allowed(self, principal: Principal, action: str, resource: str) -> bool:
-        return self._table.allows(self.members_of(principal), self.domain_of(principal), action, resource)
+        table = self._current_table()
+        return table.allows(self.members_of(principal), self.domain_of(principal), action, resource)
 
     def holds(self, principal: Principal, action: str) -> bool:
         """Whether ``principal`` holds the control-plane ``action`` (in its own domain)."""
@@ -159,7 +211,7 @@ class Authorizer:
         return f"would hand out permissions not held: {', '.join(missing)}" if missing else None
 
     def allowed_models(self, principal: Principal, action: str, models: Iterable[str]) -> list[str]:
-        table, members, domain = self._table, self.members_of(principal), self.domain_of(principal)
+        table, members, domain = self._current_table(), self.members_of(principal), self.domain_of(principal)
         return [m for m in models if table.allows(members, domain, action, m)]
 
     def effective_roles(self, members: Sequence[str], domain: str = ALL_DOMAINS) -> list[str]:
@@ -176,7 +228,9 @@ class Authorizer:
         the last verified policy stays in force, and the finding goes to the audit log once."""
         with self._refresh_lock:
             in_force = self._table.version
+            started = self._freshness.now()
             if self.store.version() == in_force:
+                self._freshness.confirm(started)
                 return False
             try:
                 policy = self.store.load()
@@ -186,8 +240,12 @@ class Authorizer:
                     )
             except PolicyTamperedError as exc:
                 self._report(tamper_event(exc, action=f"version {in_force} stays in force"))
+                # Read, and no change can be made through the API on it (``check_before_change``):
+                # the verified version stays current.
+                self._freshness.confirm(started)
                 raise
             self._install(policy)
+            self._freshness.confirm(started)
             return True
 
     def _report(self, event: AuditEvent) -> None:
@@ -213,19 +271,29 @@ class Authorizer:
     def _install(self, policy: Policy) -> None:
         if policy.version <= self._table.version:
             return
-        table = DecisionTable(policy, self.config.decision_cache_size)
+        with _COMPILING:
+            table = DecisionTable(policy, self.config.decision_cache_size)
         with self._install_lock:  # a reload (worker thread) and a change (loop) may race: newest wins
             if policy.version > self._table.version:
                 self._table = table
 
     async def change(self, changes: Sequence[PolicyChange], actor: str, audit: AuditSink) -> Policy:
-        """Apply ``changes`` atomically and audited (see PolicyStore.apply), take them into use on
-        this replica at once and announce the new version to the others."""
+        """Apply ``changes`` atomically and audited (see PolicyStore.apply); returns once they
+        are in force on every replica: this one (installed), the others on this host (the
+        version board) and those on other hosts (their leases waited out)."""
         updated = await self.store.apply(changes, actor, audit)
-        # Compiled off the loop: casbin and the table's check take a noticeable time on big policies.
-        await asyncio.to_thread(self._install, updated)
-        await self._watcher.announce(updated.version)
+        committed_s = self._freshness.now()
+        # Shielded: a caller that goes away now still leaves the version installed and published.
+        await asyncio.shield(self._take_into_use(updated))
+        await self._freshness.wait_out_leases(committed_s)
         return updated
+
+    async def _take_into_use(self, updated: Policy) -> None:
+        # Compiled off the loop: casbin and the table's check take a noticeable time on big policies.
+        # Installed before it is published, so this replica's own requests do not reload it too.
+        await asyncio.to_thread(self._install, updated)
+        self._freshness.publish(updated.version)
+        await self._watcher.announce(updated.version)  # the others reload now, not at a request
 
     async def record_opening(self, audit: AuditSink, actor: str = "") -> None:
         """Record what opening the store did to it (the seed policy imported into a new store),

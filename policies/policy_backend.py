@@ -13,7 +13,7 @@ from policies.policy_change import PolicyChange
 from policies.policy_seal import PolicySeal
 from policies.policy_store import PolicyStore
 
-__all__ = ["PolicyBackend", "open_policy_store"]
+__all__ = ["PolicyBackend", "board_path", "open_policy_store"]
 
 
 class PolicyBackend(Protocol):
@@ -42,6 +42,21 @@ class PolicyBackend(Protocol):
         ...
 
 
+def _sqlite_path(config: AccessConfig, data_dir: Path) -> Path:
+    db = Path(config.policy_db).expanduser()
+    return db if db.is_absolute() else data_dir / db
+
+
+def board_path(config: AccessConfig, data_dir: Path) -> Path:
+    """Where this host's ``VersionBoard`` for the configured store lives: beside the SQLite file
+    (every process sharing the file shares the board), or per PostgreSQL schema in the data
+    directory."""
+    if config.backend == "postgres":
+        return data_dir / "policies" / f"postgres-{config.postgres_schema}.version"
+    db = _sqlite_path(config, data_dir)
+    return db.with_name(f"{db.name}-version")
+
+
 def open_policy_store(
     config: AccessConfig, data_dir: Path, seed: Policy, seal: PolicySeal | None
 ) -> PolicyBackend:
@@ -50,5 +65,4 @@ def open_policy_store(
 
         assert config.postgres_dsn is not None  # AccessConfig guarantees it
         return PostgresPolicyStore(config.postgres_dsn, config.postgres_schema, seed, seal)
-    db = Path(config.policy_db).expanduser()
-    return PolicyStore(db if db.is_absolute() else data_dir / db, seed, seal)
+    return PolicyStore(_sqlite_path(config, data_dir), seed, seal)

@@ -1,4 +1,7 @@
-"""Keeps one replica's policy current: notifications for speed, version polling for certainty.
+"""Keeps one replica's policy current in the background: notifications for speed, version
+polling for certainty. (Correctness does not rest on it: a request that finds its replica behind
+this host's version board, or past its lease, reloads through ``refresh_now`` before it is
+decided; see ``policy_freshness``. The watcher keeps that rare and renews the lease.)
 
 casbin's Redis watcher only publishes, so a replica that misses a message never catches up. Here
 the store's version is the truth: every ``interval_s`` the replica compares it with its own and
@@ -46,30 +49,46 @@ class PolicyWatcher:
         self._redis = redis
         self._channel = channel
         self._tasks: list[asyncio.Task[None]] = []
-        self._is_refreshing = False
-        self._is_refresh_wanted = False
+        self._num_asked = 0
+        self._runner: asyncio.Task[None] | None = None
 
-    async def _refresh_off_loop(self) -> None:
-        if self._is_refreshing:  # it may have read before this news: run once more after it
-            self._is_refresh_wanted = True
-            return
-        self._is_refreshing = True
-        try:
-            while True:
-                self._is_refresh_wanted = False
-                await asyncio.to_thread(self._safe_refresh)
-                if not self._is_refresh_wanted:
-                    return
-        finally:
-            self._is_refreshing = False
+    async def refresh_now(self) -> None:
+        """Return once a reload that began after this call has finished (successful or not: the
+        caller checks what it needs). Reloads run one at a time; every ask made while one runs
+        is answered by the next, so a burst of asks costs two reloads, not one each."""
+        self._num_asked += 1
+        await self._await_runner()
+
+    async def reloaded(self) -> None:
+        """Return once the reload under way, or a new one if none is, has finished: for a caller
+        that only needs *some* reload to end (it checks afterwards whether that one was enough)."""
+        if self._runner is None or self._runner.done():
+            self._num_asked += 1
+        await self._await_runner()
+
+    async def _await_runner(self) -> None:
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run_asked())
+        # Shielded: a caller that stops waiting (its timeout, a disconnect) leaves the reload running.
+        await asyncio.shield(self._runner)
+
+    async def _run_asked(self) -> None:
+        num_done = 0
+        while num_done < self._num_asked:
+            num_done = self._num_asked
+            await asyncio.to_thread(self._safe_refresh)
 
     def _safe_refresh(self) -> None:
         try:
             self._refresh()
         except PolicyUnavailableError as exc:
-            # Keep deciding on the last good policy: an unreadable store grants nothing new.
+            # Keep the last good policy: an unreadable store grants nothing new, and the lease
+            # (``PolicyFreshness``) decides how long it may still be decided on.
             _refresh_failures.add(1)
             log.warning("policy refresh failed: %s", exc)
+        except Exception:
+            _refresh_failures.add(1)
+            log.exception("policy refresh failed")
 
     async def start(self) -> None:
         if self._tasks:
@@ -81,6 +100,9 @@ class PolicyWatcher:
             self._tasks.append(asyncio.create_task(self._follow_store()))
 
     async def stop(self) -> None:
+        if self._runner is not None:
+            self._tasks.append(self._runner)
+            self._runner = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -100,7 +122,7 @@ class PolicyWatcher:
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            await self._refresh_off_loop()
+            await self.refresh_now()
 
     async def _listen(self) -> None:
         assert self._redis is not None
@@ -111,7 +133,7 @@ class PolicyWatcher:
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if message is not None:
-                        await self._refresh_off_loop()
+                        await self.refresh_now()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis down: polling still keeps us within the interval
@@ -129,7 +151,7 @@ class PolicyWatcher:
                 return
             try:
                 async for _ in changes:
-                    await self._refresh_off_loop()
+                    await self.refresh_now()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # store unreachable: polling still keeps us within the interval

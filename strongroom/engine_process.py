@@ -23,7 +23,15 @@ from strongroom.config import Settings
 
 log = logging.getLogger("strongroom.engine")
 
-__all__ = ["KeyOperationLog", "build_backend", "end_with_parent", "ensure_demo_models", "run_engine"]
+__all__ = [
+    "KeyOperationLog",
+    "build_backend",
+    "end_with_parent",
+    "ensure_demo_models",
+    "model_sources",
+    "run_engine",
+    "run_engine_rank",
+]
 
 
 def _provider(settings: Settings, *, create: bool) -> Any:
@@ -77,9 +85,11 @@ def ensure_demo_models(settings: Settings) -> None:
         log.info("wrote demo model %s to %s", spec.name, dst)
 
 
-def _sources(
+def model_sources(
     settings: Settings, key_operations: list[KeyOperationEvent]
 ) -> tuple[dict[str, ModelSource], dict[str, str]]:
+    """Each configured model's source (sealed ones opened through the key provider, plaintext
+    ones refused where ``keys.require_sealed``), and why the others are out of service."""
     from keys import model_source, seal_registry
 
     sources: dict[str, ModelSource] = {}
@@ -154,7 +164,7 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
         )
         return LoadedEngine(stub_engine, {}, key_operations, {})
     ensure_demo_models(settings)
-    sources, failed = _sources(settings, key_operations)
+    sources, failed = model_sources(settings, key_operations)
     manifests = {name: str(getattr(s, "manifest_sha256", "")) for name, s in sources.items()}
     manifests = {name: digest for name, digest in manifests.items() if digest}
     from engine import AsyncEngine
@@ -230,3 +240,46 @@ def run_engine(settings: Settings, *, fd: int | None, host: str, port: int, stub
     )
     sock = socket.socket(fileno=fd) if fd is not None else None
     listener.serve(server.app(), host=host, port=port, sock=sock)
+
+
+def run_engine_rank(settings: Settings) -> None:
+    """Serve as one rank (not 0) of an engine whose rank 0 runs on another host (torchrun's
+    environment variables, ``engine.worker.rank_environment``). The models open as rank 0's do,
+    through the same sealing rules; one that does not open here fails rank 0's start."""
+    import msgspec
+
+    from engine.worker.rank_environment import RankEnvironment
+    from engine.worker.rank_worker import run_rank
+
+    env = RankEnvironment.from_environ(os.environ)
+    env.check(settings.engine)
+    from engine.errors import EngineConfigError
+
+    # Each rank unwraps the data key itself; its key operations go to its log and to rank 0,
+    # whose EngineInfo carries them to the gateway's audit log.
+    key_operations: list[KeyOperationEvent] = []
+    sources, failed = model_sources(settings, key_operations)
+    for op in key_operations:
+        log.info(
+            "key operation %s of model %s: key %s v%s (%s)%s",
+            op.operation,
+            op.model,
+            op.key_id,
+            op.key_version,
+            op.provider,
+            f", failed: {op.error}" if op.error else "",
+        )
+    models = tuple(m for m in settings.engine.models if m.name in sources)
+    if not models:  # (a config without models would fall back to reading the plain directories)
+        raise EngineConfigError(f"no model opens on this rank: {failed}")
+    config = msgspec.structs.replace(settings.engine, models=models)
+    log.info("engine rank %d of %d joining %s", env.rank, env.world_size, env.address)
+    run_rank(
+        env.rank,
+        config,
+        str(settings.data_path),
+        dict(sources),
+        env.address,
+        env.local_rank,
+        [msgspec.to_builtins(op) for op in key_operations],
+    )

@@ -19,9 +19,9 @@ option grpc.so_reuseport): gRPC binds its own sockets, so there is none to pass 
 has checked that nobody else holds that port.
 
 What is shared lives outside the workers: quotas and revocations in Redis (``serve`` refuses
-several workers without it), the policy in its store (each worker's ``PolicyWatcher`` reloads a
-change within ``access.poll_interval_s``, sooner on the Redis announcement), the audit log in the
-supervisor. A worker that dies is started again (at once, then backing off if it keeps dying).
+several workers without it), the policy in its store (a change is on the version board in shared
+memory before its call returns, and a worker behind the board reloads before it decides; see
+``policies.policy_freshness``), the audit log in the supervisor. A worker that dies is started again (at once, then backing off if it keeps dying).
 SIGTERM (or SIGINT) reaches every worker, each drains for ``server.drain_s``, and the audit log
 closes after the last of them, with their final records in.
 """

@@ -4,11 +4,15 @@ Trains a small Llama-shaped model (HF transformers, CPU, seeded) on 70 % of the 
 ``engine/loading/demo_data/corpus.txt`` (stopping where the next 10 % score best), saves it as a checkpoint, loads it through the engine
 (``LLM``) plain and with ``quantization = "fp8" | "int8"``, and scores the last 20 % with each
 set of weights: the engine's quantized layers' dequantized weights (exactly what their CPU
-forward multiplies by) are put back into the HF model, which computes the perplexity. "fp8-kv"
-simulates an FP8 E4M3 KV cache (not an engine feature yet) by rounding every key and value
-through E4M3 with one scale per tensor, as a quality bound for it; "fp8-w8a8" adds FP8
-activations (one scale per row) to the FP8 weights, as the CUDA prefill's ``torch._scaled_mm``
-runs them.
+forward multiplies by) are put back into the HF model, which computes the perplexity; "fp8-w8a8"
+adds FP8 activations (one scale per row) to the FP8 weights, as the CUDA prefill's
+``torch._scaled_mm`` runs them.
+
+The FP8 KV cache is scored by the engine itself: each held-out window is one prefill through the
+hosted model's own forward over the engine's paged pool (``kv_cache_dtype = "fp8"``: keys and
+values stored as E4M3 and every key read back from it), its logits at every position giving the
+perplexity. "engine-fp32" is that scorer with the plain cache (it agrees with "fp32" to float
+rounding); "fp8-kv" and "fp8+fp8-kv" (FP8 weights too) are compared with it.
 
     python -m bench.engine.quant_quality --steps 300 --out bench/results/quant_quality.json
 """
@@ -129,6 +133,37 @@ def _engine_weights(path: Path, quantization: str | None) -> dict[str, torch.Ten
     return out
 
 
+def _engine_perplexity(path: Path, ids: list[int], window: int, quantization: str | None, kv: str) -> float:
+    """Held-out perplexity computed by the engine's hosted model over its own KV pool."""
+    from engine.attention_backends.metadata import AttentionMetadata
+    from engine.llm import LLM
+
+    llm = LLM(str(path), quantization=quantization, kv_cache_dtype=kv, kv_cache_bytes=1 << 20)
+    model, block = llm.engine.models[path.name].model, llm.engine.config.block_size
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for start in range(0, len(ids) - 1, window):
+            chunk = torch.tensor(ids[start : start + window + 1])
+            n = chunk.shape[0] - 1
+            if n < 1:
+                break
+            # One sequence in the pool's first blocks (the engine is idle: nothing else holds them).
+            meta = AttentionMetadata(
+                slot_mapping=torch.arange(n),
+                block_tables=torch.arange(-(-n // block), dtype=torch.int32)[None],
+                context_lens=torch.tensor([n], dtype=torch.int32),
+                query_starts=torch.tensor([0, n], dtype=torch.int32),
+                block_size=block,
+                host_query_starts=(0, n),
+                host_context_lens=(n,),
+            )
+            hidden = model(chunk[:-1], torch.arange(n), meta)
+            logits = model.compute_logits(hidden)  # type: ignore[operator]
+            total += float(torch.nn.functional.cross_entropy(logits, chunk[1:], reduction="sum"))
+            count += n
+    return math.exp(total / count)
+
+
 def _fp8_round(t: torch.Tensor, *, rows: bool) -> torch.Tensor:
     """t through E4M3 and back, one scale per tensor or per row (last dim)."""
     amax = t.abs().amax(dim=-1, keepdim=True) if rows else t.abs().amax()
@@ -148,14 +183,17 @@ def measure(steps: int = 300, seed: int = 0, window: int = 64) -> dict[str, Any]
         tokenizer.save(str(path / "tokenizer.json"))
         (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
         weights = {q: _engine_weights(path, q) for q in (None, "fp8", "int8")}
+        engine = {
+            "engine-fp32": _engine_perplexity(path, held_out, window, None, "auto"),
+            "fp8-kv": _engine_perplexity(path, held_out, window, None, "fp8"),
+            "fp8+fp8-kv": _engine_perplexity(path, held_out, window, "fp8", "fp8"),
+        }
 
     def score(quantization: str | None, hook: str | None = None) -> float:
         model.load_state_dict(state)
         model.load_state_dict(weights[quantization], strict=False)
         handles = []
         for name, module in model.named_modules():
-            if hook == "kv" and name.endswith(("k_proj", "v_proj")):  # the keys and values it writes
-                handles.append(module.register_forward_hook(lambda _m, _i, out: _fp8_round(out, rows=False)))
             if hook == "activations" and name.endswith(_LINEARS):  # each linear's input, per row
                 handles.append(
                     module.register_forward_pre_hook(lambda _m, args: (_fp8_round(args[0], rows=True),))
@@ -170,18 +208,19 @@ def measure(steps: int = 300, seed: int = 0, window: int = 64) -> dict[str, Any]
         "fp32": score(None),
         "fp8": score("fp8"),
         "int8": score("int8"),
-        "fp8-kv": score(None, "kv"),
         # FP8 weights and activations, as the CUDA prefill runs them (quantization.scaled_mm).
         "fp8-w8a8": score("fp8", "activations"),
     }
-    base = results["fp32"]
+    # Each variant against the unquantized score of its own scorer (HF model, or the engine).
+    ratios = {k: v / results["fp32"] for k, v in results.items()}
+    ratios.update({k: v / engine["engine-fp32"] for k, v in engine.items()})
     return {
         "steps": steps,
         "seed": seed,
         "train_seconds": round(trained_s, 1),
         "held_out_tokens": len(held_out),
-        "perplexity": {k: round(v, 4) for k, v in results.items()},
-        "ratio_to_fp32": {k: round(v / base, 4) for k, v in results.items()},
+        "perplexity": {k: round(v, 4) for k, v in (results | engine).items()},
+        "ratio_to_fp32": {k: round(v, 4) for k, v in ratios.items()},
     }
 
 

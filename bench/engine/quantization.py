@@ -1,12 +1,16 @@
-"""Weight quantization on the GPU: batch-1 decode and memory of the Llama-3-8B shape, and the
-nano-vllm throughput workload on the Qwen3-0.6B shape, for bf16, FP8 and INT8 (W8A16) weights.
+"""Quantization on the GPU: batch-1 decode and memory of the Llama-3-8B shape, and the nano-vllm
+throughput workload on the Qwen3-0.6B shape, for bf16, FP8 and INT8 (W8A16) weights, an FP8 KV
+cache, and FP8 weights with an FP8 KV cache.
 
 Random bf16 weights, quantized at load (``quantization = "fp8" | "int8"``, one scale per output
-channel). Decode as ``bench.gpu_engine`` (prompt 128, 256 new tokens, greedy, CUDA graphs); the
-floor is the weight bytes actually stored plus the KV read per token at the measured copy
-bandwidth. One device call, JSON to ``--out``/quantization.json::
+channel); the KV cache as ``kv_cache_dtype`` ("auto": bf16, or "fp8"). Decode as
+``bench.gpu_engine`` (prompt 128, 256 new tokens, greedy, CUDA graphs); the floor is the weight
+bytes actually stored plus the KV read per token at the measured copy bandwidth. Throughput: every
+variant in the same run on a 48 GiB pool, with its speed-up over bf16, and each variant's memory:
+the model's bytes on the GPU and the KV blocks the engine's default sizing (90 % of the memory
+left after the weights) gives it. One device call, JSON to ``--out``/quantization.json::
 
-    python -m bench.engine.quantization --out $OUT [--throughput-scale 0.25] [--skip throughput]
+    python -m bench.engine.quantization --out $OUT [--throughput-scale 0.25] [--skip decode]
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ from bench.provenance import provenance
 from engine.tuning import DEFAULT_TUNING
 
 QUANTIZATIONS: tuple[str | None, ...] = (None, "fp8", "int8")
+THROUGHPUT_VARIANTS: tuple[tuple[str, str | None, str], ...] = (
+    ("bf16", None, "auto"),
+    ("fp8", "fp8", "auto"),
+    ("int8", "int8", "auto"),
+    ("fp8-kv", None, "fp8"),
+    ("fp8+fp8-kv", "fp8", "fp8"),
+)
+"""(label, quantization, kv_cache_dtype) of the throughput run."""
 
 
 def _label(quantization: str | None) -> str:
@@ -62,7 +74,8 @@ def _stored_weight_bytes(path: Path, quantization: str | None) -> dict[str, floa
     return {"weight_bytes": stored, "allocated_bytes": allocated}
 
 
-def run_decode(workdir: Path) -> dict[str, Any]:
+def run_decode(workdir: Path, weights: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``weights``: the labels to time (bf16, fp8, int8); all when empty."""
     random.seed(0)
     prompt = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
     warm = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
@@ -74,6 +87,8 @@ def run_decode(workdir: Path) -> dict[str, Any]:
     _free_gpu()
     result: dict[str, Any] = {"shape": "llama3-8b", "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS}
     for quantization in QUANTIZATIONS:
+        if weights and _label(quantization) not in weights:
+            continue
         entry: dict[str, Any] = _safe(lambda q=quantization: _stored_weight_bytes(path, q))
         timed = _safe(lambda q=quantization: _decode_variant(path, prompt, warm, DEFAULT_TUNING,
                                                              profile=True, quantization=q))  # fmt: skip
@@ -89,15 +104,50 @@ def run_decode(workdir: Path) -> dict[str, Any]:
     return result
 
 
+def _memory(path: Path, quantization: str | None, kv_cache_dtype: str) -> dict[str, Any]:
+    """The model's GPU bytes and the KV pool the engine sizes by default after loading it."""
+    import torch
+
+    from engine import LLM
+
+    _free_gpu()
+    before = torch.cuda.memory_allocated()
+    llm = LLM(str(path), dtype="bfloat16", device="cuda", max_num_seqs=4096, cuda_graphs=False,
+              quantization=quantization, kv_cache_dtype=kv_cache_dtype)  # fmt: skip
+    engine = llm.engine
+    model = engine.models[llm.model_names[0]].model
+    pool = engine.kv_cache.buffer.numel()
+    blocks = engine.stats()["blocks_total"]
+    out = {
+        "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "model_allocated_bytes": torch.cuda.memory_allocated() - before - pool,
+        "kv_pool_bytes": pool,
+        "kv_blocks": blocks,
+        "kv_block_bytes": engine.kv_cache.block_bytes,
+        "kv_tokens": int(blocks) * engine.config.block_size,
+    }
+    del llm, engine, model
+    _free_gpu()
+    return out
+
+
 def run_throughputs(workdir: Path, scale: float) -> dict[str, Any]:
     from bench.engine.random_model import build_random_qwen3
 
-    build_random_qwen3(workdir / "qwen3-0.6b", shape="qwen3-0.6b", dtype="bfloat16", device="cuda")
+    path = workdir / "qwen3-0.6b"
+    build_random_qwen3(path, shape="qwen3-0.6b", dtype="bfloat16", device="cuda")
     out: dict[str, Any] = {}
-    for quantization in QUANTIZATIONS:
-        out[_label(quantization)] = _safe(lambda q=quantization: run_throughput(workdir, scale, variants=False,
-                                                                                 quantization=q))  # fmt: skip
+    for label, quantization, kv in THROUGHPUT_VARIANTS:
+        entry: dict[str, Any] = {"memory": _safe(lambda q=quantization, k=kv: _memory(path, q, k))}
+        entry.update(_safe(lambda q=quantization, k=kv: run_throughput(workdir, scale, variants=False,
+                                                                        quantization=q, kv_cache_dtype=k,
+                                                                        profile=False)))  # fmt: skip
+        out[label] = entry
         _free_gpu()
+    base = out["bf16"].get("output_tok_s")
+    for entry in out.values():
+        if base and "output_tok_s" in entry:
+            entry["speedup_vs_bf16"] = entry["output_tok_s"] / base
     return out
 
 
@@ -105,14 +155,18 @@ def run_throughputs(workdir: Path, scale: float) -> dict[str, Any]:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @click.option("--throughput-scale", type=float, default=1.0, show_default=True)
 @click.option("--skip", multiple=True, type=click.Choice(["decode", "throughput"]))
-def main(out_dir: Path, throughput_scale: float, skip: tuple[str, ...]) -> None:
+@click.option("--decode-weights", multiple=True, type=click.Choice(["bf16", "fp8", "int8"]),
+              help="Weights timed in the decode stage (repeat; default: all).")  # fmt: skip
+def main(
+    out_dir: Path, throughput_scale: float, skip: tuple[str, ...], decode_weights: tuple[str, ...]
+) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"provenance": provenance(sys.argv, "cuda")}
     target = out_dir / "quantization.json"
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         workdir = Path(tmp)
         for stage, fn in (
-            ("decode", run_decode),
+            ("decode", lambda w: run_decode(w, decode_weights)),
             ("throughput", lambda w: run_throughputs(w, throughput_scale)),
         ):
             if stage in skip:

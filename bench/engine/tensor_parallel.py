@@ -1,6 +1,9 @@
-"""Tensor parallel: batch-1 latency and nano-vllm throughput at each ``tensor_parallel_size``.
+"""Tensor and pipeline parallel: batch-1 latency and nano-vllm throughput at each layout
+(``tensor_parallel_size`` x ``pipeline_parallel_size``).
 
     python -m bench.engine.tensor_parallel --shape llama3-8b --tp 1,2,4 --device cuda --dtype bfloat16
+    python -m bench.engine.tensor_parallel --shape llama3-8b --layout 1x1,2x1,1x2,2x2 --device cuda \\
+        --dtype bfloat16                                                    # PP 2 against TP 2
     python -m bench.engine.tensor_parallel --shape llama3-70b --tp 2,4 --device cuda --dtype bfloat16
     python -m bench.engine.tensor_parallel --shape tiny --tp 1,2 --device cpu --dtype float32 \\
         --throughput-scale 0.01 --new-tokens 8                              # CPU smoke run
@@ -15,8 +18,10 @@ For each size, one ``engine.LLM`` (ranks spawned as in production) serves:
 2. throughput on nano-vllm's workload (``bench.engine.throughput.time_workload``), scaled by
    ``--throughput-scale``.
 
-TP > 1 runs the engine's plain path (no fused step, CUDA graphs or asynchronous scheduling), so
-TP 1 here is measured on the fused path it normally runs; the JSON says which path each used.
+TP or PP > 1 runs the engine's plain path (no fused step, CUDA graphs or asynchronous
+scheduling), so 1x1 here is measured on the fused path it normally runs; the JSON says which
+path each used. PP's batch 1 is one micro-batch, so its stages take turns: the layout pays for
+itself in throughput (micro-batches overlap) and in memory, not in batch-1 latency.
 One JSON file in bench/results/ with provenance, rewritten after every size.
 """
 
@@ -97,16 +102,19 @@ def batch1(llm: Any, new_tokens: int, seed: int = 0) -> dict[str, Any]:
 
 
 def run_size(
-    model_dir: Path, tp: int, *, device: str, dtype: str, new_tokens: int, scale: float
+    model_dir: Path, tp: int, *, pp: int = 1, device: str, dtype: str, new_tokens: int, scale: float
 ) -> dict[str, Any]:
     from engine import LLM
 
     start = time.perf_counter()
-    with LLM(str(model_dir), dtype=dtype, device=device, tensor_parallel_size=tp) as llm:
+    with LLM(
+        str(model_dir), dtype=dtype, device=device, tensor_parallel_size=tp, pipeline_parallel_size=pp
+    ) as llm:
         load_s = time.perf_counter() - start
         runner = next(iter(llm.engine.runners.values()))
         out: dict[str, Any] = {
             "tensor_parallel_size": tp,
+            "pipeline_parallel_size": pp,
             "path": "fused" if runner.fused is not None else "plain",
             "cuda_graphs": runner.graphs is not None,
             "load_s": load_s,
@@ -115,7 +123,8 @@ def run_size(
         }
         if scale > 0:
             workload = nano_vllm_workload().scaled(scale)
-            out["throughput"] = asdict(time_workload(llm, workload, device, system=f"ours-tp{tp}"))
+            system = f"ours-tp{tp}" + (f"-pp{pp}" if pp > 1 else "")
+            out["throughput"] = asdict(time_workload(llm, workload, device, system=system))
     gc.collect()
     if device.startswith("cuda"):
         import torch
@@ -127,6 +136,12 @@ def run_size(
 @click.command()
 @click.option("--shape", type=click.Choice(sorted(SHAPES)), default="tiny")
 @click.option("--tp", "sizes", default="1,2", help="Comma-separated tensor_parallel_size values.")
+@click.option(
+    "--layout",
+    "layouts",
+    default=None,
+    help="Comma-separated TPxPP layouts (1x1,2x1,1x2); replaces --tp.",
+)
 @click.option("--device", default="cpu")
 @click.option("--dtype", default="float32")
 @click.option("--layers", type=int, default=None, help="Keep only the first N decoder layers.")
@@ -137,6 +152,7 @@ def run_size(
 def tensor_parallel(
     shape: str,
     sizes: str,
+    layouts: str | None,
     device: str,
     dtype: str,
     layers: int | None,
@@ -145,8 +161,8 @@ def tensor_parallel(
     model_dir: Path | None,
     output: Path | None,
 ) -> None:
-    """Batch-1 latency and throughput of one model shape at several tensor-parallel sizes."""
-    tps = [int(s) for s in sizes.split(",") if s.strip()]
+    """Batch-1 latency and throughput of one model shape at several tensor/pipeline-parallel layouts."""
+    grid = _layouts(layouts) if layouts else [(int(s), 1) for s in sizes.split(",") if s.strip()]
     fields = {**SHAPES[shape], **({"num_hidden_layers": layers} if layers else {})}
     path = output or RESULTS_DIR / (
         f"tensor_parallel_{shape}_{device.split(':')[0]}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
@@ -166,21 +182,28 @@ def tensor_parallel(
         checkpoint = model_dir or write_random_llama(
             Path(tmp) / shape, fields, dtype=dtype, device="cuda" if device.startswith("cuda") else "cpu"
         )
-        for tp in tps:
+        for tp, pp in grid:
+            name = str(tp) if pp == 1 and not layouts else f"{tp}x{pp}"
             try:
                 result = run_size(
-                    checkpoint, tp, device=device, dtype=dtype, new_tokens=new_tokens, scale=throughput_scale
+                    checkpoint,
+                    tp,
+                    pp=pp,
+                    device=device,
+                    dtype=dtype,
+                    new_tokens=new_tokens,
+                    scale=throughput_scale,
                 )
             except Exception as exc:  # one size failing (out of memory) keeps the others
-                report["errors"][str(tp)] = f"{type(exc).__name__}: {exc}"
-                click.echo(f"tp {tp}: FAILED {report['errors'][str(tp)]}", err=True)
+                report["errors"][name] = f"{type(exc).__name__}: {exc}"
+                click.echo(f"{name}: FAILED {report['errors'][name]}", err=True)
                 continue
             report["results"].append(result)
             b1 = result["batch1"]
             tput = result.get("throughput", {}).get("output_tok_s", float("nan"))
             click.echo(
-                f"tp {tp} ({result['path']}): ttft {b1['ttft_ms']:.1f} ms  tpot {b1['tpot_median_ms']:.2f} ms"
-                f"  throughput {tput:.1f} output tok/s"
+                f"tp {tp} x pp {pp} ({result['path']}): ttft {b1['ttft_ms']:.1f} ms"
+                f"  tpot {b1['tpot_median_ms']:.2f} ms  throughput {tput:.1f} output tok/s"
             )
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(report, indent=2))
@@ -189,6 +212,16 @@ def tensor_parallel(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
     click.echo(f"wrote {path}")
+
+
+def _layouts(text: str) -> list[tuple[int, int]]:
+    grid = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        tp, sep, pp = part.partition("x")
+        if not sep or not tp.isdigit() or not pp.isdigit():
+            raise click.BadParameter(f"{part!r} is not TPxPP (e.g. 2x1)", param_hint="--layout")
+        grid.append((int(tp), int(pp)))
+    return grid
 
 
 if __name__ == "__main__":

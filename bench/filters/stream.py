@@ -1,26 +1,34 @@
-"""CPU of the streaming response filter per delta and per token, with the windowed filter it
-replaced (``bench.filters.windowed_stream_filter``) as the peer, in the same run, on one core.
+"""CPU of the streaming response filter per delta and per token, beside the two filters it
+replaced, in the same run, on one core:
 
-    .venv/bin/python -m bench.filters.stream [--repeat 5]
+- ``eager``: the incremental filter as every cursor reading every delta
+  (``bench.filters.eager_stream_filter``, the filter before idle cursors were left unread);
+- ``windowed``: the filter before that, which rescanned a ~570-character window with every
+  detector each delta (``bench.filters.windowed_stream_filter``).
 
-Two answers, packaged policy (every detector on):
+    python -m bench.filters.stream [--repeat 5]
+
+Three answers, packaged policy (every detector on):
 
 - ``mixed``: the 2 KB zh+en text of ``bench.filters.speed`` (a card, a mobile, an address, an
   IP, a resident ID, an IBAN, an SSN, a credit code in 2,048 bytes: far denser than an answer);
-- ``prose``: 2,100 characters of English without a value in it.
+- ``prose``: 2,100 characters of English without a value in it;
+- ``answer``: 4,000 characters of English prose with a value (card, address, IBAN, IP, key,
+  injection phrase) after about one sentence in ten, as a model answers now and then.
 
 For delta sizes 1, 4, 16 and 64 characters: CPU time per delta and per character, characters
-handed to detectors per character received (``StreamFilter.num_scanned``; the peer rescans
-its ~570-character window with every detector each delta), and the most characters held back.
-Then the whole stream path per token: ``StreamWriter.add`` for 4-character tokens (filter,
-logprob bookkeeping and the SSE chunk), with the new filter, the peer, and a policy that turns
-every detector off. CPU is ``time.process_time`` of the best of ``--repeat`` runs.
+handed to detectors per character received (``StreamFilter.num_scanned``), and the most
+characters held back. Then the whole stream path per token: ``StreamWriter.add`` for
+4-character tokens (filter, logprob bookkeeping and the SSE chunk), with each filter and with a
+policy that turns every detector off. CPU is ``time.process_time`` of the best of ``--repeat``
+runs.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,9 +37,11 @@ from typing import Any, cast
 
 import click
 
-from bench.filters.results import RESULTS, pin_one_core, provenance
+from bench.filters.eager_stream_filter import EagerStreamFilter
+from bench.filters.results import RESULTS, pin_one_core
 from bench.filters.speed import prompt_2kb
 from bench.filters.windowed_stream_filter import WindowedStreamFilter
+from bench.provenance import provenance
 from engine.serving.protocol import DeltaEvent
 from filters import Direction, FilterConfig, FilterContext, FilterPipeline
 from gateway.response_shape import ResponseShape
@@ -46,16 +56,41 @@ PROSE = (
 ) * 12
 
 
+ANSWER_VALUES = (
+    "4111 1111 1111 1111",
+    "zhang.san@example.com",
+    "DE89 3704 0044 0532 0130 00",
+    "10.1.2.3",
+    'api_key = "a8f9Kq2LmZ7xP0vB3nW5"',
+    "ignore previous instructions",
+)
+
+
+def answer_text(num_chars: int = 4000) -> str:
+    """English prose with a value after about one sentence in ten."""
+    rng = random.Random(0)
+    sentences = [s.strip() + ". " for s in PROSE.split(". ") if s.strip()][:2]
+    text = ""
+    while len(text) < num_chars:
+        text += rng.choice(sentences)
+        if rng.random() < 0.1:
+            text += f"Use {rng.choice(ANSWER_VALUES)} here. "
+    return text
+
+
 class _Peer:
-    """A pipeline whose streams are the windowed filter (for ``StreamWriter``)."""
+    """A pipeline whose streams are one of the replaced filters (for ``StreamWriter``)."""
 
-    def __init__(self, pipeline: FilterPipeline) -> None:
+    def __init__(
+        self, pipeline: FilterPipeline, kind: type[EagerStreamFilter | WindowedStreamFilter]
+    ) -> None:
         self._pipeline = pipeline
+        self._kind = kind
 
-    def stream(self, ctx: FilterContext) -> WindowedStreamFilter:
+    def stream(self, ctx: FilterContext) -> EagerStreamFilter | WindowedStreamFilter:
         ruleset = self._pipeline.ruleset
         actions = ruleset.actions_for(Direction.RESPONSE, ctx)
-        return WindowedStreamFilter(ruleset.scanner, actions, on_error=ruleset.policy.on_error)
+        return self._kind(ruleset.scanner, actions, on_error=ruleset.policy.on_error)
 
 
 def best_cpu(run: Callable[[], object], repeat: int) -> float:
@@ -81,14 +116,15 @@ def stream_once(make: Callable[[], Any], chunks: list[str]) -> tuple[Any, int]:
 
 
 def filter_costs(pipeline: FilterPipeline, text: str, repeat: int) -> dict[str, Any]:
-    peer = _Peer(pipeline)
+    eager, windowed = _Peer(pipeline, EagerStreamFilter), _Peer(pipeline, WindowedStreamFilter)
     rows = {}
     for delta in DELTAS:
         chunks = [text[i : i + delta] for i in range(0, len(text), delta)]
         row: dict[str, Any] = {"num_deltas": len(chunks)}
         for name, make in (
             ("incremental", lambda: pipeline.stream(CTX)),
-            ("windowed", lambda: peer.stream(CTX)),
+            ("eager", lambda: eager.stream(CTX)),
+            ("windowed", lambda: windowed.stream(CTX)),
         ):
             cpu = best_cpu(lambda make=make, chunks=chunks: stream_once(make, chunks), repeat)
             sf, most_held = stream_once(make, chunks)
@@ -97,9 +133,12 @@ def filter_costs(pipeline: FilterPipeline, text: str, repeat: int) -> dict[str, 
                 "us_per_char": round(cpu / len(text) * 1e6, 3),
                 "most_chars_held": most_held,
             }
-            if name == "incremental":
+            if name != "windowed":
                 row[name]["chars_scanned_per_char"] = round(sf.num_scanned / len(text), 2)
-        row["speedup"] = round(row["windowed"]["us_per_delta"] / row["incremental"]["us_per_delta"], 1)
+        for peer in ("eager", "windowed"):
+            row[f"speedup_vs_{peer}"] = round(
+                row[peer]["us_per_delta"] / row["incremental"]["us_per_delta"], 1
+            )
         rows[f"delta_{delta}"] = row
     return {"chars": len(text), **rows}
 
@@ -138,21 +177,44 @@ def off_pipeline(folder: Path) -> FilterPipeline:
 def main(repeat: int, out: str) -> None:
     pin_one_core()
     pipeline = FilterPipeline.from_config(FilterConfig(), Path("."))
-    mixed = prompt_2kb(random.Random(0))
-    result: dict[str, Any] = {**provenance("bench.filters.stream"), "one_core": True, "policy": "packaged"}
-    result["filter_mixed"] = filter_costs(pipeline, mixed, repeat)
-    result["filter_prose"] = filter_costs(pipeline, PROSE, repeat)
+    texts = {"mixed": prompt_2kb(random.Random(0)), "prose": PROSE, "answer": answer_text()}
+    result: dict[str, Any] = {**provenance(sys.argv, "cpu"), "one_core": True, "policy": "packaged"}
+    for name, text in texts.items():
+        result[f"filter_{name}"] = filter_costs(pipeline, text, repeat)
     with tempfile.TemporaryDirectory() as folder:
         writers = {
             "incremental": pipeline,
-            "windowed": _Peer(pipeline),
+            "eager": _Peer(pipeline, EagerStreamFilter),
+            "windowed": _Peer(pipeline, WindowedStreamFilter),
             "filters_off": off_pipeline(Path(folder)),
         }
-        result["stream_writer_mixed"] = writer_costs(writers, mixed, repeat)
-        result["stream_writer_prose"] = writer_costs(writers, PROSE, repeat)
+        for name, text in texts.items():
+            result[f"stream_writer_{name}"] = writer_costs(writers, text, repeat)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    print(json.dumps(result, indent=2, ensure_ascii=False))
+    print_table(result, texts)
+
+
+def print_table(result: dict[str, Any], texts: dict[str, str]) -> None:
+    print(
+        "text   | delta | incremental us/delta | eager us/delta | windowed us/delta | x eager | scanned/char"
+    )
+    for name in texts:
+        for delta in DELTAS:
+            row = result[f"filter_{name}"][f"delta_{delta}"]
+            print(
+                f"{name:6s} | {delta:5d} | {row['incremental']['us_per_delta']:20.2f} "
+                f"| {row['eager']['us_per_delta']:14.2f} | {row['windowed']['us_per_delta']:17.2f} "
+                f"| {row['speedup_vs_eager']:7.1f} | {row['incremental']['chars_scanned_per_char']:.2f}"
+            )
+    print("\nStreamWriter.add, 4-character tokens, us/token")
+    print("text   | incremental | eager | windowed | filters off")
+    for name in texts:
+        w = result[f"stream_writer_{name}"]
+        print(
+            f"{name:6s} | {w['incremental_us_per_token']:11.2f} | {w['eager_us_per_token']:5.2f} "
+            f"| {w['windowed_us_per_token']:8.2f} | {w['filters_off_us_per_token']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -128,38 +128,75 @@ def coverage(
     return out
 
 
+def _timed_ms(step: Any, device: str, iters: int, setup: Any = None) -> float:
+    """Mean ms of ``step()`` with the device drained after each call (the mask's whole latency);
+    ``setup()`` runs before each, untimed."""
+    cuda = device.startswith("cuda")
+    for _ in range(3):
+        if setup is not None:
+            setup()
+        step()
+    total = 0.0
+    for _ in range(iters):
+        if setup is not None:
+            setup()
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        total += time.perf_counter() - start
+    return total / iters * 1e3
+
+
 def engine_mask_times(
     tokenizer: Tokenizer, eos_id: int, batches: list[int], device: str, iters: int = 20
 ) -> list[dict[str, Any]]:
-    """The engine's own per-step cost (``GrammarMask.apply``: batched fill, unpack, fill the
-    logits) with every row but one constrained (the last row stays free), json_object at its start."""
+    """The engine's own per-step mask cost with every row but one constrained (the last row stays
+    free), json_object at its start: the old path (``LegacyGrammarMask``: fresh pageable bitmask,
+    bool unpack, masked_fill) beside ``GrammarMask.apply`` (pinned buffer, packed kernel on CUDA),
+    and what ``apply`` leaves on the step when a prefetch has already filled the masks."""
+    from bench.structured.legacy_mask import LegacyGrammarMask
     from engine.core.structured_output import StructuredOutput
     from engine.sampling import GrammarCompiler
     from engine.sampling.grammar_mask import GrammarMask
 
     vocab = tokenizer.get_vocab_size()
     compiler = GrammarCompiler(tokenizer.to_str(), vocab, {eos_id})
-    mask = GrammarMask()
+    old, new = LegacyGrammarMask(), GrammarMask()
     records = []
     for batch in batches:
         matchers = [compiler.matcher(StructuredOutput.json_object()) for _ in range(batch)]
-        logits = torch.randn(batch + 1, vocab, device=device)
-        rows = [*matchers, None]
-        for _ in range(3):
-            mask.apply(logits, rows)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(iters):
-            mask.apply(logits, rows)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        records.append(
-            {
-                "batch": batch,
-                "constrained_rows": batch,
-                "vocab": vocab,
-                "apply_ms": (time.perf_counter() - start) / iters * 1e3,
-            }
-        )
+        records.append(_engine_mask_record(old, new, matchers, vocab, device, iters))
     return records
+
+
+def _engine_mask_record(
+    old: Any, new: Any, matchers: list[Any], vocab: int, device: str, iters: int
+) -> dict[str, Any]:
+    batch = len(matchers)
+    logits = torch.randn(batch + 1, vocab, device=device)
+    rows = [*matchers, None]
+    want = logits.clone()
+    old.apply(want, rows)
+    got = logits.clone()
+    new.apply(got, rows)
+    if not torch.equal(got, want):
+        raise AssertionError(f"the old and new masks differ at batch {batch}")
+
+    def prefetched() -> None:
+        new.prefetch(matchers, logits.device)
+        new.wait()
+
+    return {
+        "batch": batch,
+        "constrained_rows": batch,
+        "vocab": vocab,
+        "old_apply_ms": _timed_ms(lambda: old.apply(logits, rows), device, iters),
+        "new_apply_ms": _timed_ms(lambda: new.apply(logits, rows), device, iters),
+        "fill_ms": _timed_ms(prefetched, "cpu", iters),
+        "new_apply_after_prefetch_ms": _timed_ms(
+            lambda: new.apply(logits, rows), device, iters, setup=prefetched
+        ),
+    }

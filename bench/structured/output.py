@@ -1,7 +1,12 @@
 """Structured output: grammar libraries' mask time and coverage, and constrained vs free TPOT.
 
     python -m bench.structured.output                       # CPU: masks (demo + 150k vocab), TPOT
+    python -m bench.structured.output --device cuda --skip masks --skip coverage   # the H200 run
     python -m bench.structured.output --device cuda --skip masks --model /path/to/qwen3
+
+``engine-mask`` prints the engine's per-step mask cost, old path beside new; ``tpot`` free vs
+constrained decoding (new and old mask), on CUDA with a random Qwen3-0.6B-shaped model and a
+151,643-token vocabulary unless ``--model`` names a checkpoint.
 
 Writes bench/results/structured_output_<device>.json (or --out). See bench/BENCHMARKS.md.
 """
@@ -11,11 +16,13 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from bench.provenance import provenance
 from bench.structured.masks import coverage, engine_mask_times, mask_times
 from bench.structured.vocab import real_like_tokenizer
 
@@ -54,7 +61,12 @@ def main(
 ) -> None:
     sizes = [int(b) for b in batches.split(",")]
     threads = os.cpu_count() or 1
-    result: dict[str, Any] = {"device": device, "host": platform.node(), "threads": threads}
+    result: dict[str, Any] = {
+        "provenance": provenance(sys.argv, device.split(":")[0]),
+        "device": device,
+        "host": platform.node(),
+        "threads": threads,
+    }
     vocabs: dict[str, tuple[Any, int]] = {"demo-chat": _demo_tokenizer()}
     if "large-vocab" not in skip:
         tok = real_like_tokenizer()

@@ -1,10 +1,14 @@
-"""Attention over gathered KV pages in plain torch: one sequence at a time, exact, slow."""
+"""Attention over gathered KV pages in plain torch: one sequence at a time, exact, slow.
+
+An FP8 cache (``engine.quantization.kv_quant``) is written through ``quantize_kv`` and read back
+through ``dequantize_kv``: the reference the Triton kernels' FP8 paths are checked against."""
 
 from __future__ import annotations
 
 import torch
 
 from engine.attention_backends.metadata import AttentionMetadata
+from engine.quantization.kv_quant import UNIT_SCALES, KVScales, dequantize_kv, quantize_kv
 
 __all__ = ["TorchAttentionBackend"]
 
@@ -19,10 +23,13 @@ class TorchAttentionBackend:
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
+        scales: KVScales = UNIT_SCALES,
     ) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim] -> their slots of the paged cache
         blocks = meta.slot_mapping // meta.block_size
         offsets = meta.slot_mapping % meta.block_size
+        if k_cache.dtype == torch.float8_e4m3fn:
+            k, v = quantize_kv(k, scales.k), quantize_kv(v, scales.v)
         k_cache[blocks, offsets] = k
         v_cache[blocks, offsets] = v
 
@@ -35,6 +42,7 @@ class TorchAttentionBackend:
         *,
         scale: float,
         sliding_window: int | None = None,
+        scales: KVScales = UNIT_SCALES,
     ) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
         out = torch.empty_like(q)
@@ -46,6 +54,7 @@ class TorchAttentionBackend:
             blocks = meta.block_tables[i, :num_blocks].long()
             k = k_cache[blocks].flatten(0, 1)[:ctx]  # [ctx, num_kv_heads, head_dim]
             v = v_cache[blocks].flatten(0, 1)[:ctx]
+            k, v = dequantize_kv(k, scales.k, q.dtype), dequantize_kv(v, scales.v, q.dtype)
             if group > 1:
                 k = k.repeat_interleave(group, dim=1)
                 v = v.repeat_interleave(group, dim=1)

@@ -11,6 +11,7 @@ import itertools
 import torch
 
 from engine.attention_backends.metadata import AttentionMetadata
+from engine.quantization.kv_quant import UNIT_SCALES, KVScales
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["TritonAttentionBackend", "num_splits_for"]
@@ -46,11 +47,12 @@ class TritonAttentionBackend:
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
+        scales: KVScales = UNIT_SCALES,
     ) -> None:
         # k, v: [num_tokens, num_kv_heads, head_dim] -> their slots of the paged cache
         from engine.kernels import kv_write
 
-        kv_write(k, v, k_cache, v_cache, meta.slot_mapping, tuning=self.tuning)
+        kv_write(k, v, k_cache, v_cache, meta.slot_mapping, scales=scales, tuning=self.tuning)
 
     def forward(
         self,
@@ -61,6 +63,7 @@ class TritonAttentionBackend:
         *,
         scale: float,
         sliding_window: int | None = None,
+        scales: KVScales = UNIT_SCALES,
     ) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
         from engine.kernels import paged_attention
@@ -78,6 +81,7 @@ class TritonAttentionBackend:
             scale=scale,
             sliding_window=sliding_window,
             num_splits=self.num_splits(meta, k_cache, max_query_len),
+            scales=scales,
             tuning=self.tuning,
         )
 

@@ -49,6 +49,8 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     """How the chat template writes tool calls (``engine.text.tool_syntax``); empty: no tools."""
     quantization: str | None = None
     """The linear layers' weight quantization ("fp8", "int8", "fp8-block128x128"), None if none."""
+    kv_cache_dtype: str = ""
+    """What the KV cache stores keys and values as ("bfloat16", "float8_e4m3fn"); empty: unknown."""
     kind: str = "chat"
     """"chat" or "embedding"."""
     embedding_size: int = 0

@@ -48,7 +48,8 @@ def rope_attention(
         return decode_attention(
             q, new, layer.k_cache, layer.v_cache, meta.block_tables, meta.context_lens, meta.query_starts,
             scale=layer.scale, sliding_window=layer.sliding_window,
-            num_splits=backend.num_splits(meta, layer.k_cache, 1), defer_merge=defer_merge, tuning=tuning,
+            num_splits=backend.num_splits(meta, layer.k_cache, 1), defer_merge=defer_merge,
+            scales=layer.kv_scales, tuning=tuning,
         )  # fmt: skip
     q = rotary_kv_write(
         positions,
@@ -60,8 +61,15 @@ def rope_attention(
         layer.v_cache,
         meta.slot_mapping,
         qk_norm=qk_norm,
+        scales=layer.kv_scales,
         tuning=tuning,
     )
     return backend.forward(
-        q, layer.k_cache, layer.v_cache, meta, scale=layer.scale, sliding_window=layer.sliding_window
+        q,
+        layer.k_cache,
+        layer.v_cache,
+        meta,
+        scale=layer.scale,
+        sliding_window=layer.sliding_window,
+        scales=layer.kv_scales,
     )

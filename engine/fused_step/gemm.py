@@ -78,7 +78,7 @@ def row(layer: RowParallelLinear, x: torch.Tensor | PendingMerge, tuning: CudaTu
     else:
         y = _matmul(x, layer.weight, bias, tuning)
     if layer.tp_size > 1:
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=layer.tp_group)
     return y
 
 
@@ -123,14 +123,14 @@ def silu_mul_down(
         y = quant_gemv(
             gate_up, layer.weight, layer.weight_scale, layer.group, bias, silu_mul=True, tuning=tuning
         )
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=layer.tp_group)
         return y
     if _defers(layer, gate_up, tuning):
         return skinny_gemm_deferred(gate_up, layer.weight, layer.bias, silu_mul=True, tuning=tuning)
     bias = layer.bias if layer.tp_rank == 0 else None
     y = skinny_gemm(gate_up, layer.weight, bias, silu_mul=True, tuning=tuning)
     if layer.tp_size > 1:
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=layer.tp_group)
     return y
 
 

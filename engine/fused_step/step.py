@@ -39,19 +39,23 @@ class FusedStep:
         self.model = model
         self.tuning = tuning
         self.attention = TritonAttentionBackend(tuning)
+        body = model.model
+        if body.embed_tokens is None or body.norm is None:
+            raise ValueError("the fused step runs whole models, not one pipeline stage")
+        self.embed_tokens, self.norm = body.embed_tokens, body.norm
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> Hidden:
         # token_ids, positions: [num_tokens] -> [num_tokens, hidden] (or one row's pending norm)
         body, t = self.model.model, self.tuning
         if not body.layers:
-            return norm(body.norm, body.embed_tokens(token_ids), t)
+            return norm(self.norm, self.embed_tokens(token_ids), t)
         first, *rest = cast("list[LlamaDecoderLayer]", list(body.layers))
-        h, residual = embed_norm(body.embed_tokens, first.input_layernorm, token_ids, t)
+        h, residual = embed_norm(self.embed_tokens, first.input_layernorm, token_ids, t)
         x, residual = self._decoder_layer(first, positions, h, residual, meta)
         for layer in rest:
             h, residual = add_norm(layer.input_layernorm, x, residual, t)
             x, residual = self._decoder_layer(layer, positions, h, residual, meta)
-        hidden, _ = add_norm(body.norm, x, residual, t)
+        hidden, _ = add_norm(self.norm, x, residual, t)
         return hidden
 
     def logits(

@@ -23,6 +23,12 @@ from registers, never from the cache it may still be writing::
     before:  qkv GEMM -> RoPE + KV write -> attention -> merge
     after:   qkv GEMM -> attention (RoPE, KV write inside) -> merge
 
+An FP8 cache (float8_e4m3fn, ``engine.quantization.kv_quant``) holds K / k_scale and V / v_scale:
+each tile widens to the activations' dtype (exact), k_scale folds into the softmax scale and
+v_scale into the output, so the loop does no more arithmetic than with a bf16 cache. The fused
+decode stores its new key and value rounded as the RoPE kernel does, and joins them to the keys
+rounded too, so it sees what a later step will read back.
+
 Everything the grid depends on is fixed by the host-side batch shape (number of sequences,
 longest query), never by context lengths, so a decode step can be graph-captured.
 """
@@ -35,9 +41,11 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.e4m3 import cache_value
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.rotary_kv import cos_sin, norm_weights, rotate_halves
 from engine.kernels.split_merge import PendingMerge
+from engine.quantization.kv_quant import UNIT_SCALES, KVScales
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["NewTokenRope", "decode_attention", "paged_attention"]
@@ -46,7 +54,7 @@ __all__ = ["NewTokenRope", "decode_attention", "paged_attention"]
 @triton.jit
 def _attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, tables_ptr, ctx_ptr, starts_ptr,
-    scale, window,
+    scale, window, k_scale, v_scale, inv_k_scale, inv_v_scale,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_bt, stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
     num_q_tiles,
@@ -55,7 +63,7 @@ def _attention_kernel(
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, M: tl.constexpr, HEAD_DIM: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
     HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr,
-    ROPE: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
+    ROPE: tl.constexpr, NORM: tl.constexpr, FP8: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0) // num_q_tiles
     q_tile = tl.program_id(0) % num_q_tiles
@@ -101,6 +109,9 @@ def _attention_kernel(
         q, k_new, v_new = _rope_new_token(q_ptr, new_k_ptr, new_v_ptr, q_start, head, row_ok, kv_head, d,
                                           stride_qt, stride_qh, stride_nkt, stride_nkh, stride_nvt, stride_nvh,
                                           cos, sin, q_w1, q_w2, k_w1, k_w2, eps, HEAD_DIM // 2, NORM)  # fmt: skip
+        # What the cache holds for them (an FP8 cache: E4M3 of k / k_scale), stored and joined.
+        k_new = cache_value(k_new, inv_k_scale, FP8)
+        v_new = cache_value(v_new, inv_v_scale, FP8)
         if (lo <= ctx - 1) & (ctx - 1 < hi) & (slot >= 0):
             # The split that holds the new key stores it; the others never read its slot.
             dst = (slot // BLOCK_SIZE) * stride_kb + (slot % BLOCK_SIZE) * stride_ks + d[None, :]
@@ -134,14 +145,17 @@ def _attention_kernel(
                             stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                             BLOCK_SIZE)  # fmt: skip
         t_ok = t < hi
+        if FP8:  # E4M3 widens exactly; the scales are applied to the scores and the output
+            k = k.to(q_ptr.dtype.element_ty)
+            v = v.to(q_ptr.dtype.element_ty)
         if ROPE:
             is_new = (t == ctx - 1)[:, None]
-            k = tl.where(is_new, k_new, k)
-            v = tl.where(is_new, v_new, v)
+            k = tl.where(is_new, k_new.to(k.dtype), k)
+            v = tl.where(is_new, v_new.to(v.dtype), v)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [M, TILE_N]
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * (scale * k_scale)  # [M, TILE_N]
         allowed = t_ok[None, :] & (t[None, :] <= q_pos[:, None])
         if HAS_WINDOW:
             allowed &= q_pos[:, None] - t[None, :] < window
@@ -158,6 +172,8 @@ def _attention_kernel(
     token = q_start + qi
     has_keys = l_i > 0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
+    if FP8:
+        out = out * v_scale
     out_mask = row_ok[:, None] & d_ok[None, :]
     out_ptrs = (
         out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + split * stride_os + d[None, :]
@@ -263,6 +279,7 @@ def paged_attention(
     tile_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    scales: KVScales = UNIT_SCALES,
     tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new tokens over its paged context.
@@ -272,12 +289,13 @@ def paged_attention(
     context_lens: [num_seqs] int32; query_starts: [num_seqs + 1] int32. ``num_splits`` (a power
     of two) cuts each sequence's keys for more parallelism when there are few query tokens.
     ``tile_n`` (keys per loop step), ``num_warps`` and ``num_stages`` override the tuned launch
-    shape (benchmark sweeps).
+    shape (benchmark sweeps). A float8_e4m3fn cache holds K / scales.k and V / scales.v.
     Returns [num_tokens, num_heads, head_dim] in q's dtype.
     """
     out = _attend(q, (k_cache, v_cache), (block_tables, context_lens, query_starts), None,
                   max_query_len=max_query_len, scale=scale, sliding_window=sliding_window, num_splits=num_splits,
-                  tuning=tuning, tile_n=tile_n, num_warps=num_warps, num_stages=num_stages)  # fmt: skip
+                  tuning=tuning, tile_n=tile_n, num_warps=num_warps, num_stages=num_stages,
+                  scales=scales)  # fmt: skip
     return out if isinstance(out, torch.Tensor) else out.merge_into(torch.empty_like(q), tuning)
 
 
@@ -294,6 +312,7 @@ def decode_attention(
     sliding_window: int | None = None,
     num_splits: int = 1,
     defer_merge: bool = False,
+    scales: KVScales = UNIT_SCALES,
     tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor | PendingMerge:
     """A decode step (one new token per sequence) with its RoPE and cache write inside: each
@@ -312,7 +331,8 @@ def decode_attention(
     if new.slot_mapping.dtype != torch.int64:
         raise ValueError("decode_attention needs int64 slots (a large pool overflows int32)")
     out = _attend(q, (k_cache, v_cache), (block_tables, context_lens, query_starts), new, max_query_len=1,
-                  scale=scale, sliding_window=sliding_window, num_splits=num_splits, tuning=tuning)  # fmt: skip
+                  scale=scale, sliding_window=sliding_window, num_splits=num_splits, tuning=tuning,
+                  scales=scales)  # fmt: skip
     if isinstance(out, torch.Tensor) or defer_merge:
         return out
     return out.merge_into(torch.empty_like(q), tuning)
@@ -332,6 +352,7 @@ def _attend(
     tile_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    scales: KVScales = UNIT_SCALES,
 ) -> torch.Tensor | PendingMerge:
     # The kernel's launch: its output, or its partials when it splits the keys.
     # caches: (k_cache, v_cache); batch: (block_tables, context_lens, query_starts)
@@ -343,6 +364,12 @@ def _attend(
         raise ValueError("paged_attention needs a contiguous head_dim")
     if num_splits < 1 or num_splits & (num_splits - 1):
         raise ValueError("num_splits must be a power of two")
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    kv_scales = (scales.k, scales.v) if fp8 else (1.0, 1.0)  # a plain cache holds K and V themselves
+    if v_cache.dtype != k_cache.dtype or (not fp8 and k_cache.dtype != q.dtype):
+        raise ValueError(
+            f"a KV cache of {k_cache.dtype} for queries of {q.dtype}: only the same dtype or float8_e4m3fn"
+        )
     group = num_heads // num_kv_heads
     # Two variants per model (decode, and everything else), so few compile at first use.
     block_q = 1 if max_query_len == 1 else max(1, 64 // group)
@@ -380,7 +407,7 @@ def _attend(
                 new.k.stride(0), new.k.stride(1), new.v.stride(0), new.v.stride(1))  # fmt: skip
     _attention_kernel[grid](
         q, k_cache, v_cache, part, lse, block_tables, context_lens, query_starts,
-        scale, sliding_window or 0,
+        scale, sliding_window or 0, *kv_scales, 1.0 / kv_scales[0], 1.0 / kv_scales[1],
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), part.stride(0), part.stride(1), part.stride(2),
@@ -392,7 +419,7 @@ def _attend(
         PRECISION="ieee" if q.dtype == torch.float32 or interpreted else "tf32",
         UPCAST=interpreted,
         PREFETCH=tuning.prefetch_small_batch and small_decode,
-        ROPE=new is not None, NORM=new is not None and new.qk_norm is not None,
+        ROPE=new is not None, NORM=new is not None and new.qk_norm is not None, FP8=fp8,
         **launch, **pdl_launch(q, tuning.pdl),
     )  # fmt: skip
     return PendingMerge(part, lse, q.dtype) if num_splits > 1 else out

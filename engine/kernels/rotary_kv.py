@@ -11,6 +11,9 @@ first, in the same pass::
     slot = slot_mapping[t]  ->  k_cache[slot // B, slot % B] = rope(k[t]);  v_cache[...] = v[t]
     slot < 0  ->  nothing stored (padding rows of a captured batch)
 
+An FP8 cache stores k / k_scale and v / v_scale rounded to E4M3 (``engine.quantization.kv_quant``,
+``engine.kernels.e4m3``).
+
 Angles are ``position * inv_freq`` in float32; cos/sin are rounded to the activations' dtype and
 every product and the sum are rounded as the torch layer rounds them, so results agree with it.
 """
@@ -21,7 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.e4m3 import cache_value
 from engine.kernels.pdl import pdl_launch, pdl_wait
+from engine.quantization.kv_quant import UNIT_SCALES, KVScales
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["kv_write", "rotary", "rotary_kv_write"]
@@ -81,13 +86,14 @@ def _rotate_heads(src_ptr, stride_h, dst_ptr, dst_stride_h, num_heads, cos, sin,
 @triton.jit
 def _rotary_kv_kernel(
     q_ptr, k_ptr, v_ptr, pos_ptr, inv_freq_ptr, q_out_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
-    q_norm_ptr, k_norm_ptr, eps,
+    q_norm_ptr, k_norm_ptr, eps, inv_k_scale, inv_v_scale,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_qot, stride_qoh, stride_kot, stride_koh,
     stride_cb, stride_cs, stride_ch, stride_vcb, stride_vcs, stride_vch,
     num_heads, num_kv_heads, block_size,
     HALF: tl.constexpr, H_PAD: tl.constexpr, KV_PAD: tl.constexpr, D_HALF: tl.constexpr,
-    WRITE_CACHE: tl.constexpr, ROTATE: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr,
+    WRITE_CACHE: tl.constexpr, ROTATE: tl.constexpr, NORM: tl.constexpr, FP8: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     t = tl.program_id(0).to(tl.int64)
     # Part 0 rotates q; part 1 (the only part without ROTATE) handles k and v.
@@ -129,12 +135,12 @@ def _rotary_kv_kernel(
         o1, o2 = rotate_halves(k1, k2, cos, sin, w1, w2, eps, HALF, NORM)
         dst, _ = _heads(k_cache_ptr + block * stride_cb + offset * stride_cs, stride_ch, num_kv_heads,
                         HALF, KV_PAD, D_HALF)  # fmt: skip
-        tl.store(dst, o1, mask=mask)
-        tl.store(dst + HALF, o2, mask=mask)
+        tl.store(dst, cache_value(o1, inv_k_scale, FP8), mask=mask)
+        tl.store(dst + HALF, cache_value(o2, inv_k_scale, FP8), mask=mask)
         v_dst, _ = _heads(v_cache_ptr + block * stride_vcb + offset * stride_vcs, stride_vch, num_kv_heads,
                           HALF, KV_PAD, D_HALF)  # fmt: skip
-        tl.store(v_dst, v1, mask=mask)
-        tl.store(v_dst + HALF, v2, mask=mask)
+        tl.store(v_dst, cache_value(v1, inv_v_scale, FP8), mask=mask)
+        tl.store(v_dst + HALF, cache_value(v2, inv_v_scale, FP8), mask=mask)
 
 
 def rotary(
@@ -167,6 +173,7 @@ def rotary_kv_write(
     slot_mapping: torch.Tensor,
     qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
     *,
+    scales: KVScales = UNIT_SCALES,
     tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
     """The fused op: store rope(k) and v at their slots and return rope(q).
@@ -174,7 +181,7 @@ def rotary_kv_write(
     v: [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: [num_blocks, block_size,
     num_kv_heads, head_dim]; slot_mapping: [num_tokens] int64, negative = do not store.
     ``qk_norm`` = (q weight [head_dim], k weight [head_dim], eps): RMS-normalise every q and k
-    head before rotating (Qwen3).
+    head before rotating (Qwen3). A float8_e4m3fn cache stores k / scales.k and v / scales.v.
     """
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     _launch(
@@ -190,6 +197,7 @@ def rotary_kv_write(
         slot_mapping,
         rotate=True,
         qk_norm=qk_norm,
+        scales=scales,
         tuning=tuning,
     )
     return q_out
@@ -202,12 +210,12 @@ def kv_write(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
     *,
+    scales: KVScales = UNIT_SCALES,
     tuning: CudaTuning = DEFAULT_TUNING,
 ) -> None:
     """Store already-rotated k and v at their slots (the layer's half when RoPE ran before it)."""
-    _launch(
-        slot_mapping, k, k, v, slot_mapping, k, k, k_cache, v_cache, slot_mapping, rotate=False, tuning=tuning
-    )
+    _launch(slot_mapping, k, k, v, slot_mapping, k, k, k_cache, v_cache, slot_mapping, rotate=False,
+            scales=scales, tuning=tuning)  # fmt: skip
 
 
 def _launch(
@@ -224,6 +232,7 @@ def _launch(
     *,
     rotate: bool,
     qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+    scales: KVScales = UNIT_SCALES,
     tuning: CudaTuning,
 ) -> None:
     num_tokens, num_heads, head_dim = q.shape
@@ -234,15 +243,22 @@ def _launch(
     kc = k_cache if k_cache is not None else q_out
     vc = v_cache if v_cache is not None else q_out
     write_cache = k_cache is not None
+    fp8 = write_cache and kc.dtype == torch.float8_e4m3fn
+    if write_cache and (vc.dtype != kc.dtype or (not fp8 and kc.dtype != k.dtype)):
+        raise ValueError(
+            f"a KV cache of {kc.dtype} for keys of {k.dtype}: only the same dtype or float8_e4m3fn"
+        )
     cache_strides = (*kc.stride()[:3], *vc.stride()[:3]) if write_cache else (0,) * 6
     q_norm, k_norm, eps = qk_norm if qk_norm is not None else (inv_freq, inv_freq, 0.0)
     _rotary_kv_kernel[(num_tokens, 2 if rotate else 1)](
         q, k, v, positions, inv_freq, q_out, k_out, kc, vc, slot_mapping, q_norm, k_norm, eps,
+        1.0 / scales.k, 1.0 / scales.v,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
         *cache_strides,
         num_heads, k.shape[1], kc.shape[1] if write_cache else 1,
         HALF=head_dim // 2, H_PAD=triton.next_power_of_2(num_heads),
         KV_PAD=triton.next_power_of_2(k.shape[1]), D_HALF=triton.next_power_of_2(head_dim // 2),
-        WRITE_CACHE=write_cache, ROTATE=rotate, NORM=qk_norm is not None, **pdl_launch(q, tuning.pdl),
+        WRITE_CACHE=write_cache, ROTATE=rotate, NORM=qk_norm is not None, FP8=fp8,
+        **pdl_launch(q, tuning.pdl),
     )  # fmt: skip

@@ -17,6 +17,7 @@ from engine.attention_backends.dense import DenseMetadata, dense_attention
 from engine.attention_backends.metadata import AttentionMetadata
 from engine.attention_backends.torch_backend import TorchAttentionBackend
 from engine.attention_backends.triton_backend import TritonAttentionBackend
+from engine.quantization.kv_quant import UNIT_SCALES, KVScales
 
 __all__ = ["Attention"]
 
@@ -42,9 +43,13 @@ class Attention(nn.Module):
         self.backend: TorchAttentionBackend | TritonAttentionBackend = TorchAttentionBackend()
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
+        self.kv_scales: KVScales = UNIT_SCALES
+        """What an FP8 cache's entries are multiplied by (``engine.quantization.kv_quant``): 1.0,
+        or the checkpoint's calibrated scales (``engine.loading.model_loader``)."""
 
     def bind_cache(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-        # k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] views of the shared pool
+        # k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] views of the shared pool,
+        # in the model's dtype or float8_e4m3fn (entries times ``kv_scales``)
         self.k_cache, self.v_cache = k_cache, v_cache
         self.backend = TritonAttentionBackend() if k_cache.is_cuda else TorchAttentionBackend()
 
@@ -55,7 +60,13 @@ class Attention(nn.Module):
         # -> [num_tokens, num_heads, head_dim]
         if isinstance(meta, DenseMetadata):
             return dense_attention(q, k, v, meta, scale=self.scale, sliding_window=self.sliding_window)
-        self.backend.store_kv(k, v, self.k_cache, self.v_cache, meta)
+        self.backend.store_kv(k, v, self.k_cache, self.v_cache, meta, self.kv_scales)
         return self.backend.forward(
-            q, self.k_cache, self.v_cache, meta, scale=self.scale, sliding_window=self.sliding_window
+            q,
+            self.k_cache,
+            self.v_cache,
+            meta,
+            scale=self.scale,
+            sliding_window=self.sliding_window,
+            scales=self.kv_scales,
         )

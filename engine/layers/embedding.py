@@ -7,7 +7,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from engine.worker.distributed import tp_rank, tp_world_size
+from engine.worker.distributed import tp_group, tp_rank, tp_world_size
 
 __all__ = ["ParallelLMHead", "VocabParallelEmbedding"]
 
@@ -17,10 +17,18 @@ class VocabParallelEmbedding(nn.Module):
         super().__init__()
         self.tp_rank = tp_rank()
         self.tp_size = tp_world_size()
+        self.tp_group = tp_group()
         self.shard_size = -(-vocab_size // self.tp_size)
         self.vocab_start = self.tp_rank * self.shard_size
         self.vocab_size = vocab_size
         self.weight = nn.Parameter(torch.empty(self.shard_size, hidden), requires_grad=False)
+
+    def checkpoint_rows(
+        self, param: nn.Parameter, shard_id: int | str | None = None
+    ) -> tuple[int, int] | None:
+        """The vocabulary rows ``weight_loader`` takes (None: all, on one rank or past the end)."""
+        stop = min(self.vocab_start + self.shard_size, self.vocab_size)
+        return None if self.tp_size == 1 or self.vocab_start >= stop else (self.vocab_start, stop)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
         shard = loaded[self.vocab_start : self.vocab_start + self.shard_size]
@@ -34,7 +42,7 @@ class VocabParallelEmbedding(nn.Module):
         local = token_ids - self.vocab_start
         mine = (local >= 0) & (local < self.shard_size)
         y = F.embedding(local.clamp(0, self.shard_size - 1), self.weight) * mine.unsqueeze(1)
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=self.tp_group)
         return y
 
 
@@ -44,6 +52,6 @@ class ParallelLMHead(VocabParallelEmbedding):
         logits = F.linear(hidden, self.weight)
         if self.tp_size > 1:
             parts = [torch.empty_like(logits) for _ in range(self.tp_size)]
-            dist.all_gather(parts, logits)
+            dist.all_gather(parts, logits, group=self.tp_group)
             logits = torch.cat(parts, dim=-1)
         return logits[:, : self.vocab_size]

@@ -7,12 +7,16 @@ and a ``weight_scale`` [out, groups] (``engine.quantization.tensors``); the twin
 ``engine.fused_step.gemm``'s quantized branch.
 
 A model is built with plain layers; ``quantize_linears`` then swaps each for its twin, either
-empty (before a quantized checkpoint loads into it) or quantized from the loaded weights.
+empty (before a checkpoint loads into it) or quantized from the loaded weights. An empty twin
+takes a quantized checkpoint's tensors as they are, and quantizes an unquantized checkpoint's
+tensors one at a time as they load (per output channel, over this rank's input columns: the
+result of quantizing the whole loaded layer), so the full-precision layer never exists.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -48,6 +52,16 @@ class QuantizedLinear(nn.Module):
     quant: WeightQuant
     tp_rank: int
     tp_size: int
+    source_dtype: torch.dtype
+    """The model's dtype: an unquantized checkpoint tensor is rounded to it before quantizing, as
+    when it loaded into the plain layer first."""
+    tp_group: Any
+
+    def checkpoint_rows(
+        self, param: nn.Parameter, shard_id: int | str | None = None
+    ) -> tuple[int, int] | None:
+        """All rows: scales are sliced their own way (blocks), so the whole tensor is read."""
+        return None
 
     @property
     def group(self) -> int | None:
@@ -62,6 +76,7 @@ class QuantizedLinear(nn.Module):
             raise ModelLoadError(f"{quant.name}: a row-parallel shard of {inp} columns splits a scale block")
         groups = 1 if quant.block is None else math.ceil(inp / quant.block[1])
         self.quant = quant
+        self.source_dtype = self.weight.dtype
         self.weight = nn.Parameter(
             torch.empty(out, inp, dtype=storage_dtype(quant.fmt), device=device), requires_grad=False
         )
@@ -70,6 +85,9 @@ class QuantizedLinear(nn.Module):
         )
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, *shard: int | str) -> None:
+        if param is self.weight and not self.quant.prequantized:
+            self._quantize_loaded(loaded, *shard)
+            return
         if param is self.weight_scale:
             loaded = self._scale_rows(loaded)
             if param.shape[1] == 1 and isinstance(self, RowParallelLinear):
@@ -78,6 +96,22 @@ class QuantizedLinear(nn.Module):
         elif param is self.weight:
             loaded = self._stored(loaded)
         super().weight_loader(param, loaded, *shard)  # type: ignore[misc]
+
+    def _quantize_loaded(self, loaded: torch.Tensor, *shard: int | str) -> None:
+        # One unquantized checkpoint tensor [out, in] (a part of a packed layer, all ranks' rows
+        # and columns) -> this rank's rows of weight and weight_scale.
+        loaded = loaded.to(device=self.weight.device, dtype=self.source_dtype)
+        if isinstance(self, RowParallelLinear):
+            # Scales per output row over this rank's columns: slice first, then quantize.
+            cols = self.weight.shape[1]
+            q, scale = quantize(loaded.narrow(1, self.tp_rank * cols, cols), self.quant.fmt)
+            self.weight.data.copy_(q)
+            self.weight_scale.data.copy_(scale)
+            return
+        q, scale = quantize(loaded, self.quant.fmt)  # per row: the rows this rank keeps are unchanged
+        del loaded
+        super().weight_loader(self.weight, q, *shard)  # type: ignore[misc]
+        super().weight_loader(self.weight_scale, scale, *shard)  # type: ignore[misc]
 
     def _stored(self, loaded: torch.Tensor) -> torch.Tensor:
         if self.quant.packed:
@@ -116,7 +150,7 @@ class QuantizedLinear(nn.Module):
             return F.linear(x, w, self.bias)
         y = F.linear(x, w, self.bias if self.tp_rank == 0 else None)
         if self.tp_size > 1:
-            dist.all_reduce(y)
+            dist.all_reduce(y, group=self.tp_group)
         return y
 
 

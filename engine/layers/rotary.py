@@ -29,18 +29,29 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.T
     return torch.where(is_medium, smoothed, scaled)
 
 
+def _inv_freq(
+    head_dim: int, theta: float, scaling: dict[str, Any], device: torch.device | None
+) -> torch.Tensor:
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type == "llama3":
+        inv_freq = _llama3_inv_freq(inv_freq, scaling)
+    elif rope_type == "linear":
+        inv_freq = inv_freq / float(scaling["factor"])
+    return inv_freq
+
+
 class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, theta: float, scaling: dict[str, Any] | None = None) -> None:
         super().__init__()
-        scaling = scaling or {}
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-        if rope_type == "llama3":
-            inv_freq = _llama3_inv_freq(inv_freq, scaling)
-        elif rope_type == "linear":
-            inv_freq = inv_freq / float(scaling["factor"])
+        self._args = (head_dim, theta, scaling or {})
         self.inv_freq: torch.Tensor
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", _inv_freq(*self._args, None), persistent=False)
+
+    def reset_buffers(self, device: torch.device) -> None:
+        """Compute the frequencies again on ``device`` (a model built on the meta device has none)."""
+        self.inv_freq = _inv_freq(*self._args, device)
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor

@@ -18,9 +18,10 @@ from engine.loading.model_config import ModelConfig
 from engine.loading.model_kind import detect_kind
 from engine.loading.model_loader import load_model
 from engine.loading.model_source import DirectorySource, ModelSource
+from engine.quantization.kv_quant import kv_storage_dtype
 from engine.quantization.scheme import WeightQuant
 from engine.text.tokenizer import Tokenizer
-from engine.worker.distributed import tp_world_size
+from engine.worker.distributed import place
 
 __all__ = ["HostedModel", "load_hosted_models", "model_source"]
 
@@ -39,11 +40,23 @@ class HostedModel:
     quant: WeightQuant | None = None
     tp_size: int = 1
     """Tensor-parallel ranks the weights are split across; this process holds one slice."""
+    num_stage_layers: int = 0
+    """The decoder layers this rank's pipeline stage runs and caches (all of them on one stage)."""
     kind: str = "chat"
     """"chat" or "embedding" (``engine.loading.model_kind``)."""
+    kv_dtype: torch.dtype | None = None
+    """What the KV cache stores K/V as; None: ``dtype`` (float8_e4m3fn with ``kv_cache_dtype = "fp8"``)."""
 
     @classmethod
-    def load(cls, spec: ModelSpec, source: ModelSource, *, dtype: str, device: torch.device) -> HostedModel:
+    def load(
+        cls,
+        spec: ModelSpec,
+        source: ModelSource,
+        *,
+        dtype: str,
+        device: torch.device,
+        kv_cache_dtype: str = "auto",
+    ) -> HostedModel:
         ckpt = Checkpoint(source)
         raw = ckpt.json("config.json")
         config = ModelConfig.from_hf(raw, ckpt.name)
@@ -59,8 +72,22 @@ class HostedModel:
         max_len = min(spec.max_model_len or config.max_position_embeddings, config.max_position_embeddings)
         kind = spec.kind or detect_kind(ckpt)
         model = load_model(ckpt, config, torch_dtype, device, quant, needs_lm_head=kind == "chat")
-        tp = tp_world_size()
-        return cls(spec.name, config, tokenizer, model, torch_dtype, max_len, frozenset(eos), quant, tp, kind)
+        here = place()
+        kv_dtype = kv_storage_dtype(kv_cache_dtype, torch_dtype)
+        return cls(
+            spec.name,
+            config,
+            tokenizer,
+            model,
+            torch_dtype,
+            max_len,
+            frozenset(eos),
+            quant,
+            here.tp_size,
+            len(here.stage_layers(config.num_layers)),
+            kind,
+            kv_dtype,
+        )
 
     @property
     def is_embedding(self) -> bool:
@@ -72,9 +99,14 @@ class HostedModel:
         return self.config.num_kv_heads // self.tp_size
 
     @property
+    def cache_dtype(self) -> torch.dtype:
+        """The element type of this model's paged K/V."""
+        return self.kv_dtype or self.dtype
+
+    @property
     def kv_bytes_per_token(self) -> int:
         c = self.config
-        return c.num_layers * 2 * self.num_local_kv_heads * c.head_dim * self.dtype.itemsize
+        return self.num_stage_layers * 2 * self.num_local_kv_heads * c.head_dim * self.cache_dtype.itemsize
 
     def info(self) -> ModelInfo:
         return ModelInfo(
@@ -85,6 +117,7 @@ class HostedModel:
             dtype=str(self.dtype).removeprefix("torch."),
             tool_syntax=template.tool_syntax if (template := self.tokenizer.chat_template) else "",
             quantization=None if self.quant is None else self.quant.name,
+            kv_cache_dtype=str(self.cache_dtype).removeprefix("torch."),
             kind=self.kind,
             embedding_size=self.config.hidden_size if self.is_embedding else 0,
         )
@@ -115,7 +148,9 @@ def load_hosted_models(
     for spec in config.models:
         try:
             source = model_source(spec, data_dir, sources)
-            models[spec.name] = HostedModel.load(spec, source, dtype=config.dtype_of(spec), device=device)
+            models[spec.name] = HostedModel.load(
+                spec, source, dtype=config.dtype_of(spec), device=device, kv_cache_dtype=config.kv_cache_dtype
+            )
         except ModelLoadError as exc:
             # A server keeps its other models in service; the Python API fails loudly.
             if not skip_failed:

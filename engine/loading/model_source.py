@@ -30,6 +30,16 @@ class ModelSource(Protocol):
         ...
 
 
+@runtime_checkable
+class RangeSource(ModelSource, Protocol):
+    """A source that also reads part of a file: a pipeline stage reads (and a sealed source
+    decrypts) only the tensors its layers hold."""
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes | bytearray | memoryview:
+        """Plaintext bytes [offset, offset + length) of one file; ValueError outside it."""
+        ...
+
+
 class DirectorySource:
     """A plaintext Hugging Face checkpoint directory on disk."""
 
@@ -50,6 +60,17 @@ class DirectorySource:
         if not file.is_file():
             raise ModelLoadError(f"{self._path}: missing file {name}")
         return file.read_bytes()
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes:
+        file = self._path / name
+        if not file.is_file():
+            raise ModelLoadError(f"{self._path}: missing file {name}")
+        with open(file, "rb") as stream:
+            stream.seek(offset)
+            data = stream.read(length)
+        if offset < 0 or len(data) != length:
+            raise ValueError(f"range {offset}+{length} outside {name}")
+        return data
 
     def __repr__(self) -> str:
         return f"DirectorySource({str(self._path)!r})"

@@ -2,6 +2,12 @@
 
 Differences between the family members are config flags: qkv bias (Qwen2), o_proj bias
 (Llama's ``attention_bias``), sliding window (Mistral), tied embeddings.
+
+A pipeline stage (``engine.worker.distributed.RankPlace``) builds only its own decoder layers,
+the others being weightless ``MissingLayer`` places that keep checkpoint names and layer indices
+as they are; the embedding lives on the first stage, the final norm and the LM head on the last.
+Between stages the activations travel as one tensor, ``carried`` [2, num_tokens, hidden]: the
+last layer's output and the residual stream, before the residual add of the next norm.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from engine.layers import (
     VocabParallelEmbedding,
 )
 from engine.loading.model_config import ModelConfig
+from engine.worker.distributed import place
 
-__all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP"]
+__all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP", "MissingLayer"]
 
 
 class LlamaAttention(nn.Module):
@@ -102,24 +109,47 @@ class LlamaDecoderLayer(nn.Module):
         return self.mlp(h), residual
 
 
+class MissingLayer(nn.Module):
+    """A decoder layer another pipeline stage runs: no weights here."""
+
+
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig, layer_class: type[LlamaDecoderLayer]) -> None:
         super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(layer_class(config) for _ in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        stage = place()
+        self.is_first_stage, self.is_last_stage = stage.is_first_stage, stage.is_last_stage
+        self.stage_layers = stage.stage_layers(config.num_layers)
+        self.embed_tokens = (
+            VocabParallelEmbedding(config.vocab_size, config.hidden_size) if self.is_first_stage else None
+        )
+        self.layers = nn.ModuleList(
+            layer_class(config) if i in self.stage_layers else MissingLayer()
+            for i in range(config.num_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps) if self.is_last_stage else None
 
     def forward(
-        self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+        self,
+        token_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        carried: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        # token_ids, positions: [num_tokens] -> hidden: [num_tokens, hidden]
-        x = self.embed_tokens(token_ids)
-        if not self.layers:
-            return self.norm(x)  # type: ignore[no-any-return]
+        # token_ids, positions: [num_tokens]; carried: [2, num_tokens, hidden] from the previous
+        # stage -> hidden: [num_tokens, hidden] on the last stage, else carried for the next one
         residual: torch.Tensor | None = None
-        for layer in self.layers:
+        if self.embed_tokens is not None:
+            x = self.embed_tokens(token_ids)
+        else:
+            assert carried is not None, "a later pipeline stage runs on the previous one's activations"
+            x, residual = carried[0], carried[1]
+        for layer in self.layers[self.stage_layers.start : self.stage_layers.stop]:
             x, residual = layer(positions, x, residual, meta)
-        assert residual is not None
+        if self.norm is None:
+            assert residual is not None
+            return torch.stack((x, residual))
+        if residual is None:  # no decoder layers at all
+            return self.norm(x)  # type: ignore[no-any-return]
         y, _ = self.norm.forward_with_residual(x, residual)
         return y
 
@@ -139,15 +169,35 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlamaModel(config, self.layer_class)
-        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        if self.model.is_last_stage:
+            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
+            if config.tie_word_embeddings and self.model.embed_tokens is not None:
+                self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(
-        self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+        self,
+        token_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        carried: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        y: torch.Tensor = self.model(token_ids, positions, meta)
+        y: torch.Tensor = self.model(token_ids, positions, meta, carried)
         return y
+
+    def weight_target(self, name: str) -> str | None:
+        """The parameter a checkpoint weight loads into on this stage; None when it belongs to
+        another one. A tied LM head on a last stage without the embedding loads the embedding."""
+        stage = self.model
+        if name.startswith("model.layers."):
+            return name if int(name.split(".", 3)[2]) in stage.stage_layers else None
+        if name.startswith("model.embed_tokens."):
+            if stage.embed_tokens is not None:
+                return name
+            tied_head = self.config.tie_word_embeddings and hasattr(self, "lm_head")
+            return name.replace("model.embed_tokens.", "lm_head.") if tied_head else None
+        if name.startswith("model.norm."):
+            return name if stage.norm is not None else None
+        return name
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [num_seqs, hidden] -> [num_seqs, vocab_size] float32
@@ -155,4 +205,6 @@ class LlamaForCausalLM(nn.Module):
         return logits.float()
 
     def kv_layers(self) -> list[Attention]:
-        return [layer.self_attn.attn for layer in self.model.layers]  # type: ignore[union-attr,misc]
+        """This stage's attention layers, in order (the KV pool holds these layers only)."""
+        layers = self.model.layers[self.model.stage_layers.start : self.model.stage_layers.stop]
+        return [layer.self_attn.attn for layer in layers]  # type: ignore[union-attr,misc]

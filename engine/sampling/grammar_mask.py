@@ -1,31 +1,42 @@
 """Masks the logits of constrained rows so only tokens their grammar allows can be sampled.
 
 Per step, the bitmasks of every constrained row are filled in one call on the host (llguidance's
-executor spreads the rows over its threads; a single row skips the pool), then moved to the
-logits' device and unpacked there (numpy on the CPU, torch on CUDA). Only the constrained rows'
-logits change: while they are a minority only their rows are touched, so an unconstrained row
-pays nothing but this check; when they are most of the batch, one pass over it is cheaper than
-many row-sized ones. The sampler calls it before it first reads the logits, so on CUDA the host
-fills masks while the forward pass still runs.
+executor spreads the rows over its threads; a single row skips the pool) into a reused host
+buffer (pinned on CUDA), and applied to the logits in place without unpacking them on the device:
 
-    bitmask: [num_constrained, ceil(vocab / 32)] int32, bit (t % 32) of word (t // 32) set = t allowed
+    CUDA: one non-blocking copy of the words and of each mask's logits row from pinned memory,
+          then one Triton pass (``engine.kernels.token_bitmask``) writing -inf where a bit is clear
+    CPU:  numpy unpacks the inverted words (one C pass) and each constrained row is filled in place
+
+A fill can start early, off the step loop's thread: ``prefetch`` takes the matchers the next step
+will likely constrain as soon as their last tokens are consumed, so the host fills while the loop
+schedules and queues the forward pass. ``apply`` uses a prefetched mask only for a matcher that is
+still where it was when the prefetch began (same object, same ``num_accepted``); any other row is
+filled then and there, so the masks are exactly those of a fill at ``apply``. A matcher waits for
+a fill that reads it before it consumes a token (``GrammarMatcher.accept``).
+
+    bitmask: [num_masks, ceil(vocab / 32)] int32, bit (t % 32) of word (t // 32) set = t allowed
+    rows:    [num_masks] int32, the logits row of each mask (-1: prefetched, not in this batch)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
 from llguidance import LLExecutor
 
 from engine.sampling.grammar_matcher import GrammarMatcher
+from engine.sampling.mask_buffer import MaskBuffer
 
 __all__ = ["GrammarMask", "unpack_bits"]
 
 
 def unpack_bits(words: torch.Tensor, shifts: torch.Tensor, vocab: int) -> torch.Tensor:
-    """words: [n, ceil(vocab / 32)] int32, shifts: arange(32) int32 -> [n, vocab] bool (bit t set)."""
+    """words: [n, ceil(vocab / 32)] int32, shifts: arange(32) int32 -> [n, vocab] bool (bit t set).
+    The reference the packed path is tested and benchmarked against."""
     return ((words.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)[:, :vocab]
 
 
@@ -33,7 +44,36 @@ class GrammarMask:
     def __init__(self, num_threads: int | None = None) -> None:
         self._executor: LLExecutor | None = None
         self._num_threads = num_threads
-        self._shifts: dict[torch.device, torch.Tensor] = {}
+        self._buffers: dict[tuple[torch.device, int], MaskBuffer] = {}
+        self._worker: ThreadPoolExecutor | None = None
+        self._prefetched: list[tuple[GrammarMatcher, int]] = []
+        """(matcher, num_accepted when its fill began), one per row of ``_prefetch_buffer`` from 0."""
+        self._prefetch_buffer: MaskBuffer | None = None
+        self._pending: Future[None] | None = None
+        self.num_prefetch_hits = 0
+        """Masks ``apply`` took from a prefetch rather than filling them itself."""
+
+    def prefetch(self, matchers: Sequence[GrammarMatcher], device: torch.device) -> None:
+        """Start filling these matchers' masks on a worker thread, for the next ``apply``."""
+        self.wait()
+        if not matchers:
+            return
+        buffer = self._buffer(device, matchers[0].vocab_size)
+        buffer.reserve(len(matchers))
+        self._prefetched = [(m, m.num_accepted) for m in matchers]
+        self._prefetch_buffer = buffer
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-mask")
+        future = self._worker.submit(self._fill, buffer, list(matchers), 0)
+        self._pending = future
+        for m in matchers:
+            m.reading = future
+
+    def wait(self) -> None:
+        """Until a prefetch under way has finished (its masks stay usable)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
 
     def apply(self, logits: torch.Tensor, matchers: Sequence[GrammarMatcher | None]) -> torch.Tensor | None:
         """Set disallowed logits of constrained rows to -inf, in place. logits: [num_seqs, vocab].
@@ -42,45 +82,77 @@ class GrammarMask:
         rows = [i for i, m in enumerate(matchers) if m is not None]
         if not rows:
             return None
-        vocab = logits.shape[1]
-        bitmask = torch.empty((len(rows), (vocab + 31) // 32), dtype=torch.int32)
-        row_bytes = bitmask.shape[1] * 4
-        # (llguidance.torch wraps these two calls, but importing it compiles a kernel we don't use.)
-        if len(rows) == 1:
-            matchers[rows[0]].ll.unsafe_compute_mask_ptr(bitmask.data_ptr(), row_bytes)  # type: ignore[union-attr]
-        else:
-            pairs = [(matchers[r].ll, k) for k, r in enumerate(rows)]  # type: ignore[union-attr]
-            self._pool().unsafe_compute_mask_ptr(pairs, bitmask.data_ptr(), row_bytes, len(rows))
-        device = logits.device
-        index = torch.tensor(rows, dtype=torch.long).to(device, non_blocking=True)
-        masked_out = self._masked_out(bitmask, vocab, device)  # [num_constrained, vocab] bool
+        self.wait()
+        buffer = self._buffer(logits.device, logits.shape[1])
+        target = self._targets(buffer, rows, matchers)
+        index = torch.tensor(rows, dtype=torch.long)
         with torch.inference_mode():  # the logits are the runner's inference tensors
-            if 2 * len(rows) > logits.shape[0]:
-                # Mostly constrained: one pass over the batch (free rows get an all-False mask).
-                if len(rows) < logits.shape[0]:
-                    full = torch.zeros(logits.shape, dtype=torch.bool, device=device)
-                    full[index] = masked_out
-                    masked_out = full
-                logits.masked_fill_(masked_out, float("-inf"))
-            elif device.type == "cpu":
-                # A few constrained rows: row views, filled in place (no gather and scatter).
-                for k, r in enumerate(rows):
-                    logits[r].masked_fill_(masked_out[k], float("-inf"))
-            else:
-                logits[index] = logits[index].masked_fill(masked_out, float("-inf"))
+            if logits.is_cuda:
+                buffer.apply_on_device(logits, target)
+                return index.pin_memory().to(logits.device, non_blocking=True)
+            self._apply_on_host(logits, buffer, target)
         return index
 
-    def _masked_out(self, bitmask: torch.Tensor, vocab: int, device: torch.device) -> torch.Tensor:
-        # bitmask: [n, words] int32 on the host -> [n, vocab] bool on device, True = not allowed
-        inverted = ~bitmask
-        if device.type == "cpu":
-            # numpy's unpackbits is one C pass; bytes are in memory order (little-endian words).
-            bits = np.unpackbits(inverted.numpy().view(np.uint8), axis=1, bitorder="little")[:, :vocab]
-            return torch.from_numpy(bits).view(torch.bool)
-        shifts = self._shifts.get(device)
-        if shifts is None:
-            shifts = self._shifts[device] = torch.arange(32, dtype=torch.int32, device=device)
-        return unpack_bits(inverted.to(device, non_blocking=True), shifts, vocab)
+    def _targets(
+        self, buffer: MaskBuffer, rows: list[int], matchers: Sequence[GrammarMatcher | None]
+    ) -> list[int]:
+        """Fill what no prefetch filled; the logits row of each buffer row (-1: none)."""
+        prefetched = self._prefetched if self._prefetch_buffer is buffer else []
+        self._prefetched, self._prefetch_buffer = [], None
+        slot = {id(m): k for k, (m, n) in enumerate(prefetched) if m.num_accepted == n}
+        target = [-1] * len(prefetched)  # a stale or unused prefetched row is skipped
+        missing: list[tuple[int, GrammarMatcher]] = []
+        for r in rows:
+            m = matchers[r]
+            assert m is not None
+            k = slot.pop(id(m), None)
+            if k is None:
+                missing.append((r, m))
+            else:
+                target[k] = r
+                self.num_prefetch_hits += 1
+        if missing:
+            first = len(target)
+            buffer.reserve(first + len(missing))
+            self._fill(buffer, [m for _, m in missing], first)
+            target.extend(r for r, _ in missing)
+        return target
+
+    def _fill(self, buffer: MaskBuffer, matchers: list[GrammarMatcher], first: int) -> None:
+        # (llguidance.torch wraps these two calls, but importing it compiles a kernel we don't use.)
+        buffer.wait_copied()
+        ptr, row_bytes = buffer.host_row_ptr(first), buffer.row_bytes
+        if len(matchers) == 1:
+            matchers[0].ll.unsafe_compute_mask_ptr(ptr, row_bytes)
+        else:
+            pairs = [(m.ll, k) for k, m in enumerate(matchers)]
+            self._pool().unsafe_compute_mask_ptr(pairs, ptr, row_bytes, len(matchers))
+
+    @staticmethod
+    def _apply_on_host(logits: torch.Tensor, buffer: MaskBuffer, target: list[int]) -> None:
+        # numpy's unpackbits is one C pass; bytes are in memory order (little-endian words).
+        vocab = logits.shape[1]
+        words = buffer.host[: len(target)].numpy()
+        masked_out = torch.from_numpy(
+            np.unpackbits((~words).view(np.uint8), axis=1, bitorder="little")[:, :vocab]
+        ).view(torch.bool)  # [num_masks, vocab], True = not allowed
+        first, n = target[0], len(target)
+        if first >= 0 and target == list(range(first, first + n)):
+            # The usual batch: the masks' rows are one run of the logits' rows, one pass.
+            logits[first : first + n].masked_fill_(masked_out, float("-inf"))
+            return
+        for k, r in enumerate(target):
+            if r >= 0:
+                logits[r].masked_fill_(masked_out[k], float("-inf"))
+
+    def _buffer(self, device: torch.device, vocab: int) -> MaskBuffer:
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        key = (device, vocab)
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            buffer = self._buffers[key] = MaskBuffer(device, vocab)
+        return buffer
 
     def _pool(self) -> LLExecutor:
         if self._executor is None:

@@ -12,6 +12,8 @@ a no-op.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import llguidance
 
 __all__ = ["GrammarMatcher"]
@@ -24,9 +26,14 @@ class GrammarMatcher:
         self.vocab_size = vocab_size
         self.num_accepted = 0
         """Output tokens consumed so far."""
+        self.reading: Future[None] | None = None
+        """A mask fill under way on another thread that reads this matcher (``GrammarMask.prefetch``)."""
 
     def accept(self, token_id: int) -> None:
         """Advance past a sampled token. The mask allowed it, so a refusal is a bug: fail loudly."""
+        if self.reading is not None:  # llguidance must not read a matcher while it changes
+            reading, self.reading = self.reading, None
+            reading.result()
         if not self.ll.consume_token(token_id):
             raise RuntimeError(f"grammar refused token {token_id}: {self.ll.get_error()}")
         self.num_accepted += 1

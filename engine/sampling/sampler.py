@@ -113,7 +113,7 @@ class Sampler:
     def __init__(self, generator: torch.Generator | None = None) -> None:
         self._generator = generator
         self._keys: torch.Generator | None = None
-        self._mask = GrammarMask()
+        self.grammar_mask = GrammarMask()
 
     def __call__(
         self, logits: torch.Tensor, rows: Sequence[SamplingRow], argmax: torch.Tensor | None = None
@@ -130,7 +130,7 @@ class Sampler:
         if any(n is not None for n in num_logprobs):
             raw_logprobs = torch.log_softmax(logits.float(), dim=-1)
         biased = apply_logit_bias(logits, [row.params for row in rows])
-        constrained = self._mask.apply(logits, [row.grammar for row in rows])
+        constrained = self.grammar_mask.apply(logits, [row.grammar for row in rows])
         if constrained is not None and argmax is not None:
             argmax = argmax.clone()
             argmax[constrained] = logits[constrained].argmax(dim=-1)
@@ -150,6 +150,12 @@ class Sampler:
         else:
             logprobs = gather_logprobs(raw_logprobs, token_ids, num_logprobs)
         return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
+
+    def prefetch_masks(self, grammars: Sequence[GrammarMatcher], device: torch.device) -> None:
+        """Start filling these constrained rows' masks for the next call, off this thread
+        (``GrammarMask.prefetch``); rows the next call does not have, or whose matcher moved on
+        since, cost nothing but the fill."""
+        self.grammar_mask.prefetch(grammars, device)
 
     def _gumbel(
         self, logits: torch.Tensor, rows: Sequence[SamplingRow], is_greedy: list[bool]

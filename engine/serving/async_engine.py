@@ -36,7 +36,7 @@ from engine.llm_engine import LLMEngine
 from engine.loading.model_source import ModelSource
 from engine.serving.frames import coalesced
 from engine.serving.inbox import Inbox
-from engine.serving.protocol import EmbedRequest, GenerateRequest
+from engine.serving.protocol import EmbedRequest, GenerateRequest, KeyOperationEvent
 
 __all__ = ["AsyncEngine"]
 
@@ -144,6 +144,13 @@ class AsyncEngine:
     def failed_models(self) -> dict[str, str]:
         """Models left out of service at start-up (skip_failed_models), with the reason."""
         return dict(self._core.failed_models) if self._core is not None else {}
+
+    @property
+    def rank_key_operations(self) -> list[KeyOperationEvent]:
+        ranks = self._core.ranks if self._core is not None else None
+        if ranks is None:
+            return []
+        return [msgspec.convert(op, KeyOperationEvent) for op in ranks.key_operations]
 
     @property
     def core(self) -> LLMEngine:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
 from engine.core.outputs import EmbeddingOutput, ModelInfo, StreamDelta
-from engine.serving.protocol import EmbedRequest, GenerateRequest
+from engine.serving.protocol import EmbedRequest, GenerateRequest, KeyOperationEvent
 
 __all__ = ["EngineBackend"]
 
@@ -30,6 +30,12 @@ class EngineBackend(Protocol):
     @property
     def failed_models(self) -> Mapping[str, str]:
         """Models left out of service at start-up, with the reason."""
+        ...
+
+    @property
+    def rank_key_operations(self) -> list[KeyOperationEvent]:
+        """Key operations the instance's other ranks carried out at start-up (each rank started
+        with ``strongroom engine-rank`` unwraps a sealed model's data key itself)."""
         ...
 
     def model_infos(self) -> list[ModelInfo]:

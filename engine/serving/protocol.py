@@ -177,12 +177,26 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
     """How the chat template writes tool calls (``engine.text.tool_syntax``); empty: no tools."""
     quantization: str | None = None
     """The weight quantization ("fp8", "int8", "fp8-block128x128"); None for unquantized weights."""
+    kv_cache_dtype: str = ""
+    """What the KV cache stores keys and values as ("bfloat16", "float8_e4m3fn"); empty: unknown."""
     kind: str = "chat"
     """"chat" (chat and completions) or "embedding" (embeddings only)."""
     embedding_size: int = 0
     """An embedding model's full vector length; 0 for chat models."""
     manifest_sha256: str = ""
     """Hash of the sealed model's signed manifest; empty for plaintext models."""
+
+    @property
+    def audit_manifest(self) -> str:
+        """What the audit record names as the model served: the sealed manifest's hash, then the
+        quantization of its weights and of its KV cache when there is one ("<sha256>
+        weights=fp8-block128x128 kv=fp8"); empty for a plaintext model served as stored."""
+        parts = [self.manifest_sha256] if self.manifest_sha256 else []
+        if self.quantization:
+            parts.append(f"weights={self.quantization}")
+        if self.kv_cache_dtype.startswith("float8"):
+            parts.append("kv=fp8")
+        return " ".join(parts)
 
 
 class KeyOperationEvent(msgspec.Struct, frozen=True, kw_only=True):

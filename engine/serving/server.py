@@ -124,6 +124,7 @@ class EngineServer:
                 dtype=str(m.dtype),
                 tool_syntax=m.tool_syntax,
                 quantization=m.quantization,
+                kv_cache_dtype=m.kv_cache_dtype,
                 kind=m.kind,
                 embedding_size=m.embedding_size,
                 manifest_sha256=self._manifests.get(m.name, ""),
@@ -248,6 +249,7 @@ class EngineServer:
                 server._ready = True
                 return
             server._failed.update(server.backend.failed_models)
+            server._key_operations.extend(server.backend.rank_key_operations)
             server._ready = True
             log.info("engine %s ready with %d models", server.instance_id, len(server.backend.model_infos()))
 

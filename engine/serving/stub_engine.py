@@ -18,7 +18,7 @@ from engine.core.outputs import EmbeddingOutput, ModelInfo, StreamDelta
 from engine.errors import InvalidRequestError, PromptTooLongError, UnknownModelError
 from engine.serving.frames import coalesced
 from engine.serving.inbox import Inbox
-from engine.serving.protocol import EmbedRequest, GenerateRequest
+from engine.serving.protocol import EmbedRequest, GenerateRequest, KeyOperationEvent
 
 __all__ = ["StubEngine"]
 
@@ -69,9 +69,20 @@ class StubEngine:
         models: tuple[str, ...] = ("demo-chat", "demo-base"),
         token_delay_s: float = 0.0,
         embedding_models: tuple[str, ...] = (),
+        quantization: str | None = None,
+        kv_cache_dtype: str = "",
     ):
+        """``quantization`` and ``kv_cache_dtype``: what the chat models report they serve as."""
         self._models = {
-            m: ModelInfo(name=m, max_model_len=4096, vocab_size=1, has_chat_template=True, dtype="none")
+            m: ModelInfo(
+                name=m,
+                max_model_len=4096,
+                vocab_size=1,
+                has_chat_template=True,
+                dtype="none",
+                quantization=quantization,
+                kv_cache_dtype=kv_cache_dtype,
+            )
             for m in models
         }
         self._models.update(
@@ -103,6 +114,10 @@ class StubEngine:
     @property
     def failed_models(self) -> dict[str, str]:
         return {}
+
+    @property
+    def rank_key_operations(self) -> list[KeyOperationEvent]:
+        return []
 
     async def start(self) -> None:
         return None

@@ -10,14 +10,19 @@ per-token footprint (rounded up to 256 bytes); a smaller model uses a prefix of 
     │ model A: L_A x 2 x [B, H_A, D_A] │ model B: L_B x 2 x [B, H_B, D_B] │ pad │
     └──────────────────────────────────┴──────────────────────────────────┴─ ...
 
-    inside one block, for the model that owns it (its dtype, row-major):
+    inside one block, for the model that owns it (its KV dtype, row-major):
     [layer 0: K [B, H, D] | V [B, H, D]] [layer 1: K | V] ... [layer L-1: K | V] [unused tail]
 
-Each model sees the pool as ``[num_blocks, L, 2, B, H, D]`` (a strided view, no copy); layer
+With tensor parallelism H counts this rank's KV heads, with pipeline parallelism L this stage's
+layers. Each model sees the pool as ``[num_blocks, L, 2, B, H, D]`` (a strided view, no copy); layer
 ``l`` gets ``k_cache = view[:, l, 0]`` of shape ``[num_blocks, B, H, D]`` with
 ``stride(0) = block_bytes / itemsize``, ``stride(1) = H * D``, ``stride(2) = D``, ``stride(3) = 1``
 — the paged layout a Triton kernel indexes as ``base + block_id * stride(0) + slot * stride(1)``.
 A token at position ``p`` of a sequence lives in block ``block_table[p // B]``, slot ``p % B``.
+
+A model's KV dtype is its own dtype, or float8_e4m3fn with ``kv_cache_dtype = "fp8"``
+(``engine.quantization.kv_quant``): one byte per element, so a block of the same tokens takes half
+the bytes of bfloat16 and the same memory holds twice the blocks.
 
 The price of fungibility: a model with a smaller footprint wastes the tail of each block it
 holds. Hosting models of similar shape keeps that small; the win is that no memory sits idle
@@ -79,12 +84,12 @@ class KVCache:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
     def view_for(self, model: HostedModel) -> torch.Tensor:
-        """The pool as ``[num_blocks, L, 2, block_size, H, D]`` in the model's dtype."""
+        """The pool as ``[num_blocks, L, 2, block_size, H, D]`` in the model's KV dtype."""
         c = model.config
         used = model.kv_bytes_per_token * self.block_size
-        typed = self.buffer[:, :used].view(model.dtype)
+        typed = self.buffer[:, :used].view(model.cache_dtype)
         return typed.view(
-            self.num_blocks, c.num_layers, 2, self.block_size, model.num_local_kv_heads, c.head_dim
+            self.num_blocks, model.num_stage_layers, 2, self.block_size, model.num_local_kv_heads, c.head_dim
         )
 
     def bind(self, model: HostedModel) -> None:

@@ -1,15 +1,18 @@
-"""Rank 0's view of the other tensor-parallel ranks: starts them, sends each step's plan, watches them.
+"""Rank 0's view of the other ranks: starts them, sends each step's plan, watches them.
 
-``LLMEngine`` with ``tensor_parallel_size`` N > 1 runs rank 0 in its own process (scheduler,
-block pool, prefix caching, sampling) and spawns ranks 1..N-1 (``engine.worker.rank_worker``),
-one process each (``torch.multiprocessing`` spawn). They meet over TCP at MASTER_ADDR:MASTER_PORT
-(torchrun's variables; a free loopback port when unset) and split every model by heads, MLP
-columns and vocabulary rows. Each step, before it runs the models, rank 0 sends the step's plan
+``LLMEngine`` with ``tensor_parallel_size`` x ``pipeline_parallel_size`` = N > 1 runs rank 0 in
+its own process (scheduler, block pool, prefix caching, sampling) and spawns ranks 1..N-1
+(``engine.worker.rank_worker``), one process each (``torch.multiprocessing`` spawn), or only the
+first ``spawned_ranks`` of them, waiting for the rest to be started on other hosts
+(``strongroom engine-rank``). They meet over TCP at MASTER_ADDR:MASTER_PORT (torchrun's
+variables; a free loopback port when unset); each pipeline stage runs its share of every
+model's layers (``engine.worker.pipeline_runner``), and the ranks of a stage split them by heads,
+MLP columns and vocabulary rows. Each step, before it runs the models, rank 0 sends the step's plan
 (``engine.worker.step_plan``) as one msgpack message through the rendezvous store
 (``engine.worker.plan_channel``): simple, never blocked by a stuck reader, and the same across
 hosts as within one; shared memory would save a copy within a host. All ranks then run the same
 forward passes, whose row-parallel layers all-reduce and whose LM head all-gathers the logits;
-rank 0 samples.
+rank 0 samples (the last stage sends it the logits).
 
 Failure is loud, never a hang: a rank that exits is seen before the next step is sent, a
 collective with a dead peer fails at once, and one with a stuck peer after
@@ -27,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,12 +42,12 @@ from engine.loading.checkpoint import Checkpoint
 from engine.loading.hosted_model import model_source
 from engine.loading.model_config import ModelConfig
 from engine.loading.model_source import DirectorySource, ModelSource
-from engine.worker.distributed import free_port, join, rank_device
+from engine.worker.distributed import RankPlace, free_port, join, leave, rank_device
 from engine.worker.plan_channel import PlanChannel
 from engine.worker.rank_worker import run_rank
 from engine.worker.step_plan import StepPlan
 
-__all__ = ["RankGroup", "check_shardable"]
+__all__ = ["RankGroup", "check_shardable", "check_stages", "rank_name"]
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +69,35 @@ def check_shardable(name: str, config: ModelConfig, tp: int) -> None:
             raise EngineConfigError(f"model {name}: tensor_parallel_size {tp} does not divide its {n} {what}")
 
 
+def check_stages(name: str, config: ModelConfig, pp: int) -> None:
+    """Refuse a model whose decoder layers do not split evenly into ``pp`` stages of at least one."""
+    if config.num_layers % pp or config.num_layers < pp:
+        raise EngineConfigError(
+            f"model {name}: pipeline_parallel_size {pp} does not split its {config.num_layers}"
+            " decoder layers evenly into stages of at least one layer"
+        )
+
+
+def rank_name(rank: int, tp: int, pp: int) -> str:
+    if pp == 1:
+        return f"tensor-parallel rank {rank}"
+    here = RankPlace(rank, tp, pp)
+    return f"rank {rank} (pipeline stage {here.stage}, tensor-parallel rank {here.tp_rank})"
+
+
 class RankGroup:
-    def __init__(self, procs: list[BaseProcess], plans: PlanChannel, device: torch.device) -> None:
+    def __init__(
+        self, procs: list[BaseProcess], plans: PlanChannel, device: torch.device, place: RankPlace
+    ) -> None:
         self._procs = procs
         self._plans = plans
         self.device = device
         """Rank 0's device."""
+        self.place = place
+        """Rank 0's place: the instance's sizes."""
+        self.key_operations: list[Any] = []
+        """What the other ranks reported of their key operations at start-up (msgpack values of
+        ``engine.serving.protocol.KeyOperationEvent``; none from spawned ranks)."""
         self._ready = False
         self._failed: str | None = None
 
@@ -78,56 +105,69 @@ class RankGroup:
     def start(
         cls, config: EngineConfig, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
     ) -> RankGroup:
-        tp = config.tensor_parallel_size
         _refuse_unservable(config, data_dir, sources)
+        me = RankPlace(0, config.tensor_parallel_size, config.pipeline_parallel_size)
         device = rank_device(config.device, 0)
         host = os.environ.get("MASTER_ADDR", "127.0.0.1")
         port = int(os.environ.get("MASTER_PORT") or free_port(host))
         address = f"{host}:{port}"
         ctx = mp.get_context("spawn")
+        spawned = config.spawned_ranks or me.world_size
         procs: list[BaseProcess] = [
             ctx.Process(
                 target=run_rank,
                 args=(rank, config, str(data_dir), dict(sources or {}), address),
-                name=f"strongroom-tp-rank-{rank}",
+                name=f"strongroom-rank-{rank}",
                 daemon=True,
             )
-            for rank in range(1, tp)
+            for rank in range(1, spawned)
         ]
         for p in procs:
             p.start()
 
         def check() -> None:
-            dead = _dead_ranks(procs)
+            dead = _dead_ranks(procs, me)
             if dead:
                 raise EngineRankError(f"{dead} while starting")
 
+        if spawned < me.world_size:
+            log.info(
+                "waiting at %s for ranks %d..%d to join from other hosts", address, spawned, me.world_size - 1
+            )
         try:
-            plans = join(0, tp, device, address, config.distributed_timeout_s, check)
+            plans = join(me, device, address, config.distributed_timeout_s, check)
         except BaseException:
             _stop(procs, 0.0)
             raise
-        log.info("tensor parallel: %d ranks joined at %s", tp, address)
-        return cls(procs, plans, device)
+        log.info(
+            "%d ranks joined at %s (tensor parallel %d x pipeline %d)",
+            me.world_size,
+            address,
+            me.tp_size,
+            me.pp_size,
+        )
+        return cls(procs, plans, device, me)
 
     @property
     def pids(self) -> list[int | None]:
-        """The process ids of ranks 1..N-1."""
+        """The process ids of the ranks this host spawned (1..spawned_ranks-1)."""
         return [p.pid for p in self._procs]
 
     def agree(self, models: list[str], num_blocks: int) -> int:
         """Tell the ranks which models rank 0 serves; the pool size all of them can hold.
         Waits as long as the others load (a rank that fails exits, which ends the wait)."""
         self._plans.put("served", models)
-        keys = [f"blocks/{rank}" for rank in range(1, len(self._procs) + 1)]
+        keys = [f"blocks/{rank}" for rank in range(1, self.place.world_size)]
         while not self._plans.ready(keys):
             self._check_alive()
             time.sleep(0.02)
         answers: list[int | str] = [num_blocks, *(self._plans.get(k) for k in keys)]
         for rank, answer in enumerate(answers):
             if not isinstance(answer, int):
-                raise EngineRankError(f"tensor-parallel rank {rank} could not start: {answer}")
+                raise EngineRankError(f"{self._name(rank)} could not start: {answer}")
         smallest = min(a for a in answers if isinstance(a, int))
+        for rank in range(1, self.place.world_size):
+            self.key_operations.extend(self._plans.get(f"key_operations/{rank}"))
         self._plans.put("blocks", smallest)
         self._ready = True
         return smallest
@@ -149,7 +189,8 @@ class RankGroup:
         except (RuntimeError, dist.DistError) as exc:
             for p in self._procs:  # a peer that dropped out of a collective is exiting: name it
                 p.join(_EXIT_S)
-            self._failed = f"{self._dead_ranks() or 'a tensor-parallel rank failed'}: {exc}"
+            failed = "a tensor-parallel rank failed" if self.place.pp_size == 1 else "an engine rank failed"
+            self._failed = f"{self._dead_ranks() or failed}: {exc}"
             raise EngineRankError(self._failed) from exc
 
     def _check_alive(self) -> None:
@@ -159,7 +200,10 @@ class RankGroup:
             raise EngineRankError(dead)
 
     def _dead_ranks(self) -> str:
-        return _dead_ranks(self._procs)
+        return _dead_ranks(self._procs, self.place)
+
+    def _name(self, rank: int) -> str:
+        return rank_name(rank, self.place.tp_size, self.place.pp_size)
 
     def close(self) -> None:
         """Stop the other ranks and leave the process groups."""
@@ -171,21 +215,23 @@ class RankGroup:
         # restart: end them now.
         _stop(self._procs, _JOIN_S if orderly else 0.0)
         self._ready = False
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave()
 
 
 def _refuse_unservable(
     config: EngineConfig, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
 ) -> None:
     """Refuse, before any rank starts, what the ranks could not serve."""
-    tp = config.tensor_parallel_size
+    tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
+    spawns = (config.spawned_ranks or config.world_size) > 1
     for name, source in (sources or {}).items():
-        # Spawning would pickle a sealed source, data key included, to the other ranks.
-        if not isinstance(source, DirectorySource):
+        # Spawning would pickle a sealed source, data key included, to the other ranks; a rank
+        # started with `strongroom engine-rank` opens it through the key provider itself.
+        if spawns and not isinstance(source, DirectorySource):
             raise EngineConfigError(
-                f"model {name}: tensor parallel serves plaintext checkpoint directories only"
-                f" (not {type(source).__name__}) for now"
+                f"model {name}: ranks spawned by rank 0 serve plaintext checkpoint directories only"
+                f" (not {type(source).__name__}); set spawned_ranks = 1 and start the other ranks"
+                " with `strongroom engine-rank`, each opening the sealed model itself"
             )
     for spec in config.models:
         try:
@@ -194,19 +240,25 @@ def _refuse_unservable(
         except ModelLoadError:
             continue  # loading reports it (or skips the model)
         check_shardable(spec.name, model_config, tp)
+        check_stages(spec.name, model_config, pp)
+    if (config.spawned_ranks or config.world_size) < config.world_size and not os.environ.get("MASTER_PORT"):
+        raise EngineConfigError(
+            "ranks started on other hosts need MASTER_ADDR and MASTER_PORT set (the address they join)"
+        )
     if dist.is_initialized():
         raise EngineConfigError("torch.distributed is already initialised in this process")
-    first, last = rank_device(config.device, 0), rank_device(config.device, tp - 1)
+    here = config.spawned_ranks or config.world_size
+    first, last = rank_device(config.device, 0), rank_device(config.device, here - 1)
     if last.type == "cuda" and last.index is not None and last.index >= torch.cuda.device_count():
         raise EngineConfigError(
-            f"tensor_parallel_size {tp} from {first} needs {last}; this host has"
-            f" {torch.cuda.device_count()} GPUs"
+            f"{here} ranks on this host (tensor_parallel_size {tp} x pipeline_parallel_size {pp})"
+            f" from {first} need {last}; this host has {torch.cuda.device_count()} GPUs"
         )
 
 
-def _dead_ranks(procs: list[BaseProcess]) -> str:
+def _dead_ranks(procs: list[BaseProcess], place: RankPlace) -> str:
     return "; ".join(
-        f"tensor-parallel rank {rank} exited (exit code {p.exitcode})"
+        f"{rank_name(rank, place.tp_size, place.pp_size)} exited (exit code {p.exitcode})"
         for rank, p in enumerate(procs, start=1)
         if p.exitcode is not None
     )

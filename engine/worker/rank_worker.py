@@ -1,12 +1,17 @@
-"""A tensor-parallel rank other than 0: load its shard of every model, then run the steps rank 0 plans.
+"""A rank other than 0: load its shard of every model, then run the steps rank 0 plans.
 
-The process has no scheduler and samples nothing: it holds its slice of the weights and a KV pool
-with as many blocks as rank 0's (its own KV heads in each), and for every plan it receives runs
-the same forward passes as rank 0, taking part in their collectives. A ``None`` plan stops it;
-any error ends the process, which rank 0 notices (``engine.worker.rank_group``).
+The process has no scheduler and samples nothing: it holds its slice of the weights (its
+pipeline stage's layers, split by its tensor-parallel rank) and a KV pool with as many blocks as
+rank 0's (its own KV heads of its own layers in each), and for every plan it receives runs the
+same forward passes as rank 0, taking part in their collectives and passing activations on. A
+``None`` plan stops it; any error ends the process, which rank 0 notices
+(``engine.worker.rank_group``). Rank 0 spawns it (``run_rank``), or another host starts it
+(``strongroom engine-rank``, through ``run_rank`` too).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -14,9 +19,10 @@ import torch.distributed as dist
 from engine.config import EngineConfig
 from engine.loading.hosted_model import load_hosted_models
 from engine.loading.model_source import ModelSource
-from engine.worker.distributed import join, rank_device
+from engine.worker.distributed import RankPlace, join, leave, rank_device
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
+from engine.worker.pipeline_runner import PipelineRunner
 from engine.worker.plan_channel import PlanChannel
 from engine.worker.step_plan import StepPlan, plan_items
 
@@ -24,13 +30,23 @@ __all__ = ["run_rank"]
 
 
 def run_rank(
-    rank: int, config: EngineConfig, data_dir: str, sources: dict[str, ModelSource], address: str
+    rank: int,
+    config: EngineConfig,
+    data_dir: str,
+    sources: dict[str, ModelSource],
+    address: str,
+    local_rank: int | None = None,
+    key_operations: list[Any] | None = None,
 ) -> None:
-    device = rank_device(config.device, rank)
+    """Serve as ``rank`` until rank 0 stops; ``local_rank`` (default ``rank``) picks the GPU on this
+    host. ``key_operations`` (msgpack values) go to rank 0, which reports them as its own."""
+    device = rank_device(config.device, rank if local_rank is None else local_rank)
     if config.num_threads is not None and device.type == "cpu":
         torch.set_num_threads(config.num_threads)
-    plans = join(rank, config.tensor_parallel_size, device, address, config.distributed_timeout_s)
+    me = RankPlace(rank, config.tensor_parallel_size, config.pipeline_parallel_size)
+    plans = join(me, device, address, config.distributed_timeout_s)
     try:
+        plans.put(f"key_operations/{rank}", key_operations or [])
         models, failed = load_hosted_models(config, data_dir, sources, device, skip_failed=True)
         served: list[str] = plans.get("served")
         missing = [name for name in served if name not in models]
@@ -41,13 +57,17 @@ def run_rank(
         block_bytes = KVCache.block_bytes_for(hosted, config.block_size)
         plans.put(f"blocks/{rank}", KVCache.num_blocks_for(config, hosted, block_bytes, device))
         kv_cache = KVCache(plans.get("blocks"), block_bytes, config.block_size, device)  # the smallest
-        runners = {}
+        runners: dict[str, ModelRunner] = {}
         for model in hosted:
             kv_cache.bind(model)
-            runners[model.name] = ModelRunner(model, config.block_size, device, fused=False)
+            runners[model.name] = (
+                PipelineRunner(model, config.block_size, device, place=me)
+                if me.pp_size > 1
+                else ModelRunner(model, config.block_size, device, fused=False)
+            )
         _serve(plans, runners)
     finally:
-        dist.destroy_process_group()
+        leave()
 
 
 @torch.inference_mode()
@@ -56,7 +76,7 @@ def _serve(plans: PlanChannel, runners: dict[str, ModelRunner]) -> None:
         try:
             plan: StepPlan | None = plans.receive()
         except dist.DistError as exc:
-            raise SystemExit(f"tensor-parallel rank 0 went away: {exc}") from None
+            raise SystemExit(f"engine rank 0 went away: {exc}") from None
         if plan is None:
             return
         for model, items in plan:

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import re
 
-from filters.holdback import TriggerWatch
+from filters.holdback import Quiet, TriggerWatch
 
 __all__ = ["EmailHoldback"]
 
 _PIECES = re.compile(r"([a-z0-9._%+\-@\[\](){}<>]+)|(\s+)|[^a-z0-9._%+\-@\[\](){}<>\s]+")
 """Characters an address can hold, whitespace, and anything else (which ends every chain)."""
+_WORD = re.compile(r"[a-z0-9._%+\-@\[\](){}<>]+")
+"""New text that only continues the word being read."""
 _CONNECTORS = frozenset({"at", "dot"})
 _TOUCHING = frozenset("[](){}<>@.")
 _UNFINISHED = frozenset({"", "a", "d", "do"})
@@ -70,10 +72,14 @@ class EmailHoldback:
         self._prev: _Word | None = None
         """The word before the current gap or word, when an address could run across."""
         self._gap = 0
-        self._trigger = TriggerWatch(_TRIGGER, len("at") + 1, lookahead=1)
+        self._trigger = TriggerWatch(_TRIGGER, len("at") + 1, lookahead=1, needles=("@", "at"))
 
     def advance(self, text: str, base: int, begin: int) -> int:
         self._trigger.read(text, base, begin)
+        word = self._word
+        if word is not None and len(word.head) == 4 and _WORD.fullmatch(text, begin - base) is not None:
+            word.last = text[-1]  # the word goes on: its chain and the hold point stay
+            return max(self._hold(base + len(text)), base + len(text) - self._max_keep)
         for piece in _PIECES.finditer(text, begin - base):
             if piece.lastindex == 1:
                 if self._word is None:
@@ -111,8 +117,8 @@ class EmailHoldback:
         return n
 
     @property
-    def wake(self) -> frozenset[str] | None:
-        return None
+    def quiet(self) -> Quiet | None:
+        return None  # every word may begin an address
 
     def may_match(self, start: int) -> bool:
         return self._trigger.latest >= start

@@ -49,6 +49,7 @@ class IbanDetector(PatternDetector):
         partial=re.compile(r"(?:[a-z]{1,2}|[a-z]{2}[0-9])\Z"),
         trigger=re.compile("[0-9]"),
         wake=frozenset("0123456789"),
+        partial_chars="abcdefghijklmnopqrstuvwxyz0123456789",
     )
     pattern = re.compile(r"[0-9]{2}(?<=[a-z]{2}[0-9]{2})(?= ?[0-9a-z])")
 

@@ -11,12 +11,17 @@ from __future__ import annotations
 from collections import deque
 
 from filters.detectors.term_automaton import TermAutomaton
+from filters.holdback import Quiet
 
 __all__ = ["KeywordHoldback"]
 
 
 class KeywordHoldback:
     __slots__ = ("_automaton", "_last_hit_start", "_max_keep", "_positions", "_state")
+
+    holds_forward = True
+    """The longest suffix that begins a term starts no earlier after more text (a shorter
+    prefix of a term is one too), so the hold point only moves forward."""
 
     def __init__(self, automaton: TermAutomaton, max_match_len: int) -> None:
         self._automaton = automaton
@@ -53,7 +58,9 @@ class KeywordHoldback:
         return max(positions[-depth] if depth else n, n - self._max_keep)
 
     @property
-    def wake(self) -> frozenset[str] | None:
+    def quiet(self) -> Quiet | None:
+        """At the root, text without a term's first character leaves the root; but a list's
+        first characters are most letters, so the stream would wake it nearly every delta."""
         return None
 
     def may_match(self, start: int) -> bool:

@@ -78,7 +78,7 @@ class SecretDetector(PatternDetector):
         return spans
 
     def holdback(self) -> Holdback:
-        return SecretHoldback(_SHAPE)
+        return SecretHoldback(_SHAPE, _QUIET)
 
     def accept(self, match: re.Match[str]) -> Span | None:
         if match.group(1) is not None:
@@ -98,3 +98,4 @@ _SHAPE = SecretShape(
     token_prefixes=_TOKEN_PREFIXES,
     max_match_len=SecretDetector.max_match_len,
 )
+_QUIET = _SHAPE.quiet(_SHAPE.token_rule())

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from filters.holdback import Holdback, RunHoldback, RunRule, TriggerWatch
+from filters.holdback import Quiet, RunHoldback, RunRule, TriggerWatch
 
 __all__ = ["SecretHoldback", "SecretShape"]
 
@@ -38,6 +38,7 @@ _HEADER_RULE = RunRule(
     partial=re.compile(r"-{1,4}\Z"),
     wake=frozenset("-"),
 )
+_RUN_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz_-"
 _VALUE_GAP = 4
 """Characters between a key's ``=`` and its value: ``[ \\t]{0,3}`` and a quote."""
 
@@ -60,33 +61,52 @@ class SecretShape:
         alternatives = "|".join(map(re.escape, self.token_prefixes))
         cut = {p[:k] for p in self.token_prefixes for k in range(1, len(p))}
         return RunRule(
-            members="0123456789abcdefghijklmnopqrstuvwxyz_-",
+            members=_RUN_CHARS,
             marker=re.compile(rf"(?<![a-z0-9])(?:{alternatives})"),
             max_match_len=self.max_match_len,
             marker_len=max(map(len, self.token_prefixes)),
             partial=re.compile(rf"(?<![a-z0-9])(?:{'|'.join(map(re.escape, sorted(cut)))})\Z"),
         )
 
+    def quiet(self, token_rule: RunRule) -> Quiet:
+        """Idle means no token prefix, header, open block or recent key. Text without ``:``,
+        ``=`` (a key's assignment), ``-`` (a header; some prefixes) and ``_`` (the other
+        prefixes) and without a prefix of letters (``akia``) keeps it so; the hold point is
+        then the token rule's (a cut-off prefix in the trailing run of token characters), as a
+        header cut off by the end needs a ``-`` at the end."""
+        return Quiet(
+            wake=frozenset(":=-_"),
+            keep=token_rule.marker_len - 1,
+            outside=re.compile("[^" + re.escape(_RUN_CHARS) + "]"),
+            marker=token_rule.marker,
+            marker_len=token_rule.marker_len,
+        )
+
 
 class SecretHoldback:
     __slots__ = (
+        "_assigning",
         "_assignment",
         "_block_start",
         "_header",
         "_header_from",
         "_lead",
         "_max_keep",
+        "_quiet",
         "_token",
         "_word_start",
     )
 
-    def __init__(self, shape: SecretShape) -> None:
+    def __init__(self, shape: SecretShape, quiet: Quiet) -> None:
         self._lead = shape.lead
         self._assignment = TriggerWatch(shape.assignment, shape.assignment_len)
+        self._assigning = False
+        """The last word may be the value of the last key (or hold the key itself)."""
         self._max_keep = shape.max_match_len - 1
         self._word_start = 0
-        self._token: Holdback = RunHoldback(shape.token_rule())
-        self._header: Holdback = RunHoldback(_HEADER_RULE)
+        self._token = RunHoldback(shape.token_rule())
+        self._header = RunHoldback(_HEADER_RULE)
+        self._quiet = quiet
         self._block_start: int | None = None
         self._header_from = 0
         """Headers before this were read already (or lie inside a closed block)."""
@@ -100,8 +120,8 @@ class SecretHoldback:
             self._word_start = base + last_stop.end()
         hold = self._token.advance(text, base, begin)
         assigned = self._assignment.latest
-        if assigned >= 0 and self._word_start <= assigned + self._lead + _VALUE_GAP:
-            # The last word may be the value of that key (or hold the key itself).
+        self._assigning = assigned >= 0 and self._word_start <= assigned + self._lead + _VALUE_GAP
+        if self._assigning:
             hold = min(hold, max(self._word_start, assigned, n - self._max_keep))
         hold = min(hold, self._header.advance(text, base, begin))
         if self._block_start is not None or self._header.may_match(begin - _HEADER_LEN):
@@ -127,8 +147,9 @@ class SecretHoldback:
             self._header_from = base + end.end()
 
     @property
-    def wake(self) -> frozenset[str] | None:
-        return None
+    def quiet(self) -> Quiet | None:
+        idle = self._block_start is None and not self._assigning
+        return self._quiet if idle and self._token.is_idle and self._header.is_idle else None
 
     def may_match(self, start: int) -> bool:
         """A token starts at its prefix, a block at its header's dashes, a value after its key."""

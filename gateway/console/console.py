@@ -118,6 +118,7 @@ class Console:
         data (the engine pool every few seconds would otherwise flood the log)."""
         session = await self.session(request)
         authorizer = self.services.authorizer
+        await authorizer.current()
         missing = [p for p in permissions if not authorizer.allowed(session.principal, p, CONTROL_PLANE)]
         if missing:
             await self.refuse(request, session, "missing " + ",".join(missing), detail)

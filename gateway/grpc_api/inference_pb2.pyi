@@ -476,7 +476,7 @@ class EmbeddingList(_message.Message):
     def __init__(self, data: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., model: _Optional[str] = ..., usage: _Optional[_Union[EmbeddingUsage, _Mapping]] = ..., object: _Optional[str] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("id", "created", "owned_by", "object", "max_model_len", "quantization", "kind")
+    __slots__ = ("id", "created", "owned_by", "object", "max_model_len", "quantization", "kind", "kv_cache_dtype")
     ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     OWNED_BY_FIELD_NUMBER: _ClassVar[int]
@@ -484,6 +484,7 @@ class Model(_message.Message):
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
     QUANTIZATION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_DTYPE_FIELD_NUMBER: _ClassVar[int]
     id: str
     created: int
     owned_by: str
@@ -491,7 +492,8 @@ class Model(_message.Message):
     max_model_len: int
     quantization: str
     kind: str
-    def __init__(self, id: _Optional[str] = ..., created: _Optional[int] = ..., owned_by: _Optional[str] = ..., object: _Optional[str] = ..., max_model_len: _Optional[int] = ..., quantization: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
+    kv_cache_dtype: str
+    def __init__(self, id: _Optional[str] = ..., created: _Optional[int] = ..., owned_by: _Optional[str] = ..., object: _Optional[str] = ..., max_model_len: _Optional[int] = ..., quantization: _Optional[str] = ..., kind: _Optional[str] = ..., kv_cache_dtype: _Optional[str] = ...) -> None: ...
 
 class ModelList(_message.Message):
     __slots__ = ("data", "object")

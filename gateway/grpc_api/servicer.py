@@ -105,7 +105,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         async def work(ctx: RequestContext) -> tuple[pb.ModelList, dict[str, str]]:
             assert ctx.principal is not None  # _unary authenticated the call
             services = self._services
-            models = visible_models(ctx.principal, services.engines, services.authorizer)
+            models = await visible_models(ctx.principal, services.engines, services.authorizer)
             return messages.model_list(list(models.values())), {}
 
         return await self._unary(context, "ListModels", work)

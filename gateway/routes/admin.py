@@ -4,8 +4,8 @@ Every route's guard requires ``admin:policy`` (403 otherwise, recorded by the ``
 and a handler reaches only as far as the caller holds it (``policies.control_scope``): a tenant's
 administrator reads and writes the rules of its own domain, never ``*`` or another tenant's
 (403, recorded). Changes go through
-``Authorizer.change``: atomic, audited with the caller as actor (fail closed), in effect on this
-replica at once and on the others within the poll interval. Malformed input answers 400 naming
+``Authorizer.change``: atomic, audited with the caller as actor (fail closed), and in force on
+every replica when the call returns (``policies.policy_freshness``). Malformed input answers 400 naming
 the field and the rule it breaks.
 """
 

@@ -157,7 +157,7 @@ async def _visible_models(
 ) -> dict[str, ModelObject]:
     ctx = context_of(request, endpoint)
     principal = await services.authenticator.caller(ctx, request.headers.get("authorization"))
-    return visible_models(principal, services.engines, services.authorizer)
+    return await visible_models(principal, services.engines, services.authorizer)
 
 
 @get("/v1/models")

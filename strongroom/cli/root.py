@@ -219,6 +219,25 @@ def engine(config_path: str | None, fd: int | None, host: str | None, port: int 
         raise click.ClickException(str(exc)) from None
 
 
+@main.command("engine-rank")
+@config_option
+def engine_rank(config_path: str | None) -> None:
+    """One rank (not 0) of a tensor- or pipeline-parallel engine whose rank 0 runs elsewhere.
+
+    Reads torchrun's variables: MASTER_ADDR and MASTER_PORT (rank 0's host and port), RANK,
+    WORLD_SIZE (tensor_parallel_size x pipeline_parallel_size) and LOCAL_RANK (the GPU here).
+    Rank 0 waits for it when [engine] spawned_ranks leaves its rank to other hosts; it serves
+    until rank 0 stops, with the same [engine] settings and its models under its data_dir."""
+    from engine.errors import EngineConfigError
+    from strongroom.engine_process import run_engine_rank
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        run_engine_rank(load_settings(config_path))
+    except EngineConfigError as exc:
+        raise click.ClickException(exc.message) from None
+
+
 @main.group()
 def config() -> None:
     """Inspect the settings."""

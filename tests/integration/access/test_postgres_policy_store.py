@@ -19,7 +19,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from audit.signer import CheckpointSigner
 from common.audit_event import AuditEvent, EventType
 from common.principal import Principal
-from policies import AccessConfig, Assignment, Authorizer, Grant, PolicyChange, PolicyTamperedError
+from policies import (
+    AccessConfig,
+    Assignment,
+    Authorizer,
+    Grant,
+    PolicyChange,
+    PolicyTamperedError,
+    PolicyUnavailableError,
+)
 from policies.policy_seal import PolicySeal
 
 pytestmark = pytest.mark.integration
@@ -108,11 +116,13 @@ def test_a_direct_edit_in_postgres_is_refused_and_audited(
     asyncio.run(run())
 
 
-def test_a_hung_policy_store_does_not_stall_the_event_loop(
+def test_a_hung_policy_store_does_not_stall_the_event_loop_and_fails_closed_after_the_lease(
     config: AccessConfig, seal: PolicySeal, tmp_path
 ) -> None:
     """A reload waiting on PostgreSQL (here: a table lock a DBA holds for 1 s) waits off the loop:
-    the gateway keeps answering meanwhile, on the policy it has."""
+    the gateway keeps answering meanwhile. Once its lease (2 polls) runs out, it cannot know
+    whether another gateway revoked something, so it refuses (503, saying why) rather than decide
+    on the old version; when the store answers again, so does it."""
 
     def hold_lock(locked: threading.Event) -> None:
         with psycopg.connect(DSN) as dba, dba.transaction():
@@ -120,8 +130,11 @@ def test_a_hung_policy_store_does_not_stall_the_event_loop(
             locked.set()
             time.sleep(1.0)
 
+    analyst = Principal(subject="a", roles=("analyst",), issuer="i")
+
     async def run() -> float:
-        authz = Authorizer.open(msgspec.structs.replace(config, poll_interval_s=0.05), tmp_path, seal=seal)
+        fast = msgspec.structs.replace(config, poll_interval_s=0.05, sync_timeout_s=0.2)
+        authz = Authorizer.open(fast, tmp_path, seal=seal)
         await authz.start()
         locked = threading.Event()
         holder = threading.Thread(target=hold_lock, args=(locked,))
@@ -133,13 +146,48 @@ def test_a_hung_policy_store_does_not_stall_the_event_loop(
                 start = loop.time()
                 await asyncio.sleep(0.025)
                 worst = max(worst, loop.time() - start - 0.025)
-            assert authz.allowed(Principal(subject="a", roles=("analyst",), issuer="i"), "chat", "demo-chat")
+            with pytest.raises(PolicyUnavailableError, match=r"did not answer within 0\.2 s"):
+                await authz.current()
+            with pytest.raises(PolicyUnavailableError, match="could not be confirmed current"):
+                authz.allowed(analyst, "chat", "demo-chat")
         finally:
             await asyncio.to_thread(holder.join)
+        try:
+            await authz.current()
+            assert authz.allowed(analyst, "chat", "demo-chat")
+        finally:
             await authz.stop()
         return worst
 
     assert asyncio.run(run()) < 0.2
+
+
+def test_a_change_is_in_force_on_a_replica_of_another_host_when_its_call_returns(
+    config: AccessConfig, seal: PolicySeal, tmp_path
+) -> None:
+    """Regression (#19): two gateways on one database, no shared data directory (no shared
+    version board) and no Redis: the change's call returns only after the other replica's lease
+    on the old version ran out, so its next decision is on the new one."""
+
+    async def run() -> None:
+        leased = msgspec.structs.replace(config, poll_interval_s=0.2)  # lease 0.4 s
+        one = Authorizer.open(leased, tmp_path / "one", seal=seal)
+        two = Authorizer.open(leased, tmp_path / "two", seal=seal)
+        await two.start()
+        try:
+            await two.current()
+            assert two.allowed(Principal(subject="x", roles=("analyst",), issuer="i"), "chat", "demo-chat")
+            revoke = Grant(role="analyst", pattern="demo-chat", action="chat")
+            await one.change([PolicyChange(op="ungrant", rule=revoke)], "ops", ListSink())
+            await two.current()
+            assert not two.allowed(
+                Principal(subject="x", roles=("analyst",), issuer="i"), "chat", "demo-chat"
+            )
+        finally:
+            await two.stop()
+            one.store.close()
+
+    asyncio.run(run())
 
 
 def test_a_change_reaches_the_other_replica_by_notify_without_redis(
@@ -148,7 +196,8 @@ def test_a_change_reaches_the_other_replica_by_notify_without_redis(
     """No Redis, polls 1 s apart: the NOTIFY sent in the change's transaction is what brings it."""
 
     async def run() -> float:
-        slow_polls = msgspec.structs.replace(config, poll_interval_s=1.0)
+        # No lease (the change would wait it out): this measures the notification alone.
+        slow_polls = msgspec.structs.replace(config, poll_interval_s=1.0, lease_s=0)
         one = Authorizer.open(slow_polls, tmp_path / "one", seal=seal)
         two = Authorizer.open(slow_polls, tmp_path / "two", seal=seal)
         await two.start()  # its first poll is 1 s away

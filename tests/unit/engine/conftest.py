@@ -116,3 +116,14 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def bpe_tokenizer() -> Callable[[list[str] | None], Tokenizer]:
     """``build_tokenizer`` for tests that need other special tokens than the models here."""
     return build_tokenizer
+
+
+@pytest.fixture(scope="session")
+def single_rank(model_dirs: dict[str, Path]):  # type: ignore[no-untyped-def]
+    """``parallel_generation.generate`` on one rank: what every tensor- and pipeline-parallel
+    layout must reproduce (computed once for all of them)."""
+    from engine.llm_engine import LLMEngine
+
+    from .parallel_generation import config, generate
+
+    return generate(LLMEngine(config(model_dirs, 1)))

@@ -47,9 +47,13 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def engine_url() -> Iterator[str]:
+    yield from _serve(StubEngine())
+
+
+def _serve(stub: StubEngine) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    app = EngineServer(StubEngine(), TOKEN).app()
+    app = EngineServer(stub, TOKEN).app()
     server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -74,6 +78,11 @@ class ListSink:
 
 @pytest.fixture
 async def service(engine_url: str, tmp_path: Path) -> AsyncIterator[tuple[InferenceService, ListSink]]:
+    async for pair in _service(engine_url, tmp_path):
+        yield pair
+
+
+async def _service(engine_url: str, tmp_path: Path) -> AsyncIterator[tuple[InferenceService, ListSink]]:
     policy = tmp_path / "filters.toml"
     policy.write_text(BLOCK_CARDS)
     engines = EnginePool([EngineClient(engine_url, TOKEN)])
@@ -121,6 +130,16 @@ async def test_a_chat_is_answered_then_recorded_with_its_usage(
         "ann",
     )
     assert record.completion_tokens == 3 and record.prompt_tokens == body["usage"]["prompt_tokens"]
+    assert record.model_manifest == ""  # plaintext, unquantized: nothing to name
+
+
+async def test_the_record_names_the_quantization_served(tmp_path: Path) -> None:
+    # Weights and KV cache quantized: the audit record's model manifest says so (issue 23).
+    for url in _serve(StubEngine(quantization="fp8", kv_cache_dtype="float8_e4m3fn")):
+        async for inference, sink in _service(url, tmp_path):
+            await inference.complete(await inference.prepare(_ctx(), "chat", _chat("hi there")))
+            [record] = sink.events
+            assert record.model_manifest == "weights=fp8 kv=fp8"
 
 
 async def test_a_model_the_caller_may_not_use_reads_as_absent(

@@ -11,7 +11,7 @@ from audit.errors import AuditUnavailableError
 from common.audit_event import EventType
 from common.principal import Principal
 from policies import AccessConfig, Assignment, Authorizer, Grant, PolicyChange
-from policies.errors import PolicyConflictError
+from policies.errors import PolicyConflictError, PolicyUnavailableError
 
 
 def caller(*roles: str, sub: str = "someone", tenant: str | None = None) -> Principal:
@@ -102,7 +102,9 @@ def test_other_replica_catches_up_by_version(tmp_path: Path, sink: Any) -> None:
             [PolicyChange(op="assign", rule=Assignment(member="user:eve", role="analyst"))], "root", sink
         )
     )
-    assert not two.allowed(caller(sub="eve"), "chat", "demo-chat")
+    # The version board says version 2 exists: version 1 decides nothing more, it answers 503.
+    with pytest.raises(PolicyUnavailableError, match="version 2 is committed"):
+        two.allowed(caller(sub="eve"), "chat", "demo-chat")
     assert two.refresh() is True and two.version == 2
     assert two.allowed(caller(sub="eve"), "chat", "demo-chat")
     assert two.refresh() is False
@@ -133,3 +135,74 @@ def test_concurrent_changes_in_one_process_serialise(authorizer: Authorizer, sin
 
     assert asyncio.run(run()) == [2, 3, 4, 5, 6]
     assert authorizer.version == 6 and len(sink.events) == 5
+
+
+REVOKE_ANALYST_CHAT = PolicyChange(
+    op="ungrant", rule=Grant(role="analyst", pattern="demo-chat", action="chat")
+)
+GRANT_TRADER_CHAT = PolicyChange(op="grant", rule=Grant(role="trader", pattern="demo-chat", action="chat"))
+
+
+def test_a_change_is_in_force_on_every_replica_of_the_host_when_its_call_returns(
+    tmp_path: Path, sink: Any
+) -> None:
+    """Regression (#19): a replica used to decide on its old version until its next poll (0.5 s)
+    or the Redis announcement. No watcher runs here, nothing is announced, nothing sleeps."""
+    one, two = Authorizer.open(AccessConfig(), tmp_path), Authorizer.open(AccessConfig(), tmp_path)
+
+    async def run() -> None:
+        assert two.allowed(caller("analyst"), "chat", "demo-chat")
+        await one.change([REVOKE_ANALYST_CHAT], "root", sink)
+        await two.current()
+        assert not two.allowed(caller("analyst"), "chat", "demo-chat")
+        await one.change([GRANT_TRADER_CHAT], "root", sink)
+        await two.current()
+        assert two.allowed(caller("trader"), "chat", "demo-chat") and two.version == 3
+
+    asyncio.run(run())
+
+
+def test_a_replica_that_cannot_load_the_committed_version_refuses_rather_than_decide(
+    tmp_path: Path, sink: Any
+) -> None:
+    one, two = Authorizer.open(AccessConfig(), tmp_path), Authorizer.open(AccessConfig(), tmp_path)
+    asyncio.run(one.change([REVOKE_ANALYST_CHAT], "root", sink))
+    db = tmp_path / "policies" / "policy.db"
+    for leftover in (db.with_name("policy.db-wal"), db.with_name("policy.db-shm")):
+        leftover.unlink(missing_ok=True)
+    db.write_bytes(b"not a database" * 100)  # the disk under the store failed
+    with pytest.raises(PolicyUnavailableError, match="version 2 is committed; this replica holds 1"):
+        asyncio.run(two.current())
+    with pytest.raises(PolicyUnavailableError):
+        two.allowed(caller("analyst"), "chat", "demo-chat")  # never the revoked grant's answer
+
+
+def test_with_redis_down_a_change_is_still_in_force_everywhere_at_once(tmp_path: Path, sink: Any) -> None:
+    async def run() -> None:
+        from redis.asyncio import Redis
+
+        dead = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)  # nothing listens there
+        one = Authorizer.open(AccessConfig(), tmp_path, dead)
+        two = Authorizer.open(AccessConfig(), tmp_path, dead)
+        await one.start()
+        await two.start()
+        try:
+            await one.change([REVOKE_ANALYST_CHAT], "root", sink)  # the announcement fails: logged
+            await two.current()
+            assert not two.allowed(caller("analyst"), "chat", "demo-chat")
+        finally:
+            await one.stop()
+            await two.stop()
+            await dead.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_store_restored_to_an_older_version_resets_the_board_on_open(tmp_path: Path, sink: Any) -> None:
+    one = Authorizer.open(AccessConfig(), tmp_path)
+    db = tmp_path / "policies" / "policy.db"
+    backup = db.read_bytes()
+    asyncio.run(one.change([REVOKE_ANALYST_CHAT], "root", sink))
+    db.write_bytes(backup)  # restored from the backup taken at version 1
+    again = Authorizer.open(AccessConfig(), tmp_path)
+    assert again.version == 1 and again.allowed(caller("analyst"), "chat", "demo-chat")

@@ -28,3 +28,25 @@ def test_tiny_shape_at_tp_1_and_4_writes_json(tmp_path: Path) -> None:
     for r in report["results"]:
         assert len(r["batch1"]["tokens"]) == 4 and r["batch1"]["tpot_median_ms"] > 0
         assert r["throughput"]["num_output_tokens"] == expected
+
+
+@pytest.mark.timeout(120)
+def test_pipeline_layout_matches_one_rank(tmp_path: Path) -> None:
+    out = tmp_path / "pp.json"
+    args = ["--shape", "tiny", "--layout", "1x1,1x2", "--new-tokens", "4", "--throughput-scale", str(SCALE)]
+    result = CliRunner().invoke(tensor_parallel, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["errors"] == {}
+    assert [(r["tensor_parallel_size"], r["pipeline_parallel_size"]) for r in report["results"]] == [
+        (1, 1),
+        (1, 2),
+    ]
+    assert report["greedy_tokens_agree"] is True
+    expected = nano_vllm_workload().scaled(SCALE).num_output_tokens
+    assert report["results"][1]["throughput"]["num_output_tokens"] == expected
+
+
+def test_layout_that_is_not_tp_x_pp_is_refused() -> None:
+    result = CliRunner().invoke(tensor_parallel, ["--layout", "2,2"])
+    assert result.exit_code == 2 and "'2' is not TPxPP" in result.output

@@ -28,6 +28,7 @@ from engine.kernels import (
     skinny_gemm_config,
     skinny_gemm_deferred,
 )
+from engine.quantization.kv_quant import UNIT_SCALES, KVScales, quantize_kv
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4, 2, 16, 4
@@ -84,7 +85,11 @@ def _same(got: torch.Tensor, want: torch.Tensor, *, exact: bool) -> None:
 
 
 def _reference(
-    s: dict[str, torch.Tensor], splits: int, norm: bool, tuning: CudaTuning = DEFAULT_TUNING
+    s: dict[str, torch.Tensor],
+    splits: int,
+    norm: bool,
+    tuning: CudaTuning = DEFAULT_TUNING,
+    scales: KVScales = UNIT_SCALES,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     pool = s["pool"].clone()
     k_cache, v_cache = pool[:, 1, 0], pool[:, 1, 1]
@@ -99,10 +104,11 @@ def _reference(
         v_cache,
         s["slots"],
         qk_norm,
+        scales=scales,
         tuning=tuning,
     )
     out = paged_attention(q, k_cache, v_cache, s["tables"], s["ctx"], s["starts"], max_query_len=1, scale=0.25,
-                          num_splits=splits, tuning=tuning)  # fmt: skip
+                          num_splits=splits, scales=scales, tuning=tuning)  # fmt: skip
     return out, pool
 
 
@@ -113,12 +119,14 @@ def _fused(
     *,
     defer_merge: bool = False,
     tuning: CudaTuning = DEFAULT_TUNING,
+    scales: KVScales = UNIT_SCALES,
 ) -> tuple[torch.Tensor | PendingMerge, torch.Tensor]:
     pool = s["pool"].clone()
     qk_norm = (s["q_norm"], s["k_norm"], 1e-6) if norm else None
     new = NewTokenRope(s["k"], s["v"], s["positions"], s["slots"], s["inv_freq"], qk_norm)
     out = decode_attention(s["q"], new, pool[:, 1, 0], pool[:, 1, 1], s["tables"], s["ctx"], s["starts"],
-                           scale=0.25, num_splits=splits, defer_merge=defer_merge, tuning=tuning)  # fmt: skip
+                           scale=0.25, num_splits=splits, defer_merge=defer_merge, scales=scales,
+                           tuning=tuning)  # fmt: skip
     return out, pool
 
 
@@ -139,6 +147,26 @@ def test_same_bits_as_the_rope_kernel_then_attention(
         _same(got_pool, want_pool, exact=device == "cpu" or not norm)
         assert not torch.equal(got_pool, s["pool"])
         assert (got[-1] == 0).all()  # the padding row has no keys
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+@pytest.mark.parametrize("splits", [1, 4])
+def test_fp8_cache_same_bits_as_the_rope_kernel_then_attention(
+    device: str, splits: int, prefetch: bool
+) -> None:
+    # The new key and value go into the FP8 cache rounded, and attention joins them rounded.
+    tuning = replace(DEFAULT_TUNING, prefetch_small_batch=prefetch)
+    scales = KVScales(0.5, 2.0)
+    for dtype in (torch.float32, torch.bfloat16):
+        s = _step(device, dtype, seed=splits)
+        s["pool"] = quantize_kv(s["pool"], 1.0)  # earlier keys: any E4M3 bits will do
+        want, want_pool = _reference(s, splits, True, tuning, scales)
+        got, got_pool = _fused(s, splits, True, tuning=tuning, scales=scales)
+        assert isinstance(got, torch.Tensor)
+        _same(got, want, exact=device == "cpu")
+        _same(got_pool.view(torch.uint8), want_pool.view(torch.uint8), exact=device == "cpu")
+        assert not torch.equal(got_pool.view(torch.uint8), s["pool"].view(torch.uint8))
+        assert (got[-1] == 0).all()
 
 
 def test_sliding_window_keeps_the_new_key(device: str) -> None:

@@ -10,6 +10,7 @@ import torch
 from engine.attention_backends import AttentionMetadata, TorchAttentionBackend, TritonAttentionBackend
 from engine.attention_backends.triton_backend import num_splits_for
 from engine.kernels import paged_attention
+from engine.quantization.kv_quant import KVScales, quantize_kv
 from engine.tuning import DEFAULT_TUNING
 
 _TOL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
@@ -139,6 +140,48 @@ def test_half_precision(device: str) -> None:
         _compare(device, dtype, heads=(4, 2, 16), block_size=4, q_lens=[1, 5], ctx_lens=[13, 5], seed=6)
 
 
+def _fp8(k_cache: torch.Tensor, v_cache: torch.Tensor, scales: KVScales) -> tuple[torch.Tensor, torch.Tensor]:
+    # The same pages quantized, in a float8 pool of the same layout (layer 1 of 2, real strides).
+    pool = torch.empty(
+        k_cache.shape[0], 2, 2, *k_cache.shape[1:], dtype=torch.float8_e4m3fn, device=k_cache.device
+    )
+    pool[:, 1, 0] = quantize_kv(k_cache, scales.k)
+    pool[:, 1, 1] = quantize_kv(v_cache, scales.v)
+    return pool[:, 1, 0], pool[:, 1, 1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scales", [KVScales(), KVScales(0.25, 4.0)])
+def test_fp8_cache_matches_the_torch_backend(device: str, dtype: torch.dtype, scales: KVScales) -> None:
+    # Prefill, decode and an extend in one batch, then decode alone with every split count.
+    for q_lens, ctx_lens, splits in (([7, 1, 12], [7, 9, 30], [1]), ([1, 1, 1], [5, 17, 70], [1, 2, 4])):
+        q, k_cache, v_cache, meta = _case(
+            device, dtype, heads=(4, 2, 16), block_size=4, q_lens=q_lens, ctx_lens=ctx_lens, seed=8
+        )
+        k8, v8 = _fp8(k_cache, v_cache, scales)
+        want = TorchAttentionBackend().forward(q, k8, v8, meta, scale=0.25, scales=scales)
+        # What the torch backend dequantized to: the FP8 cache really is what was read.
+        unscaled = TorchAttentionBackend().forward(q, k8.to(dtype), v8.to(dtype), meta, scale=0.25)
+        assert not torch.allclose(want, unscaled) or scales == KVScales()
+        for num_splits in splits:
+            got = paged_attention(
+                q, k8, v8, meta.block_tables, meta.context_lens, meta.query_starts,
+                max_query_len=max(q_lens), scale=0.25, num_splits=num_splits, scales=scales,
+            )  # fmt: skip
+            _check(got, want, dtype)
+
+
+def test_a_plain_cache_ignores_kv_scales(device: str) -> None:
+    # Scales describe FP8 entries; a bf16 / fp32 cache holds K and V themselves.
+    q, k_cache, v_cache, meta = _case(
+        device, torch.float32, heads=(4, 2, 16), block_size=4, q_lens=[3, 1], ctx_lens=[3, 9], seed=10
+    )
+    args = (q, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.query_starts)
+    want = paged_attention(*args, max_query_len=3, scale=0.25)
+    got = paged_attention(*args, max_query_len=3, scale=0.25, scales=KVScales(0.5, 2.0))
+    assert torch.equal(got, want)
+
+
 def test_rejects_bad_arguments(device: str) -> None:
     q, k_cache, v_cache, meta = _case(
         device, torch.float32, heads=(4, 2, 16), block_size=4, q_lens=[1], ctx_lens=[5], seed=7
@@ -148,6 +191,8 @@ def test_rejects_bad_arguments(device: str) -> None:
         paged_attention(q, *args, max_query_len=1, scale=1.0, num_splits=3)
     with pytest.raises(ValueError, match="contiguous"):
         paged_attention(q.transpose(1, 2), *args, max_query_len=1, scale=1.0)
+    with pytest.raises(ValueError, match=r"KV cache of torch\.float32 for queries of torch\.float16"):
+        paged_attention(q.half(), *args, max_query_len=1, scale=1.0)
 
 
 def test_split_count_depends_only_on_batch_shape() -> None:

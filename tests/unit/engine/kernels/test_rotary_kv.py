@@ -7,6 +7,7 @@ import torch
 
 from engine.kernels import kv_write, rotary, rotary_kv_write
 from engine.layers import RMSNorm, RotaryEmbedding
+from engine.quantization.kv_quant import KVScales, quantize_kv
 
 _LLAMA3 = {
     "rope_type": "llama3",
@@ -78,6 +79,39 @@ def test_kv_write_stores_k_unchanged(device: str) -> None:
     kv_write(k, v, k_cache, v_cache, slots)
     torch.testing.assert_close(k_cache.flatten(0, 1)[slots], k, atol=0, rtol=0)
     torch.testing.assert_close(v_cache.flatten(0, 1)[slots], v, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scales", [KVScales(), KVScales(0.5, 3.0)])
+def test_fp8_cache_stores_the_rounded_values(device: str, dtype: torch.dtype, scales: KVScales) -> None:
+    # The bits the torch path stores: E4M3 of (the kernel's own rope(k), v) / scale, nothing else.
+    rope = RotaryEmbedding(16, 10000.0).to(device)
+    positions, q, k, v = _inputs(device, dtype, 5, 4, 2, 16)
+    slots = torch.tensor([3, 9, -1, 0, 22], device=device)
+    k_plain, v_plain = _pool(device, dtype, 2, 16)
+    want_q = rotary_kv_write(positions, q, k, v, rope.inv_freq, k_plain, v_plain, slots)
+    k_fp8, v_fp8 = _pool(device, torch.float8_e4m3fn, 2, 16)
+    got_q = rotary_kv_write(positions, q, k, v, rope.inv_freq, k_fp8, v_fp8, slots, scales=scales)
+    assert torch.equal(got_q, want_q)
+    for got, plain, scale in ((k_fp8, k_plain, scales.k), (v_fp8, v_plain, scales.v)):
+        assert torch.equal(got.view(torch.uint8), quantize_kv(plain, scale).view(torch.uint8))
+    assert k_fp8.float().abs().sum() > 0
+    k_fp8.zero_(), v_fp8.zero_()
+    kv_write(k, v, k_fp8, v_fp8, slots, scales=scales)
+    stored = slots[slots >= 0]
+    assert torch.equal(
+        k_fp8.flatten(0, 1)[stored].view(torch.uint8), quantize_kv(k[slots >= 0], scales.k).view(torch.uint8)
+    )
+    assert torch.equal(
+        v_fp8.flatten(0, 1)[stored].view(torch.uint8), quantize_kv(v[slots >= 0], scales.v).view(torch.uint8)
+    )
+
+
+def test_cache_of_another_dtype_is_rejected(device: str) -> None:
+    _, _, k, v = _inputs(device, torch.bfloat16, 3, 4, 2, 16)
+    k_cache, v_cache = _pool(device, torch.float16, 2, 16)
+    with pytest.raises(ValueError, match=r"KV cache of torch\.float16"):
+        kv_write(k, v, k_cache, v_cache, torch.tensor([5, 1, 17], device=device))
 
 
 def test_non_contiguous_head_dim_is_rejected(device: str) -> None:

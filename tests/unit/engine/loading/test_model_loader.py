@@ -132,6 +132,11 @@ def test_config_validation() -> None:
         EngineConfig(kv_cache_fraction=0)
     with pytest.raises(EngineConfigError, match="long_prefill_token_threshold"):
         EngineConfig(long_prefill_token_threshold=0)
+    with pytest.raises(EngineConfigError, match="pipeline_parallel_size must be >= 1"):
+        EngineConfig(pipeline_parallel_size=0)
+    with pytest.raises(EngineConfigError, match=r"spawned_ranks must be in \[1, 4\]"):
+        EngineConfig(tensor_parallel_size=2, pipeline_parallel_size=2, spawned_ranks=5)
+    assert EngineConfig(tensor_parallel_size=2, pipeline_parallel_size=3).world_size == 6
     with pytest.raises(InvalidRequestError):
         LLM()
 

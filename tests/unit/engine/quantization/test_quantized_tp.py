@@ -1,6 +1,7 @@
 """Quantized layers split across two tensor-parallel ranks (gloo on CPU) compute, rank by rank,
 what the plain parallel layers compute from the dequantized checkpoint weights: weights, block
-scales and per-channel scales are sliced alike."""
+scales and per-channel scales are sliced alike. Unquantized tensors quantized one by one as they
+load give each rank the bits of quantizing its whole loaded shard."""
 
 from __future__ import annotations
 
@@ -77,6 +78,8 @@ def _rank(rank: int, port: int, out: str) -> None:
         for case, quant in QUANTS.items():
             _check(quant)
             Path(out, f"{case}-{rank}.ok").write_text("ok")
+        _check_quantized_as_loaded()
+        Path(out, f"as-loaded-{rank}.ok").write_text("ok")
     finally:
         dist.destroy_process_group()
 
@@ -98,11 +101,25 @@ def _check(quant: WeightQuant) -> None:
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def _check_quantized_as_loaded() -> None:
+    quant = WeightQuant("fp8")  # quantized at load, per output channel
+    weights = {k: v[2] for k, v in _checkpoint(quant).items()}
+    as_loaded, after = _Block(), _Block()
+    quantize_linears(as_loaded, quant, from_weights=False)
+    _load(as_loaded, weights, None)
+    _load(after, weights, None)
+    quantize_linears(after, quant, from_weights=True)
+    for attr in ("qkv", "gate_up", "down"):
+        got, want = getattr(as_loaded, attr), getattr(after, attr)
+        assert torch.equal(got.weight.view(torch.uint8), want.weight.view(torch.uint8)), attr
+        assert torch.equal(got.weight_scale, want.weight_scale), attr
+
+
 def test_each_rank_matches_the_plain_layers_on_dequantized_weights(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     mp.spawn(_rank, args=(port, str(tmp_path)), nprocs=WORLD, join=True)
     assert sorted(p.name for p in tmp_path.glob("*.ok")) == sorted(
-        f"{c}-{r}.ok" for c in QUANTS for r in range(WORLD)
+        f"{c}-{r}.ok" for c in [*QUANTS, "as-loaded"] for r in range(WORLD)
     )

@@ -13,6 +13,7 @@ from engine.errors import InvalidRequestError
 from engine.loading.demo import build_demo_files
 from engine.sampling import GrammarCompiler, Sampler, SamplingRow
 from engine.sampling.grammar_mask import GrammarMask, unpack_bits
+from engine.sampling.mask_buffer import MaskBuffer
 from engine.text.tokenizer import Tokenizer
 
 _SCHEMA = {
@@ -141,16 +142,65 @@ def test_lark_grammar_is_a_general_seam(demo) -> None:  # type: ignore[no-untype
     assert matcher.is_complete
 
 
-def test_device_and_host_unpacking_agree() -> None:
-    # The CUDA path unpacks with torch ops, the CPU path with numpy: same bits either way.
+def test_host_path_matches_the_unpacked_reference() -> None:
+    # The CPU path unpacks with numpy; the reference with torch ops: same bits either way.
     words = torch.randint(
         -(2**31), 2**31 - 1, (3, 5), dtype=torch.int32, generator=torch.Generator().manual_seed(0)
     )
     vocab = 5 * 32 - 7
-    host = GrammarMask()._masked_out(~words, vocab, torch.device("cpu"))  # True = not allowed -> invert twice
-    device = unpack_bits(words, torch.arange(32, dtype=torch.int32), vocab)
-    assert torch.equal(host, device)
-    assert device[0, 0].item() == bool(words[0, 0].item() & 1)
+    buffer = MaskBuffer(torch.device("cpu"), vocab)
+    buffer.reserve(3)
+    buffer.host[:3] = words
+    logits = torch.randn(4, vocab)
+    want = logits.clone()
+    allowed = unpack_bits(words, torch.arange(32, dtype=torch.int32), vocab)
+    want[2] = want[2].masked_fill(~allowed[0], float("-inf"))
+    want[0] = want[0].masked_fill(~allowed[2], float("-inf"))
+    GrammarMask._apply_on_host(logits, buffer, [2, -1, 0])
+    assert torch.equal(logits, want)
+    assert allowed[0, 0].item() == bool(words[0, 0].item() & 1)
+
+
+def _masked(matchers, vocab: int, mask: GrammarMask, device: str = "cpu") -> torch.Tensor:  # type: ignore[no-untyped-def]
+    logits = torch.zeros(len(matchers), vocab, device=device)
+    mask.apply(logits, matchers)
+    return torch.isinf(logits).cpu()
+
+
+def test_prefetched_masks_are_those_of_a_fill_at_apply(demo, device: str) -> None:  # type: ignore[no-untyped-def]
+    compiler, hf, _ = demo
+    vocab = compiler.vocab_size
+    spec = StructuredOutput.json_schema(_SCHEMA)
+    ahead = [compiler.matcher(spec) for _ in range(4)]
+    fresh = [compiler.matcher(spec) for _ in range(4)]
+    prefix = hf.encode('{"ok":').ids
+    for token in prefix:
+        ahead[1].accept(token)
+        fresh[1].accept(token)
+    mask = GrammarMask()
+    # Prefetched: rows 0, 1 and 3 and a sequence that left the batch; row 2 is new this step.
+    gone = compiler.matcher(spec)
+    mask.prefetch([ahead[3], ahead[1], gone, ahead[0]], torch.device(device))
+    ahead[0].accept(prefix[0])  # moved on after the prefetch began: its mask is filled again
+    fresh[0].accept(prefix[0])
+    batch = [ahead[0], None, ahead[1], ahead[2], ahead[3]]
+    got = _masked(batch, vocab, mask, device)
+    want = _masked([fresh[0], None, fresh[1], fresh[2], fresh[3]], vocab, GrammarMask(), device)
+    assert torch.equal(got, want)
+    assert not got[1].any() and got[0].sum() != got[2].sum()  # the free row, two different places
+    # Nothing prefetched is left over for the call after.
+    assert torch.equal(_masked(batch, vocab, mask, device), want)
+
+
+def test_a_matcher_waits_for_a_fill_that_reads_it(demo) -> None:  # type: ignore[no-untyped-def]
+    compiler, hf, _ = demo
+    matcher = compiler.matcher(StructuredOutput.json_schema(_SCHEMA))
+    mask = GrammarMask()
+    mask.prefetch([matcher], torch.device("cpu"))
+    reading = matcher.reading
+    assert reading is not None
+    matcher.accept(hf.encode("{").ids[0])
+    assert reading.done() and matcher.reading is None and matcher.num_accepted == 1
 
 
 def test_one_of_takes_a_document_of_either_schema(demo) -> None:  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
 import uvicorn
 
@@ -21,7 +22,14 @@ from engine.loading.demo import write_demo_model
 from engine.serving.async_engine import AsyncEngine
 from engine.serving.backend import EngineBackend
 from engine.serving.client import EngineClient
-from engine.serving.protocol import DeltaEvent, DeltaFrame, EmbedRequest, GenerateRequest
+from engine.serving.protocol import (
+    DeltaEvent,
+    DeltaFrame,
+    EmbedRequest,
+    GenerateRequest,
+    KeyOperationEvent,
+    ModelCard,
+)
 from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 
@@ -30,13 +38,14 @@ TOKEN = "t0ken-for-tests"
 
 
 @contextmanager
-def engine_server(backend: EngineBackend) -> Iterator[str]:
+def engine_server(
+    backend: EngineBackend, key_operations: list[KeyOperationEvent] | None = None
+) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(EngineServer(backend, TOKEN).app(), log_level="error", lifespan="on")
-    )
+    app = EngineServer(backend, TOKEN, key_operations=key_operations).app()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -223,3 +232,39 @@ async def test_embed_over_the_link_with_the_real_engine(tmp_path: Path) -> None:
             async with client.generate(request(model="demo-embed", prompt="hi")) as events:
                 [e async for e in events]
         await client.aclose()
+
+
+async def test_info_carries_the_other_ranks_key_operations_after_start() -> None:
+    """A remote rank's unwrap (reported to rank 0 at start-up) reaches the gateway with rank 0's own."""
+    own = KeyOperationEvent(
+        operation="unwrap", key_id="k", key_version=1, model="m", process="engine pid 1", provider="file"
+    )
+    remote = msgspec.structs.replace(own, process="engine pid 2")
+
+    class RankedStub(StubEngine):
+        @property
+        def rank_key_operations(self) -> list[KeyOperationEvent]:
+            return [remote]
+
+    with engine_server(RankedStub(), key_operations=[own]) as url:
+        info = await EngineClient(url, TOKEN).info()
+    assert info.key_operations == [own, remote]
+
+
+def test_audit_manifest_names_the_sealing_and_the_quantization() -> None:
+    card = ModelCard(name="m", max_model_len=8, has_chat_template=False)
+    assert card.audit_manifest == ""  # plaintext, served as stored
+    sealed = ModelCard(name="m", max_model_len=8, has_chat_template=False, manifest_sha256="ab" * 32)
+    assert sealed.audit_manifest == "ab" * 32
+    quantized = ModelCard(
+        name="m",
+        max_model_len=8,
+        has_chat_template=False,
+        manifest_sha256="ab" * 32,
+        quantization="fp8-block128x128",
+        kv_cache_dtype="float8_e4m3fn",
+    )
+    assert quantized.audit_manifest == f"{'ab' * 32} weights=fp8-block128x128 kv=fp8"
+    assert len(quantized.audit_manifest) <= 128  # the audit log's cap on the field
+    bf16_cache = ModelCard(name="m", max_model_len=8, has_chat_template=False, kv_cache_dtype="bfloat16")
+    assert bf16_cache.audit_manifest == ""

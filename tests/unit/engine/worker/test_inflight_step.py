@@ -187,3 +187,37 @@ def test_last_token_by_length_is_not_looked_past(model_dirs: dict[str, Path], ov
     )
     ids, _, reason = _drain(e)["edge"]
     assert reason == "length" and len(ids) == 3
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_prefetched_masks_change_no_token(model_dirs: dict[str, Path], overlap: bool) -> None:
+    # With no step in flight, the engine fills the running constrained rows' next masks on a
+    # worker thread between steps (with one in flight, their last tokens are not known yet); under
+    # preemption, chunked prefill and an abort mid-document the tokens are those of masks filled
+    # at sampling time.
+    tight = {"kv_cache_bytes": 14 * 2048, "max_num_batched_tokens": 8}
+    requests = {rid: r for rid, r in _CONSTRAINED.items() if r[0] == "q"}
+    requests["json2"] = ("q", [0, 18, 19], requests["json"][2])
+
+    def run(prefetch: bool) -> tuple[dict[str, tuple[list[int], str, str | None]], int]:
+        e = _engine({"q": model_dirs["qwen3"]}, overlap=overlap, **tight)
+        if not prefetch:
+            e._prefetch_masks = lambda cur: None  # type: ignore[method-assign]
+        for rid, (model, prompt, params) in requests.items():
+            e.add_request(rid, model, prompt, params)
+        got: dict[str, tuple[list[int], str, str | None]] = {}
+        for step in range(100):
+            if not e.has_work:
+                break
+            deltas = e.step() + (e.abort("json2") if step == 6 else [])
+            for rid, d in deltas:
+                ids, text, _ = got.get(rid, ([], "", None))
+                got[rid] = (ids + d.token_ids, text + d.text, d.finish_reason)
+        assert not e.has_work and e.block_pool.num_free_blocks == e.block_pool.num_blocks
+        return got, e.sampler.grammar_mask.num_prefetch_hits
+
+    plain, no_hits = run(prefetch=False)
+    prefetched, hits = run(prefetch=True)
+    assert prefetched == plain
+    assert no_hits == 0 and (overlap or hits > 10)
+    assert plain["json2"][2] == "abort" and plain["json"][2] is not None

@@ -1,0 +1,42 @@
+# mypy: disable-error-code="untyped-decorator, no-untyped-def"
+"""Rounding to FP8 E4M3 inside a kernel, with the bits torch's ``.to(torch.float8_e4m3fn)`` gives.
+
+The value is rounded on the E4M3 grid in float32 arithmetic (nearest, ties to even; saturating at
+±448), so the cast that follows is exact. The hardware cast would round the same on a GPU, but
+the Triton interpreter's fp8 cast does not (it rounds ties up and drops the carry into the
+exponent: 0.4961 becomes 0.25), and the kernels are tested under it. The extra arithmetic runs
+once per stored key and value, never on the attention's read side::
+
+    step = 2^(max(exponent(x), -6) - 3)        3 mantissa bits; subnormals below 2^-6
+    e4m3(x) = rint(x / step) * step            power-of-two scaling is exact in float32
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["cache_value", "to_e4m3"]
+
+
+@triton.jit
+def to_e4m3(x, inv_scale):
+    """x / scale (``inv_scale`` = 1 / scale) rounded to E4M3, as float8e4nv."""
+    x = tl.clamp(x.to(tl.float32) * inv_scale, -448.0, 448.0)
+    bits = x.to(tl.int32, bitcast=True)
+    exponent = tl.maximum(((bits >> 23) & 0xFF) - 127, -6)
+    step = ((exponent + 124) << 23).to(tl.float32, bitcast=True)  # 2^(exponent - 3)
+    inv_step = ((130 - exponent) << 23).to(tl.float32, bitcast=True)  # 2^(3 - exponent)
+    # Adding and taking away 1.5 * 2^23 rounds |y| < 2^22 to an integer, ties to even; it loses
+    # the sign of a zero, which x's sign bit puts back (torch keeps -0).
+    rounded = ((x * inv_step + 12582912.0) - 12582912.0) * step
+    signed = rounded.to(tl.int32, bitcast=True) | ((bits >> 31) << 31)
+    return signed.to(tl.float32, bitcast=True).to(tl.float8e4nv)
+
+
+@triton.jit
+def cache_value(x, inv_scale, FP8: tl.constexpr):
+    """What a KV cache of this kind stores for x: x itself, or x / scale in E4M3."""
+    if FP8:
+        return to_e4m3(x, inv_scale)
+    return x
