@@ -127,6 +127,25 @@ class SlowClientGuard(HttpToolsProtocol):
         self._disarm()
         super().on_message_complete()
 
+    def handle_websocket_upgrade(self) -> None:
+        """uvicorn hands an upgraded connection (the engine link) to a WebSocket protocol and this
+        one hears nothing more: no deadline of ours may cut it, and the count is given back when
+        that protocol's connection ends, not never."""
+        self._disarm()
+        self._is_reading_head = False
+        super().handle_websocket_upgrade()
+        client, self._client = self._client, None
+        upgraded = self.transport.get_protocol()
+        ends = upgraded.connection_lost
+        counts = self.counts
+
+        def connection_lost(exc: Exception | None) -> None:
+            if client is not None:
+                counts.release(client)
+            ends(exc)
+
+        upgraded.connection_lost = connection_lost  # type: ignore[method-assign]
+
     def _start_head(self) -> None:
         self._is_reading_head = True
         self._num_head_bytes = 0

@@ -299,6 +299,13 @@ def bench_env(data_dir: Path, engine_token: str, engine_port: int) -> dict[str, 
     return env
 
 
+def filters_off_policy(data_dir: Path) -> Path:
+    """The packaged policy with every detector off, as bench/serve_gpu.sh uses it."""
+    policy = data_dir / "filters-off.toml"
+    policy.write_text('version = 1\ndefault_action = "off"\non_error = "block"\n')
+    return policy
+
+
 def write_record(
     benchmark: str,
     load_before: tuple[float, ...],
@@ -341,10 +348,8 @@ def run(
     env = bench_env(data_dir, engine_token, engine_port)
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
     env["STRONGROOM_GRPC__ENABLED"] = "false"  # HTTP is measured; two runs would share gRPC's port
-    if not filters:  # the packaged policy with every detector off, as bench/serve_gpu.sh does
-        policy = data_dir / "filters-off.toml"
-        policy.write_text('version = 1\ndefault_action = "off"\non_error = "block"\n')
-        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{policy}"'
+    if not filters:
+        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{filters_off_policy(data_dir)}"'
     cmd = [sys.executable, "-m", "strongroom"]
     procs = [
         subprocess.Popen(
@@ -449,7 +454,16 @@ def gateway(
     if worker_counts is not None:
         from bench.gateway.scaling import scaling
 
-        scaling(worker_counts, list(levels), duration_s, rounds, max_tokens, output)
+        scaling(
+            worker_counts,
+            list(levels),
+            duration_s,
+            rounds,
+            max_tokens,
+            output,
+            stream=stream,
+            filters=filters,
+        )
         return
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:

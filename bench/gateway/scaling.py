@@ -39,6 +39,7 @@ from bench.gateway.overhead import (
     _Samples,
     _wait,
     bench_env,
+    filters_off_policy,
     write_record,
 )
 from strongroom.progress_bar import ProgressBar
@@ -94,12 +95,16 @@ def run_scaling(
     data_dir: Path,
     *,
     rounds: int = 3,
+    stream: bool = False,
+    filters: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     engine_token = secrets.token_urlsafe(24)
     engine_port = _free_port()
     prefix = f"bench-{uuid.uuid4().hex}"
     env = bench_env(data_dir, engine_token, engine_port)
+    if not filters:
+        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{filters_off_policy(data_dir)}"'
     env.update(
         {
             "STRONGROOM_REDIS_URL": _REDIS_URL,
@@ -120,7 +125,7 @@ def run_scaling(
     """CPU seconds the rest of the machine used while each was measured (a shared machine)."""
     try:
         _wait(f"http://127.0.0.1:{engine_port}/engine/v1/health", {"authorization": f"Bearer {engine_token}"})
-        body = msgspec.json.encode(_chat_body(max_tokens))
+        body = msgspec.json.encode(_chat_body(max_tokens, stream=stream))
         steps, done = rounds * len(samples), 0
         with contextlib.ExitStack() as stack, asyncio.Runner(loop_factory=_loop_factory()) as runner:
             gateways = {n: stack.enter_context(_gateway(env, n, engine.pid)) for n in worker_counts}
@@ -168,7 +173,7 @@ def run_scaling(
                     "other_cpu_cores": max(0.0, others[(n, level)]) / samples[(n, level)].elapsed_s,
                 }
             )
-    return {"rows": rows, "rounds": rounds, "max_tokens": max_tokens}
+    return {"rows": rows, "rounds": rounds, "max_tokens": max_tokens, "stream": stream, "filters": filters}
 
 
 def _machine_busy_s() -> float:
@@ -212,21 +217,43 @@ def worker_counts(text: str) -> list[int]:
 
 
 def scaling(
-    counts_text: str, levels: list[int], duration_s: float, rounds: int, max_tokens: int, output: Path | None
+    counts_text: str,
+    levels: list[int],
+    duration_s: float,
+    rounds: int,
+    max_tokens: int,
+    output: Path | None,
+    *,
+    stream: bool = False,
+    filters: bool = True,
 ) -> None:
     """``strongroom bench gateway --workers``: measure, print, write bench/results/gateway_workers_*.json."""
     counts = worker_counts(counts_text)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-bench-") as tmp, ProgressBar("measuring") as bar:
-        result = run_scaling(counts, levels, duration_s, max_tokens, Path(tmp), rounds=rounds, progress=bar)
+        result = run_scaling(
+            counts,
+            levels,
+            duration_s,
+            max_tokens,
+            Path(tmp),
+            rounds=rounds,
+            stream=stream,
+            filters=filters,
+            progress=bar,
+        )
     config = {
         "worker_counts": counts,
         "levels": levels,
         "duration_s": duration_s,
         "rounds": rounds,
         "max_tokens": max_tokens,
+        "stream": stream,
+        "filters": filters,
         "load_generator": "closed loop, one keep-alive HTTP/1.1 connection per concurrent caller",
-        "path": "JWT (EdDSA) + RBAC + quota (Redis) + request/response filters + audit (SQLite, one writer)",
+        "path": "JWT (EdDSA) + RBAC + quota (Redis) + "
+        + ("request/response filters + " if filters else "filters off + ")
+        + "audit (SQLite, one writer)",
     }
     click.echo(format_scaling(result["rows"]))
     click.echo(f"wrote {write_record('gateway_workers', load_before, config, result, output)}")

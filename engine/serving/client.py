@@ -1,23 +1,27 @@
-"""The gateway's side of ``engine.serving.protocol``: one engine instance reached over HTTP/1.1.
+"""The gateway's side of ``engine.serving.protocol``: one engine instance.
 
-Every gateway request makes one engine call, so this client speaks only the HTTP/1.1 that the
-engine protocol needs, over a pool of keep-alive connections::
+Generations and token counts go over one link (``engine.serving.engine_link``): a WebSocket
+opened on first use and shared by everything after it, reopened once the engine has gone away.
+Leaving a stream early sends the engine an abort for it; the link ending fails every stream on it.
+
+Health, info and embeddings are plain HTTP/1.1 calls over a pool of keep-alive connections,
+apart from the link, so a probe never waits behind a busy link's frames::
 
     idle connection (or connect) ─▶ one write: head + body ─▶ status line and headers
-        ─▶ body: content-length, or chunked frames (``engine.serving.frames``) ─▶ back to the pool
+        ─▶ body: content-length or chunked ─▶ back to the pool
 
 Bytes land in the connection's buffer as they arrive (an ``asyncio.Protocol``); the reader
 parses what is there and waits only when it needs more, each wait bounded by the read timeout.
 A general-purpose client (httpx) spent more CPU per call than the rest of the gateway pipeline
 together; this one a small fraction of that (figures in bench/BENCHMARKS.md).
 
-A connection goes back to the pool only after its response was read to the end; leaving a
-stream early closes the connection, which is how the engine learns to abort the generation.
-A pooled connection that the engine closed while it sat idle fails before any byte of an
-answer: that request is sent once more on a new connection (the engine never saw it).
+A connection goes back to the pool only after its response was read to the end. A pooled
+connection that the engine closed while it sat idle fails before any byte of an answer: that
+request is sent once more on a new connection (the engine never saw it).
 
-Generations are capped at ``max_connections`` at once; health probes and info calls are not
-counted against that cap, so an engine busy with the most streams we allow still answers them.
+Generations, token counts and embeddings are capped at ``max_connections`` at once; health
+probes and info calls are not counted against that cap, so an engine busy with the most
+streams we allow still answers them.
 """
 
 from __future__ import annotations
@@ -31,19 +35,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from engine.errors import (
-    EngineError,
-    EngineOverloadedError,
-    EngineUnavailableError,
-    InvalidRequestError,
-    ModelLoadError,
-    PromptTooLongError,
-    RequestAbortedError,
-    UnknownModelError,
-)
-from engine.serving.frames import FrameBuffer, decode_frame
+from engine.errors import EngineError, EngineUnavailableError
+from engine.serving.engine_link import EngineLink, error_of, time_out
 from engine.serving.protocol import (
-    FRAMES_MEDIA_TYPE,
     DeltaFrame,
     EmbedRequest,
     EmbedResult,
@@ -53,24 +47,13 @@ from engine.serving.protocol import (
     TokenCount,
 )
 
-_BY_CODE: dict[str, type[EngineError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidRequestError,
-        PromptTooLongError,
-        UnknownModelError,
-        EngineOverloadedError,
-        EngineUnavailableError,
-        ModelLoadError,
-        RequestAbortedError,
-    )
-}
 _encoder = msgspec.json.Encoder()
 _Answer = TypeVar("_Answer", TokenCount, EmbedResult)
 _MAX_IDLE = 256
 _MAX_CONNECTIONS = 1024
 _MAX_HEAD_BYTES = 65536
 _PAUSE_READING_BYTES = 1 << 20
+_MAX_STREAM_BYTES = 8 << 20
 _PROBE_TIMEOUT_S = 5.0
 _HEALTH_TIMEOUT_S = 2.0
 # What a broken, silent or garbled engine connection raises while we talk to it.
@@ -79,13 +62,9 @@ _TRANSPORT_ERRORS = (OSError, EOFError, TimeoutError, ValueError)
 
 def _refusal(status: int, body: bytes) -> EngineError:
     try:
-        return _error_of(msgspec.json.decode(body, type=ErrorEvent))
+        return error_of(msgspec.json.decode(body, type=ErrorEvent))
     except msgspec.MsgspecError:
         return EngineUnavailableError(f"engine answered {status}")
-
-
-def _error_of(event: ErrorEvent) -> EngineError:
-    return _BY_CODE.get(event.code, EngineError)(event.message, param=event.param)
 
 
 class _Connection(asyncio.Protocol):
@@ -148,7 +127,7 @@ class _Connection(asyncio.Protocol):
             raise self.error
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(timeout_s, _time_out, waiter)
+        timer = loop.call_later(timeout_s, time_out, waiter)
         try:
             await waiter
         finally:
@@ -176,11 +155,6 @@ class _Connection(asyncio.Protocol):
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
-
-
-def _time_out(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError("the engine sent nothing within the read timeout"))
 
 
 class _Response:
@@ -219,15 +193,6 @@ class _Response:
         self.is_complete = True
         return body
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's pieces, each as soon as it arrived (its chunks, if chunked)."""
-        if not self._is_chunked:
-            yield await self.read()
-            return
-        while (piece := await self._next_chunk()) is not None:
-            yield piece
-        self.is_complete = True
-
     async def _next_chunk(self) -> bytes | None:
         """The next chunk of a chunked body; None after the last (and its trailers)."""
         conn = self.conn
@@ -265,10 +230,13 @@ class EngineClient:
         read_timeout_s: float = 600.0,
         ssl_context: ssl.SSLContext | None = None,
         max_connections: int = _MAX_CONNECTIONS,
+        max_stream_bytes: int = _MAX_STREAM_BYTES,
     ):
         """``ssl_context`` for an https URL: the CAs that sign the engine's certificate and our client
         certificate (mutual TLS); None verifies against the system's CAs and presents none.
-        ``max_connections``: generations and token counts at once (more wait for a slot)."""
+        ``max_connections``: generations and token counts at once (more wait for a slot).
+        ``max_stream_bytes``: how far a generation's reader may fall behind the engine before the
+        generation is aborted (``engine.serving.engine_link``)."""
         self.base_url = base_url.rstrip("/")
         url = urlsplit(self.base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
@@ -290,12 +258,19 @@ class EngineClient:
         """Connections carrying a request now (so ``reset`` can end them)."""
         self._slots = asyncio.Semaphore(max_connections)
         self._is_closed = False
+        self._token = token
+        self._max_stream_bytes = max_stream_bytes
+        self._link: EngineLink | None = None
+        self._link_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"EngineClient({self.base_url!r})"
 
     async def aclose(self) -> None:
         self._is_closed = True
+        link, self._link = self._link, None
+        if link is not None:
+            await link.aclose()
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.aclose()
@@ -305,6 +280,9 @@ class EngineClient:
 
         Requests in flight fail with EngineUnavailableError now (a 503, or an error event ending
         the stream) rather than when their read timeout runs out; the next call connects anew."""
+        link, self._link = self._link, None
+        if link is not None:
+            link.reset(reason)
         idle, self._idle = self._idle, []
         for conn in [*idle, *self._busy]:
             conn.abort(reason)
@@ -331,28 +309,50 @@ class EngineClient:
     @asynccontextmanager
     async def generate(self, request: GenerateRequest) -> AsyncIterator[AsyncIterator[DeltaFrame]]:
         """Open a generation: its frames, each every delta the engine had for it then (at most one
-        per completion index). Leaving the ``async with`` early aborts it in the engine."""
+        per completion index). A refusal raises at the first frame. Leaving the ``async with``
+        early aborts it in the engine."""
         async with self._slots:
+            link = await self._open_link()
+            stream = link.open(request)
             try:
-                resp = await self._send("POST", "/engine/v1/generate", _encoder.encode(request))
-                body = await resp.read() if resp.status != 200 else b""
+                yield stream.frames()
+            finally:
+                link.close_stream(stream)
+
+    async def _open_link(self) -> EngineLink:
+        """The link, connected on first use and again after it ended; one connect at a time."""
+        link = self._link
+        if link is not None and link.is_open:
+            return link
+        async with self._link_lock:
+            link = self._link
+            if link is not None and link.is_open:
+                return link
+            try:
+                link = await EngineLink.connect(
+                    self.base_url,
+                    self._token,
+                    self._host,
+                    self._port,
+                    ssl_context=self._ssl,
+                    timeout_s=self._connect_timeout_s,
+                    read_timeout_s=self._read_timeout_s,
+                    max_stream_bytes=self._max_stream_bytes,
+                )
             except _TRANSPORT_ERRORS as exc:
                 raise EngineUnavailableError(f"engine {self.base_url} failed: {type(exc).__name__}") from exc
-            try:
-                if resp.status != 200:
-                    raise _refusal(resp.status, body)
-                if resp.media_type != FRAMES_MEDIA_TYPE:
-                    raise EngineUnavailableError(
-                        f"engine {self.base_url} streams {resp.media_type!r}, not protocol version 2's frames"
-                    )
-                yield self._frames(resp)
-            finally:
-                await self._finish(resp)
+            if self._is_closed:
+                await link.aclose()
+                raise EngineUnavailableError(f"engine client {self.base_url} is closed")
+            self._link = link
+            return link
 
     async def count_tokens(self, request: GenerateRequest) -> int:
         """The prompt tokens ``request`` would have in this engine: its model's own chat template
         and tokenizer, counted before anything is reserved or queued."""
-        return (await self._call("/engine/v1/tokens", request, TokenCount)).num_tokens
+        async with self._slots:
+            link = await self._open_link()
+            return await link.count(request)
 
     async def count_embedding_tokens(self, request: EmbedRequest) -> int:
         """The input tokens ``embed`` will take for ``request``; nothing is queued."""
@@ -383,21 +383,6 @@ class EngineClient:
             raise EngineUnavailableError(
                 f"engine {self.base_url} sent an unreadable {answer.__name__}"
             ) from None
-
-    async def _frames(self, resp: _Response) -> AsyncIterator[DeltaFrame]:
-        frames = FrameBuffer()
-        try:
-            async for piece in resp.chunks():
-                for payload in frames.feed(piece):
-                    frame = decode_frame(payload)
-                    if isinstance(frame, ErrorEvent):
-                        raise _error_of(frame)
-                    yield frame
-            if not frames.is_empty:
-                raise EOFError("the engine ended its stream inside a frame")
-        except _TRANSPORT_ERRORS as exc:  # msgspec.DecodeError is a ValueError
-            why = f"{type(exc).__name__}: {exc}" if isinstance(exc, EOFError) else type(exc).__name__
-            raise EngineUnavailableError(f"engine {self.base_url} failed: {why}") from exc
 
     async def _get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
         """A control call (health, info): no generation slot, and ``timeout_s`` bounds all of it."""

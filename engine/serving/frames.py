@@ -11,10 +11,11 @@ same bytes as ``DeltaEvent``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import msgspec
 
-from engine.core.outputs import StreamDelta, TokenLogprob
+from engine.core.outputs import StreamDelta
 from engine.serving.protocol import DeltaEvent, DeltaFrame, ErrorEvent
 
 __all__ = ["FrameBuffer", "coalesced", "decode_frame", "encode_frame"]
@@ -23,15 +24,18 @@ _PREFIX = 4
 MAX_FRAME_BYTES = 64 << 20
 """A length beyond this is a garbled stream, not a frame."""
 
+_Delta = TypeVar("_Delta", StreamDelta, DeltaEvent)
+"""The engine's delta or the gateway's copy of it: the same fields (a test holds them equal)."""
+
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(DeltaFrame | ErrorEvent)
 
 
-def coalesced(deltas: list[StreamDelta]) -> list[StreamDelta]:
+def coalesced(deltas: list[_Delta]) -> list[_Delta]:
     """``deltas`` with those of one completion index merged into one, in order of first arrival."""
     if len(deltas) < 2:
         return deltas
-    by_index: dict[int, list[StreamDelta]] = {}
+    by_index: dict[int, list[_Delta]] = {}
     for delta in deltas:
         by_index.setdefault(delta.index, []).append(delta)
     if len(by_index) == len(deltas):
@@ -39,12 +43,12 @@ def coalesced(deltas: list[StreamDelta]) -> list[StreamDelta]:
     return [group[0] if len(group) == 1 else _merged(group) for group in by_index.values()]
 
 
-def _merged(group: list[StreamDelta]) -> StreamDelta:
+def _merged(group: list[_Delta]) -> _Delta:
     last = group[-1]
-    logprobs: list[TokenLogprob] | None = None
+    logprobs: list[Any] | None = None
     if any(d.logprobs is not None for d in group):
         logprobs = [lp for d in group for lp in d.logprobs or ()]
-    return StreamDelta(
+    return type(last)(
         index=last.index,
         text="".join(d.text for d in group),
         token_ids=[t for d in group for t in d.token_ids],

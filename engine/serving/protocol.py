@@ -13,6 +13,9 @@ in a pool, so either drops in behind ``EngineClient``. Connections are kept aliv
     POST /engine/v1/embed/tokens EmbedRequest (JSON) ──▶ ◀── TokenCount (JSON; nothing runs)
     GET  /engine/v1/info      ◀── EngineInfo (JSON: instance id, models, pool stats)
     GET  /engine/v1/health    ◀── 200 once every model is loaded, 503 before
+    GET  /engine/v1/link      WebSocket upgrade: the link, every generation of one gateway worker
+                              LinkOpen | LinkCount | LinkAbort (msgpack) ──▶
+                              ◀── [[stream, DeltaFrame | ErrorEvent | Counted], ...] per step
 
 A generation streams binary frames, each a 4-byte big-endian length and that many bytes of
 msgpack, independent of the HTTP chunk boundaries::
@@ -30,7 +33,23 @@ straight into frames; ``DeltaEvent`` has the same fields (a test holds them equa
 Version 1 streamed one NDJSON line per token; a gateway meeting a version-1 engine (any other
 media type on generate) reports the engine unavailable instead of misreading it.
 
-Closing the response stream aborts the request in the engine and frees its KV blocks.
+The gateway streams over the link, not over ``/engine/v1/generate`` (which stays for direct
+callers: ``strongroom bench gateway``'s peer, curl). One WebSocket per gateway worker and engine
+carries every generation of that worker, each under a stream id the gateway chose; the engine
+writes one binary message per step holding every stream's frame of that step::
+
+    gateway ──▶ LinkOpen(stream=7, request)   LinkAbort(stream=7)          (one message each)
+    engine  ──▶ [[7, DeltaFrame], [9, DeltaFrame], [4, ErrorEvent], ...]  (one message per step)
+
+A token count (``LinkCount``, what ``POST /engine/v1/tokens`` answers) is a stream of one frame,
+``Counted`` or ``ErrorEvent``, so a request costs the engine no HTTP call at all.
+
+A stream ends when every completion finished or with its ``ErrorEvent``; a LinkAbort ends it
+early (its late frames are dropped). The link closing ends every stream on it: the engine
+aborts them all, the gateway fails them all at once. The engine side is
+``engine.serving.link_session``, the gateway side ``engine.serving.engine_link``.
+
+Closing the response stream (or the link) aborts the request in the engine and frees its KV blocks.
 Every call carries ``Authorization: Bearer <engine token>``; the engine compares it in
 constant time so no other local process can reach a model without passing the gateway.
 Health and info never wait for a step or for a generation's slot: a busy engine still answers.
@@ -46,8 +65,10 @@ from engine.core.sampling_params import SamplingParams
 
 __all__ = [
     "FRAMES_MEDIA_TYPE",
+    "LINK_PATH",
     "PROTOCOL_VERSION",
     "ChatMessage",
+    "Counted",
     "DeltaEvent",
     "DeltaFrame",
     "EmbedRequest",
@@ -56,6 +77,9 @@ __all__ = [
     "ErrorEvent",
     "GenerateRequest",
     "KeyOperationEvent",
+    "LinkAbort",
+    "LinkCount",
+    "LinkOpen",
     "LogprobEntry",
     "ModelCard",
     "TokenCount",
@@ -63,6 +87,7 @@ __all__ = [
 
 PROTOCOL_VERSION = 2
 FRAMES_MEDIA_TYPE = "application/vnd.strongroom.engine-frames; version=2"
+LINK_PATH = "/engine/v1/link"
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -159,6 +184,33 @@ class ErrorEvent(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
 DeltaFrame = list[DeltaEvent]
 """What one engine step (or several, coalesced for a reader that fell behind) produced for one
 request: at most one event per completion index, in index order."""
+
+
+class LinkOpen(msgspec.Struct, frozen=True, kw_only=True, tag="open"):
+    """Start ``request`` as stream ``stream`` of this link (an id not open on it now)."""
+
+    stream: int
+    request: GenerateRequest
+
+
+class LinkCount(msgspec.Struct, frozen=True, kw_only=True, tag="count"):
+    """Count ``request``'s prompt tokens as ``generate`` would; stream ``stream`` answers with one
+    ``Counted`` or ``ErrorEvent``. Nothing is queued."""
+
+    stream: int
+    request: GenerateRequest
+
+
+class Counted(msgspec.Struct, frozen=True, kw_only=True, tag="counted"):
+    """The answer to a ``LinkCount``."""
+
+    num_tokens: int
+
+
+class LinkAbort(msgspec.Struct, frozen=True, kw_only=True, tag="abort"):
+    """The gateway no longer wants stream ``stream``: abort its generation, send nothing more."""
+
+    stream: int
 
 
 class TokenCount(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,7 +1,10 @@
 """The engine instance's HTTP server: ``engine.serving.protocol`` over litestar.
 
 One process hosts one ``EngineBackend`` (several models, one KV pool). The gateway, local or
-remote, is its only client; every call must carry the engine token.
+remote, is its only client; every call must carry the engine token. Generations and token counts
+reach it over each gateway worker's link (a WebSocket, ``engine.serving.link_session``); health,
+info and embeddings are plain HTTP calls, so a probe never queues behind a link's frames. The HTTP
+generate and token routes stay for direct callers (the benchmarks' peer, curl).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 import msgspec
-from litestar import Litestar, Request, Response, get, post
+from litestar import Litestar, Request, Response, WebSocket, get, post, websocket
 from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
@@ -25,8 +28,10 @@ from engine.core.outputs import StreamDelta
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError, UnknownModelError
 from engine.serving.backend import EngineBackend
 from engine.serving.frames import encode_frame
+from engine.serving.link_session import LinkSession
 from engine.serving.protocol import (
     FRAMES_MEDIA_TYPE,
+    LINK_PATH,
     EmbedRequest,
     EmbedResult,
     EngineInfo,
@@ -207,6 +212,12 @@ class EngineServer:
                 return Response(_encoder.encode(body), status_code=500, media_type="application/json")
             return Stream(server._frames(req, first, stream), media_type=FRAMES_MEDIA_TYPE)
 
+        @websocket(LINK_PATH)
+        async def link(socket: WebSocket[Any, Any, Any]) -> None:
+            await socket.accept()
+            session = LinkSession(server.backend, socket.send_bytes, server.count_tokens)
+            await session.run(socket.iter_data(mode="binary"))
+
         @post("/engine/v1/embed", status_code=HTTP_200_OK)
         async def embed(request: Request[Any, Any, Any]) -> Response[Any]:
             req = await _decoded(request, EmbedRequest)
@@ -258,7 +269,7 @@ class EngineServer:
             await server.backend.shutdown()
 
         return Litestar(
-            route_handlers=[generate, tokens, embed, embed_tokens, info, health],
+            route_handlers=[generate, link, tokens, embed, embed_tokens, info, health],
             guards=[self._guard],
             on_startup=[on_startup],
             on_shutdown=[on_shutdown],

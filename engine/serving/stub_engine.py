@@ -178,6 +178,8 @@ class StubEngine:
         finally:
             if self._running.get(request.request_id) is running:  # not a later request of the same id
                 del self._running[request.request_id]
+                if not running.is_finished:  # the reader left early: that aborts the request
+                    self.num_aborted += 1
 
     async def _steps(self) -> None:
         """Like the engine's step loop: one token for every running request per step."""

@@ -144,3 +144,41 @@ def test_one_client_holds_at_most_its_share_of_connections() -> None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert status == 200
+
+
+def test_an_engine_link_outlives_the_body_deadline_and_is_counted_only_while_open(port: int) -> None:
+    """A WebSocket link is a request whose "body" never ends: the guard's body deadline must not
+    cut it (it wrote a 408 into the link and closed it), and a link that closed must give its
+    connection back to the per-client count (uvicorn moves an upgraded connection to another
+    protocol, whose end the guard never heard of: a few reconnects then met 429)."""
+    import asyncio
+
+    from engine.core.sampling_params import SamplingParams
+    from engine.serving.client import EngineClient
+    from engine.serving.protocol import GenerateRequest
+
+    def request() -> GenerateRequest:
+        return GenerateRequest(
+            request_id=f"r-{time.monotonic_ns()}",
+            model="demo-chat",
+            prompt="x",
+            params=SamplingParams(max_tokens=2),
+        )
+
+    async def text(client: EngineClient) -> str:
+        async with client.generate(request()) as frames:
+            return "".join([e.text async for frame in frames for e in frame])
+
+    async def scenario() -> None:
+        client = EngineClient(f"http://127.0.0.1:{port}", TOKEN)
+        assert await text(client) == " hello" * 2
+        link = client._link
+        await asyncio.sleep(LIMITS.body_timeout_s * 2)
+        assert await text(client) == " hello" * 2
+        assert client._link is link, "the link outlived the body deadline"
+        for _ in range(LIMITS.max_connections_per_client + 2):  # each reset closes the link
+            client.reset("test: a new link")
+            assert await text(client) == " hello" * 2
+        await client.aclose()
+
+    asyncio.run(scenario())

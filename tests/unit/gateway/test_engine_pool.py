@@ -173,3 +173,54 @@ async def test_a_slow_model_list_does_not_take_an_engine_out_of_service(listenin
         await pool.aclose()
     finally:
         _stop(proc)
+
+
+async def test_a_killed_engine_fails_every_stream_on_its_link_at_once_and_its_replacement_serves(
+    listening: socket.socket,
+) -> None:
+    """All of a worker's streams to an engine share one link: kill -9 ends every one of them
+    when the socket closes, without waiting for a heartbeat (here one that would take minutes);
+    the next generation opens a new link to the replacement."""
+    proc = _spawn(listening)
+    slow = Heartbeat(interval_s=0.1, timeout_s=30.0, misses=50)
+    try:
+        client = EngineClient(
+            f"http://127.0.0.1:{listening.getsockname()[1]}", TOKEN, read_timeout_s=READ_TIMEOUT_S
+        )
+        pool = EnginePool([client], refresh_s=60.0, heartbeat=slow)
+        await pool.start()
+        await _until(lambda: pool.pick("demo-chat") is not None, "the engine in service")
+        started = asyncio.Event()
+        killed_at = 0.0
+
+        async def stream() -> int:
+            received = 0
+            async with client.generate(_request(2000)) as frames:
+                async for _ in frames:
+                    received += 1
+                    if received == 2:
+                        started.set()
+            return received
+
+        async def kill() -> None:
+            nonlocal killed_at
+            await started.wait()
+            await asyncio.sleep(0.1)
+            killed_at = time.monotonic()
+            proc.kill()
+
+        results = await asyncio.gather(*(stream() for _ in range(5)), kill(), return_exceptions=True)
+        assert all(isinstance(r, EngineUnavailableError) for r in results[:5]), results
+        assert time.monotonic() - killed_at < 3, "the link's end, not a heartbeat, ended the streams"
+        proc.wait(10)
+
+        proc = _spawn(listening)
+        deadline = time.monotonic() + 20
+        while not await client.is_ready():
+            assert time.monotonic() < deadline, "the replacement did not start"
+            await asyncio.sleep(0.05)
+        async with client.generate(_request(3)) as frames:
+            assert len([e async for frame in frames for e in frame]) >= 1
+        await pool.aclose()
+    finally:
+        _stop(proc)

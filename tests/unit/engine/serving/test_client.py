@@ -1,9 +1,9 @@
-"""engine.serving.client, the gateway's HTTP/1.1 to its engines, against a scripted server on loopback.
+"""engine.serving.client's HTTP/1.1 calls to its engines, against a scripted server on loopback.
 
-The happy path against the real engine server lives in tests/unit/engine/serving/test_protocol.py;
-these tests pin what a real server does less often: answers split at any byte, trailers, a
-connection closed while idle, ``connection: close``, silence past the read timeout, an engine
-that speaks an older protocol.
+The happy path against the real engine server lives in tests/unit/engine/serving/test_protocol.py,
+the link in test_engine_link.py; these tests pin what a real server does less often: answers split
+at any byte, trailers, a connection closed while idle, ``connection: close``, silence past the
+read timeout, an engine that predates the link.
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import msgspec
 import pytest
 
-from engine.core.outputs import StreamDelta
 from engine.core.sampling_params import SamplingParams
 from engine.errors import EngineUnavailableError, PromptTooLongError
 from engine.serving.client import EngineClient
-from engine.serving.frames import encode_frame
-from engine.serving.protocol import FRAMES_MEDIA_TYPE, DeltaEvent, ErrorEvent, GenerateRequest
+from engine.serving.protocol import EmbedRequest, EngineInfo, ErrorEvent, GenerateRequest, TokenCount
 
 pytestmark = pytest.mark.anyio
 
@@ -94,40 +92,24 @@ def request(max_tokens: int = 2) -> GenerateRequest:
     )
 
 
-def delta(text: str, num_output_tokens: int, index: int = 0) -> StreamDelta:
-    return StreamDelta(
-        index=index,
-        text=text,
-        token_ids=[1],
-        finish_reason=None,
-        num_prompt_tokens=1,
-        num_output_tokens=num_output_tokens,
-    )
-
-
-def frames(*texts: str) -> bytes:
-    """One frame per text, as the engine sends them."""
-    return b"".join(encode_frame([delta(t, i + 1)]) for i, t in enumerate(texts))
-
-
 def chunked(body: bytes, size: int) -> bytes:
     pieces = [body[i : i + size] for i in range(0, len(body), size)]
     framed = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in pieces)
     return framed + b"0\r\nx-trailer: yes\r\n\r\n"
 
 
-STREAM_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-type: %s\r\n\r\n" % (
-    FRAMES_MEDIA_TYPE.encode()
-)
+EMBED = EmbedRequest(request_id="e1", model="demo-embed", input=["hi"])
+INFO = msgspec.json.encode(EngineInfo(instance_id="e1", models=[]))
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-type: application/json\r\n\r\n"
 
 
-async def texts_of(client: EngineClient) -> list[str]:
-    async with client.generate(request()) as stream:
-        return [event.text async for frame in stream for event in frame]
+def count(num_tokens: int) -> bytes:
+    body = msgspec.json.encode(TokenCount(num_tokens=num_tokens))
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
 
 
-async def test_an_answer_split_at_any_byte_gives_whole_events(scripted: Start) -> None:
-    answer = STREAM_HEAD + chunked(frames(" hello", " wörld", " again"), size=7)
+async def test_an_answer_split_at_any_byte_is_read_whole(scripted: Start) -> None:
+    answer = CHUNKED_HEAD + chunked(INFO, size=7)
 
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
         for i in range(0, len(answer), 5):
@@ -137,24 +119,24 @@ async def test_an_answer_split_at_any_byte_gives_whole_events(scripted: Start) -
 
     engine, url = await scripted(respond)
     client = EngineClient(url, "t")
-    assert await texts_of(client) == [" hello", " wörld", " again"]
-    assert await texts_of(client) == [" hello", " wörld", " again"]
+    assert (await client.info()).instance_id == "e1"
+    assert (await client.info()).instance_id == "e1"
     assert engine.num_connections == 1, "a fully read answer leaves its connection in the pool"
-    assert engine.requests[0].startswith(b"POST /engine/v1/generate HTTP/1.1\r\n")
+    assert engine.requests[0].startswith(b"GET /engine/v1/info HTTP/1.1\r\n")
     assert b"authorization: Bearer t\r\n" in engine.requests[0]
     await client.aclose()
 
 
 async def test_a_connection_the_engine_closed_while_idle_is_replaced(scripted: Start) -> None:
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
-        writer.write(STREAM_HEAD + chunked(frames(" ok"), size=64))
+        writer.write(count(3))
         await writer.drain()
         writer.close()  # as an idle keep-alive timeout would, without saying so in a header
 
     engine, url = await scripted(respond)
     client = EngineClient(url, "t")
     for pause_s in (0.05, 0.05, 0.0, 0.0, 0.0):  # noticed while idle, or only when reused
-        assert await texts_of(client) == [" ok"]
+        assert await client.count_embedding_tokens(EMBED) == 3
         await asyncio.sleep(pause_s)
     assert engine.num_connections == 5
     assert len(engine.requests) == 5, "no request was sent twice"
@@ -162,11 +144,9 @@ async def test_a_connection_the_engine_closed_while_idle_is_replaced(scripted: S
 
 
 async def test_connection_close_and_content_length_answers(scripted: Start) -> None:
-    body = b'{"instance_id":"e1","models":[]}'
-
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
         writer.write(
-            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(INFO), INFO)
         )
         await writer.drain()
 
@@ -180,18 +160,14 @@ async def test_connection_close_and_content_length_answers(scripted: Start) -> N
 
 async def test_an_engine_silent_past_the_read_timeout_is_unavailable(scripted: Start) -> None:
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
-        writer.write(STREAM_HEAD + chunked(frames(" first"), size=64)[:-5])  # then nothing more
+        writer.write(count(3)[:-5])  # then nothing more
         await writer.drain()
 
     engine, url = await scripted(respond)
     client = EngineClient(url, "t", read_timeout_s=0.2)
     started = time.monotonic()
-    got: list[str] = []
     with pytest.raises(EngineUnavailableError, match="TimeoutError"):
-        async with client.generate(request()) as stream:
-            async for frame in stream:
-                got += [event.text for event in frame]
-    assert got == [" first"]
+        await client.count_embedding_tokens(EMBED)
     assert 0.2 <= time.monotonic() - started < 2
     assert len(engine.requests) == 1
     await client.aclose()
@@ -200,7 +176,7 @@ async def test_an_engine_silent_past_the_read_timeout_is_unavailable(scripted: S
 async def test_an_answer_cut_off_midway_is_unavailable_and_not_resent(scripted: Start) -> None:
     async def respond(writer: asyncio.StreamWriter, num: int) -> None:
         if num == 1:
-            writer.write(STREAM_HEAD + chunked(frames(" ok"), size=64))
+            writer.write(count(3))
         else:
             writer.write(b"HTTP/1.1 200 OK\r\nTransfer-")
             writer.close()
@@ -208,9 +184,9 @@ async def test_an_answer_cut_off_midway_is_unavailable_and_not_resent(scripted: 
 
     engine, url = await scripted(respond)
     client = EngineClient(url, "t")
-    assert await texts_of(client) == [" ok"]
+    assert await client.count_embedding_tokens(EMBED) == 3
     with pytest.raises(EngineUnavailableError):
-        await texts_of(client)
+        await client.count_embedding_tokens(EMBED)
     assert len(engine.requests) == 2
     await client.aclose()
 
@@ -222,51 +198,33 @@ def test_urls_and_tokens_that_cannot_be_sent_are_refused() -> None:
         EngineClient("http://engine:8100", "t\r\nx-injected: 1")
 
 
-async def test_a_frame_carries_every_completion_of_a_step_and_an_error_frame_raises(scripted: Start) -> None:
-    step = encode_frame([delta(" a", 1, index=0), delta(" b", 1, index=1)])
-    error = encode_frame(ErrorEvent(code=PromptTooLongError.code, message="too long", param="messages"))
+async def test_a_refusal_answer_raises_its_own_class(scripted: Start) -> None:
+    body = msgspec.json.encode(ErrorEvent(code=PromptTooLongError.code, message="too long", param="messages"))
 
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
-        writer.write(STREAM_HEAD + chunked(step + error, size=3))
+        writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
         await writer.drain()
 
     _, url = await scripted(respond)
     client = EngineClient(url, "t")
-    got: list[list[DeltaEvent]] = []
-    with pytest.raises(PromptTooLongError, match="too long"):
-        async with client.generate(request()) as stream:
-            async for frame in stream:
-                got.append(frame)
-    assert [[(e.index, e.text) for e in frame] for frame in got] == [[(0, " a"), (1, " b")]]
+    with pytest.raises(PromptTooLongError, match="too long") as err:
+        await client.count_embedding_tokens(EMBED)
+    assert err.value.param == "messages"
     await client.aclose()
 
 
-async def test_an_engine_speaking_the_ndjson_protocol_is_unavailable_not_misread(scripted: Start) -> None:
-    line = msgspec.json.encode(DeltaEvent(index=0, text=" old", token_ids=[1])) + b"\n"
+async def test_an_engine_without_the_link_is_unavailable_not_misread(scripted: Start) -> None:
+    """An engine older than the gateway answers the link's upgrade with a plain 404."""
 
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
-        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-type: application/x-ndjson\r\n\r\n"
-        writer.write(head + chunked(line, size=64))
+        writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
         await writer.drain()
 
-    _, url = await scripted(respond)
+    engine, url = await scripted(respond)
     client = EngineClient(url, "t")
-    with pytest.raises(EngineUnavailableError, match="version 2"):
-        await texts_of(client)
-    await client.aclose()
-
-
-async def test_a_stream_cut_inside_a_frame_is_unavailable(scripted: Start) -> None:
-    async def respond(writer: asyncio.StreamWriter, _: int) -> None:
-        writer.write(STREAM_HEAD + chunked(frames(" whole") + frames(" cut")[:-2], size=64))
-        await writer.drain()
-
-    _, url = await scripted(respond)
-    client = EngineClient(url, "t")
-    got: list[str] = []
-    with pytest.raises(EngineUnavailableError, match="inside a frame"):
+    with pytest.raises(EngineUnavailableError, match="refused the link"):
         async with client.generate(request()) as stream:
-            async for frame in stream:
-                got += [event.text for event in frame]
-    assert got == [" whole"]
+            [frame async for frame in stream]
+    assert engine.requests[0].startswith(b"GET /engine/v1/link HTTP/1.1\r\n")
+    assert b"Authorization: Bearer t\r\n" in engine.requests[0]
     await client.aclose()

@@ -1,0 +1,220 @@
+"""Where a gateway worker's CPU goes per streamed token: cProfile of the gateway under load.
+
+    load (streamed chats) ──▶ strongroom serve under cProfile (1 worker) ──▶ stub engine
+
+The gateway runs with a cProfile profiler that counts its event-loop thread's CPU time (not wall
+time: waits cost nothing), switched on by SIGUSR1 once it is warm and off by SIGUSR2 when the
+load ends, so start-up is left out. Own time (``tottime``) is summed per part of the tree (the
+engine link, the rest of the gateway, litestar, uvicorn, the filters, the audit log, msgspec, the
+event loop) and divided by the tokens streamed. cProfile inflates Python-heavy code more than C,
+so read the shares, not the absolute figures; ``strongroom bench gateway`` gives the uninflated
+CPU per token.
+
+    python -m bench.gateway.stream_profile [--filters] [--seconds 10] [--concurrency 32] [--max-tokens 64]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import os
+import pstats
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+from bench.gateway.overhead import (
+    _chat_body,
+    _check_gateway_answer,
+    _drive,
+    _free_port,
+    _loop_factory,
+    _post,
+    _Samples,
+    _wait,
+    bench_env,
+    filters_off_policy,
+    write_record,
+)
+
+_SERVE_PROFILED = "--serve-profiled"
+
+_PARTS = (
+    ("engine link", ("engine/serving/",)),
+    ("filters", ("/filters/",)),
+    ("audit", ("/audit/",)),
+    ("gateway", ("/gateway/",)),
+    ("litestar", ("litestar/",)),
+    ("uvicorn + httptools", ("uvicorn/", "httptools")),
+    ("websockets", ("websockets/",)),
+    ("msgspec", ("msgspec",)),
+    ("anyio", ("anyio/",)),
+    ("event loop (asyncio, uvloop)", ("asyncio/", "uvloop", "<built-in method select", "selectors")),
+    ("socket I/O", ("socket", "<method 'send", "<method 'recv")),
+    ("other libraries", ("site-packages/",)),
+    ("Python's standard library", ("/lib/python3",)),
+)
+
+
+def _part(filename: str, name: str) -> str:
+    where = f"{filename}:{name}"
+    for part, needles in _PARTS:
+        if any(n in where for n in needles):
+            return part
+    return "other"
+
+
+def profile(
+    seconds: float, concurrency: int, max_tokens: int, filters: bool, data_dir: Path
+) -> dict[str, Any]:
+    engine_token = secrets.token_urlsafe(24)
+    engine_port, gw_port = _free_port(), _free_port()
+    env = bench_env(data_dir, engine_token, engine_port)
+    env["STRONGROOM_SERVER__PORT"] = str(gw_port)
+    env["STRONGROOM_GRPC__ENABLED"] = "false"  # HTTP is profiled; two runs would share gRPC's port
+    if not filters:
+        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{filters_off_policy(data_dir)}"'
+    cmd = [sys.executable, "-m", "strongroom"]
+    out = data_dir / "gateway.prof"
+    engine = subprocess.Popen(
+        [*cmd, "engine", "--stub", "--port", str(engine_port)], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+        _wait(f"http://127.0.0.1:{engine_port}/engine/v1/health", {"authorization": f"Bearer {engine_token}"})
+        log = data_dir / "gateway.log"
+        with log.open("wb") as log_file:
+            gateway = subprocess.Popen(
+                [sys.executable, "-m", "bench.gateway.stream_profile", _SERVE_PROFILED, str(out)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log_file,
+            )
+        url = f"http://127.0.0.1:{gw_port}"
+        try:
+            _wait(f"{url}/readyz", timeout_s=60)
+        except RuntimeError:
+            gateway.kill()
+            raise RuntimeError(f"the profiled gateway did not start:\n{log.read_text()[-3000:]}") from None
+        token = subprocess.run(
+            [*cmd, "token", "--sub", "bench", "--role", "analyst", "--ttl", "7200"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        _check_gateway_answer(url, token, _chat_body(4))
+        headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+        request = _post(
+            "/v1/chat/completions",
+            url.removeprefix("http://"),
+            headers,
+            msgspec.json.encode(_chat_body(max_tokens, stream=True)),
+        )
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_drive(url, request, concurrency, 1.0, _Samples()))  # warm-up
+            samples = _Samples(max_tokens)
+            gateway.send_signal(signal.SIGUSR1)
+            runner.run(_drive(url, request, concurrency, seconds, samples))
+            gateway.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the dump is written in one go, but let it finish
+        gateway.send_signal(signal.SIGTERM)
+        gateway.wait(timeout=120)
+    finally:
+        engine.terminate()
+        engine.wait(timeout=20)
+    stats = pstats.Stats(str(out))
+    num_tokens = len(samples.latencies) * max_tokens
+    by_part: dict[str, float] = {}
+    top = []
+    for (filename, _, name), (_, num_calls, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
+        part = _part(filename, name)
+        top.append((tottime, f"{Path(filename).name}:{name}", part, num_calls))
+        if filename != "~" or not callers:
+            by_part[part] = by_part.get(part, 0.0) + tottime
+            continue
+        # A built-in (len, isinstance, dict.get) counts for the code that called it.
+        for (caller_file, _, caller_name), (_, _, caller_tottime, _) in callers.items():
+            caller_part = _part(caller_file, caller_name)
+            by_part[caller_part] = by_part.get(caller_part, 0.0) + caller_tottime
+    total = sum(by_part.values())
+    top.sort(reverse=True)
+    return {
+        "num_requests": len(samples.latencies),
+        "num_tokens": num_tokens,
+        "errors": samples.errors,
+        "profiled_cpu_s": total,
+        "profiled_us_per_token": total / max(1, num_tokens) * 1e6,
+        "parts": {
+            part: {"share": s / total, "us_per_token": s / max(1, num_tokens) * 1e6}
+            for part, s in sorted(by_part.items(), key=lambda kv: -kv[1])
+        },
+        "top": [
+            {
+                "function": f,
+                "part": p,
+                "us_per_token": t / max(1, num_tokens) * 1e6,
+                "calls_per_token": c / max(1, num_tokens),
+            }
+            for t, f, p, c in top[:40]
+        ],
+    }
+
+
+@click.command()
+@click.option("--seconds", type=float, default=10.0, show_default=True)
+@click.option("--concurrency", type=int, default=32, show_default=True)
+@click.option("--max-tokens", type=int, default=64, show_default=True)
+@click.option("--filters/--no-filters", default=False, show_default=True)
+@click.option("--output", type=click.Path(path_type=Path), default=None)
+def main(seconds: float, concurrency: int, max_tokens: int, filters: bool, output: Path | None) -> None:
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="strongroom-profile-") as tmp:
+        result = profile(seconds, concurrency, max_tokens, filters, Path(tmp))
+    click.echo(
+        f"{result['num_tokens']} tokens in {result['num_requests']} streams; profiled gateway CPU "
+        f"{result['profiled_us_per_token']:.1f} µs/token (cProfile-inflated)"
+    )
+    for part, row in result["parts"].items():
+        click.echo(f"  {part:32} {row['share']:6.1%}  {row['us_per_token']:7.2f} µs/token")
+    click.echo("top functions (own time):")
+    for row in result["top"][:15]:
+        click.echo(
+            f"  {row['us_per_token']:7.2f} µs/token  {row['calls_per_token']:5.2f} calls/token"
+            f"  {row['function']}  [{row['part']}]"
+        )
+    config = {"seconds": seconds, "concurrency": concurrency, "max_tokens": max_tokens, "filters": filters}
+    click.echo(f"wrote {write_record('gateway_stream_profile', load_before, config, result, output)}")
+
+
+def _serve_profiled(out: str) -> None:
+    """``strongroom serve`` (one worker) with a profiler of this thread's CPU time behind signals."""
+    profiler = cProfile.Profile(time.thread_time)
+
+    def stop(*_: object) -> None:
+        profiler.disable()
+        profiler.dump_stats(out)
+
+    signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+    signal.signal(signal.SIGUSR2, stop)
+    from strongroom.cli import main as strongroom
+
+    sys.argv = ["strongroom", "serve"]
+    strongroom()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == [_SERVE_PROFILED]:
+        _serve_profiled(sys.argv[2])
+    else:
+        main()

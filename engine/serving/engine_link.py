@@ -1,0 +1,393 @@
+"""The gateway's side of one engine link (``engine.serving.protocol``): every stream, one socket.
+
+One ``EngineLink`` per engine client (one per gateway worker and engine) carries all of that
+worker's generations. The engine sends one message per step; the link splits it where it lands,
+in ``data_received``, with no reader task between the socket and the streams::
+
+    socket bytes ─▶ WebSocket frames (websockets' sans-I/O protocol) ─▶ [[stream, raw frame], ...]
+        ─▶ each LinkStream's pending list ─▶ its reader decodes what it takes, merged per index
+
+A stream's frames stay undecoded until its reader takes them, so a reader that fell behind
+decodes its backlog once and hands one merged frame downstream.
+
+Backpressure: the link never waits for a stream's reader, so a slow client holds up no other
+stream. Instead each stream's undelivered bytes are bounded by ``max_stream_bytes``; a stream
+past it fails with ``RequestAbortedError`` and is aborted in the engine. Below the bound the
+backlog costs one merge, not one downstream pass per frame.
+
+The link ending (EOF, reset, a close from the engine, ``reset`` after missed heartbeats) fails
+every stream on it at once with ``EngineUnavailableError``; ``EngineClient`` opens a new link
+for the next generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from typing import cast
+
+import msgspec
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Response
+from websockets.protocol import State
+from websockets.uri import parse_uri
+
+from engine.errors import (
+    EngineError,
+    EngineOverloadedError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    ModelLoadError,
+    PromptTooLongError,
+    RequestAbortedError,
+    UnknownModelError,
+)
+from engine.serving.frames import coalesced
+from engine.serving.protocol import (
+    LINK_PATH,
+    Counted,
+    DeltaEvent,
+    DeltaFrame,
+    ErrorEvent,
+    GenerateRequest,
+    LinkAbort,
+    LinkCount,
+    LinkOpen,
+)
+
+__all__ = ["EngineLink", "LinkStream", "error_of", "time_out"]
+
+_BY_CODE: dict[str, type[EngineError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidRequestError,
+        PromptTooLongError,
+        UnknownModelError,
+        EngineOverloadedError,
+        EngineUnavailableError,
+        ModelLoadError,
+        RequestAbortedError,
+    )
+}
+_encoder = msgspec.msgpack.Encoder()
+_batch_decoder = msgspec.msgpack.Decoder(list[tuple[int, msgspec.Raw]])
+_frame_decoder = msgspec.msgpack.Decoder(DeltaFrame | ErrorEvent | Counted)
+_MAX_MESSAGE_BYTES = 256 << 20
+"""A message from the engine larger than this fails the link (the engine splits at far less)."""
+
+
+def error_of(event: ErrorEvent) -> EngineError:
+    """The engine's error event as the exception it names."""
+    return _BY_CODE.get(event.code, EngineError)(event.message, param=event.param)
+
+
+class LinkStream:
+    """One generation on a link: the link puts its raw frames, the reader takes and decodes them."""
+
+    __slots__ = (
+        "_error",
+        "_link",
+        "_max_bytes",
+        "_num_bytes",
+        "_open",
+        "_pending",
+        "_timeout_s",
+        "_waiter",
+        "sid",
+    )
+
+    def __init__(self, link: EngineLink, sid: int, n: int, max_bytes: int, timeout_s: float) -> None:
+        self.sid = sid
+        self._link = link
+        self._open = set(range(n))
+        self._pending: list[msgspec.Raw] = []
+        self._num_bytes = 0
+        self._max_bytes = max_bytes
+        self._timeout_s = timeout_s
+        self._error: EngineError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def is_done(self) -> bool:
+        """Every completion finished or the stream failed: the engine sends it nothing more."""
+        return not self._open or self._error is not None
+
+    def put(self, raw: msgspec.Raw) -> bool:
+        """Queue one frame; False when that put the stream past its bound (it has failed then)."""
+        self._pending.append(raw)
+        self._num_bytes += len(raw)
+        if self._num_bytes > self._max_bytes:
+            self.fail(
+                RequestAbortedError(f"the stream's reader fell more than {self._max_bytes} bytes behind")
+            )
+            return False
+        self._wake()
+        return True
+
+    def fail(self, exc: EngineError) -> None:
+        if self._error is None:
+            self._error = exc
+            self._pending = []
+        self._wake()
+
+    async def frames(self) -> AsyncIterator[DeltaFrame]:
+        """The engine's frames until every completion finished; several taken at once are merged."""
+        while self._open:
+            if not self._pending:
+                await self._wait()
+            pending, self._pending = self._pending, []
+            self._num_bytes = 0
+            events: list[DeltaEvent] = []
+            for raw in pending:
+                try:
+                    payload = _frame_decoder.decode(raw)
+                except msgspec.DecodeError as exc:  # a ValueError: garbled, not a refusal
+                    self._link.fail_all(f"unreadable frame ({exc})")
+                    raise self._error or EngineUnavailableError("unreadable frame") from None
+                if isinstance(payload, ErrorEvent):
+                    self._error = error_of(payload)
+                    if events:
+                        break  # hand over what came before the error first
+                    raise self._error
+                if isinstance(payload, Counted):
+                    self._link.fail_all("a token count inside a generation's stream")
+                    raise self._error or EngineUnavailableError("unexpected count")
+                events += payload
+            if events:
+                for event in events:
+                    if event.finish_reason is not None:
+                        self._open.discard(event.index)
+                yield coalesced(events) if len(pending) > 1 else events
+            if self._error is not None:
+                raise self._error
+
+    async def answer(self) -> int:
+        """A token count's answer (its stream's one frame)."""
+        if not self._pending:
+            await self._wait()
+        try:
+            payload = _frame_decoder.decode(self._pending[0])
+        except msgspec.DecodeError as exc:
+            self._link.fail_all(f"unreadable frame ({exc})")
+            raise self._error or EngineUnavailableError("unreadable frame") from None
+        self._open.clear()
+        if isinstance(payload, ErrorEvent):
+            raise error_of(payload)
+        if not isinstance(payload, Counted):
+            self._link.fail_all("a generation's frame answered a token count")
+            raise self._error or EngineUnavailableError("unexpected frame")
+        return payload.num_tokens
+
+    async def _wait(self) -> None:
+        if self._error is not None:
+            raise self._error
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(self._timeout_s, time_out, waiter)
+        try:
+            await waiter
+        except TimeoutError as exc:
+            raise EngineUnavailableError(f"engine {self._link.url} failed: TimeoutError: {exc}") from None
+        finally:
+            timer.cancel()
+            self._waiter = None
+        if self._error is not None and not self._pending:
+            raise self._error
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+def time_out(waiter: asyncio.Future[None]) -> None:
+    """The read timeout's timer callback: fail ``waiter`` unless data woke it first."""
+    if not waiter.done():
+        waiter.set_exception(TimeoutError("the engine sent nothing within the read timeout"))
+
+
+class EngineLink(asyncio.Protocol):
+    """One WebSocket to an engine; ``connect`` opens it, ``open`` starts a stream on it."""
+
+    def __init__(self, url: str, token: str, *, read_timeout_s: float, max_stream_bytes: int) -> None:
+        """``url``: the engine's base URL (http or https)."""
+        self.url = url
+        ws_url = (
+            "wss" + url.removeprefix("https") if url.startswith("https") else "ws" + url.removeprefix("http")
+        )
+        self._ws = ClientProtocol(parse_uri(ws_url + LINK_PATH), max_size=_MAX_MESSAGE_BYTES)
+        self._token = token
+        self._read_timeout_s = read_timeout_s
+        self._max_stream_bytes = max_stream_bytes
+        self._streams: dict[int, LinkStream] = {}
+        self._next_sid = 0
+        self._fragments = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.error: EngineUnavailableError | None = None
+        """Set once the link ended: it carries nothing more."""
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        token: str,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        timeout_s: float,
+        read_timeout_s: float,
+        max_stream_bytes: int,
+    ) -> EngineLink:
+        """Connect and complete the WebSocket handshake, or raise (OSError, TimeoutError,
+        EngineUnavailableError when the engine refuses the upgrade)."""
+        loop = asyncio.get_running_loop()
+        link = cls(url, token, read_timeout_s=read_timeout_s, max_stream_bytes=max_stream_bytes)
+        async with asyncio.timeout(timeout_s):
+            await loop.create_connection(
+                lambda: link, host, port, ssl=ssl_context, server_hostname=host if ssl_context else None
+            )
+            try:
+                await link._handshake
+            except BaseException:
+                link.reset("the handshake did not complete")
+                raise
+        return link
+
+    @property
+    def is_open(self) -> bool:
+        return self.error is None
+
+    @property
+    def num_streams(self) -> int:
+        return len(self._streams)
+
+    def open(self, request: GenerateRequest) -> LinkStream:
+        """Start ``request`` on this link; raises ``EngineUnavailableError`` if the link has ended."""
+        stream = self._new_stream(request.params.n)
+        self._send(_encoder.encode(LinkOpen(stream=stream.sid, request=request)))
+        return stream
+
+    async def count(self, request: GenerateRequest) -> int:
+        """The prompt tokens ``request`` would have in this engine (nothing is queued)."""
+        stream = self._new_stream(1)
+        self._send(_encoder.encode(LinkCount(stream=stream.sid, request=request)))
+        try:
+            return await stream.answer()
+        finally:
+            self._streams.pop(stream.sid, None)
+
+    def _new_stream(self, n: int) -> LinkStream:
+        if self.error is not None:
+            raise self.error
+        self._next_sid += 1
+        stream = LinkStream(self, self._next_sid, n, self._max_stream_bytes, self._read_timeout_s)
+        self._streams[stream.sid] = stream
+        return stream
+
+    def close_stream(self, stream: LinkStream) -> None:
+        """The reader is done with ``stream``; unless the engine has finished it, abort it there."""
+        if self._streams.pop(stream.sid, None) is not None and not stream.is_done and self.error is None:
+            self._send(_encoder.encode(LinkAbort(stream=stream.sid)))
+
+    def reset(self, reason: str) -> None:
+        """End the link now: every stream on it fails at once instead of at its read timeout."""
+        self.fail_all(reason)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def fail_all(self, reason: str) -> None:
+        if self.error is None:
+            self.error = EngineUnavailableError(f"engine {self.url} failed: {reason}")
+        if not self._handshake.done():
+            self._handshake.set_exception(self.error)
+            self._handshake.exception()  # retrieved: connect may have stopped waiting
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream.fail(self.error)
+
+    async def aclose(self) -> None:
+        """Close the link politely (the engine aborts what is still open on it)."""
+        if self.error is None and self._transport is not None:
+            self._ws.send_close()
+            self._flush()
+        self.fail_all("the link was closed")
+        if self._transport is not None:
+            self._transport.close()
+
+    def _send(self, data: bytes) -> None:
+        self._ws.send_binary(data)
+        self._flush()
+
+    def _flush(self) -> None:
+        writes = self._ws.data_to_send()
+        if self._transport is not None and writes:
+            self._transport.write(b"".join(writes))  # the empty SEND_EOF adds nothing
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio subclasses
+        request = self._ws.connect()
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        self._ws.send_request(request)
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        ws = self._ws
+        ws.receive_data(data)
+        for event in ws.events_received():
+            if isinstance(event, Response):
+                if ws.handshake_exc is not None:
+                    self.reset(
+                        f"the engine refused the link ({event.status_code}): is it older than the gateway?"
+                    )
+                    return
+                if not self._handshake.done():
+                    self._handshake.set_result(None)
+            elif not isinstance(event, Frame):
+                continue  # a client receives no requests
+            elif event.opcode is Opcode.BINARY or event.opcode is Opcode.CONT:
+                if not event.fin or self._fragments:
+                    self._fragments += event.data
+                    if not event.fin:
+                        continue
+                    message, self._fragments = bytes(self._fragments), bytearray()
+                    self._dispatch(message)
+                else:
+                    self._dispatch(event.data)
+            elif event.opcode is Opcode.CLOSE:
+                self.fail_all(f"the engine closed the link ({ws.close_code})")
+        self._flush()  # pongs, the close handshake's answer
+        if ws.parser_exc is not None:
+            self.reset(f"the engine broke the WebSocket protocol: {ws.parser_exc}")
+        elif ws.state is State.CLOSED and self._transport is not None:
+            self._transport.close()
+
+    def _dispatch(self, message: bytes | bytearray | memoryview) -> None:
+        try:
+            entries = _batch_decoder.decode(message)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.reset(f"unreadable link message ({exc})")
+            return
+        streams = self._streams
+        for sid, raw in entries:
+            stream = streams.get(sid)
+            if stream is not None and not stream.put(raw):  # its reader fell too far behind
+                del streams[sid]
+                self._send(_encoder.encode(LinkAbort(stream=sid)))
+
+    def eof_received(self) -> bool:
+        self._ws.receive_eof()
+        self.fail_all("EOFError: the engine closed the connection")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        why = (
+            f"{type(exc).__name__}: {exc}"
+            if exc is not None
+            else "EOFError: the engine connection was closed"
+        )
+        self.fail_all(why)
