@@ -141,18 +141,33 @@ def _keep_collector_off_the_request_path() -> None:
     gc.set_threshold(max(young, 20_000), middle, old)
 
 
-def build_app(services_factory: Callable[[], Any], telemetry: Telemetry, *, max_body_bytes: int) -> Any:
-    """The ASGI app. ``services_factory`` is awaited at start-up; its Services close at shutdown."""
+def build_app(
+    services_factory: Callable[[], Any],
+    telemetry: Telemetry,
+    *,
+    max_body_bytes: int,
+    grpc_shares_port: bool = False,
+) -> Any:
+    """The ASGI app. ``services_factory`` is awaited at start-up; its Services close at shutdown.
+    With ``[grpc] enabled`` the gRPC API serves the same Services from start-up to shutdown
+    (``grpc_shares_port``: several gateway workers bind its port, see ``GrpcServer``)."""
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncGenerator[None, None]:
         services = app.state.services = await services_factory()
         Gatekeeper(services.authenticator, services.authorizer, services.inference.auditor).install(app.state)
         app.state.console = Console.create(app.state.services)
-        _keep_collector_off_the_request_path()
+        grpc_server = None
         try:
+            if services.settings.grpc.enabled:
+                from gateway.grpc_api.server import GrpcServer  # grpc loads only where it serves
+
+                grpc_server = await GrpcServer.start(services, shares_port=grpc_shares_port)
+            _keep_collector_off_the_request_path()
             yield
         finally:
+            if grpc_server is not None:
+                await grpc_server.stop(services.settings.server.drain_s)
             if app.state.console is not None:
                 await app.state.console.aclose()
             await app.state.services.aclose()

@@ -146,6 +146,10 @@ class CompletionBuilder:
         )
 
     def encode(self) -> bytes:
+        return msgspec.json.encode(self.build())
+
+    def build(self) -> ChatCompletion | Completion:
+        """The answer, once every delta is in and the response filters have replaced what they must."""
         model = self._shape.model
         wants_logprobs = self._shape.wants_logprobs
         if self._shape.is_chat:
@@ -157,8 +161,8 @@ class CompletionBuilder:
                 system_fingerprint=self._shape.system_fingerprint,
                 choices=[self._chat_choice(i, c) for i, c in sorted(self._choices.items())],
             )
-            return msgspec.json.encode(chat)
-        completion = Completion(
+            return chat
+        return Completion(
             id=self._id,
             created=self._created,
             model=model,
@@ -174,4 +178,3 @@ class CompletionBuilder:
                 for i, c in sorted(self._choices.items())
             ],
         )
-        return msgspec.json.encode(completion)

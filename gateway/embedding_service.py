@@ -26,8 +26,9 @@ from engine.serving.protocol import EmbedRequest
 from filters import FilterContext, ScanBudgetError
 from gateway.embedding_types import EmbeddingData, EmbeddingList, EmbeddingRequest, EmbeddingUsage, encoded
 from gateway.errors import BadRequestError, ContentPolicyError, ModelNotFoundError, PermissionDeniedError
-from gateway.inference import InferenceService, close_lease
+from gateway.inference import InferenceService
 from gateway.request_context import RequestContext
+from gateway.shielded import close_lease
 from policies import PolicyUnavailableError
 
 __all__ = ["MAX_INPUTS", "EmbeddingService"]
@@ -46,8 +47,10 @@ class EmbeddingService:
         self.inference = inference
         self._allow_token_ids = allow_token_id_inputs
 
-    async def embed(self, ctx: RequestContext, body: EmbeddingRequest) -> tuple[bytes, dict[str, str]]:
-        """The answer's JSON body and its x-ratelimit-* headers; raises GatewayError (audited)."""
+    async def embed(
+        self, ctx: RequestContext, body: EmbeddingRequest
+    ) -> tuple[EmbeddingList, dict[str, str]]:
+        """The answer and its x-ratelimit-* headers; raises GatewayError (audited)."""
         inf = self.inference
         if ctx.principal is None:
             raise RuntimeError("embed() needs an authenticated request")
@@ -138,7 +141,7 @@ class EmbeddingService:
             model=body.model,
             usage=EmbeddingUsage(prompt_tokens=used, total_tokens=used),
         )
-        return msgspec.json.encode(answer), dict(lease.headers)
+        return answer, dict(lease.headers)
 
     async def _authorize(self, ctx: RequestContext, model: str) -> None:
         inf, principal = self.inference, ctx.principal

@@ -37,13 +37,13 @@ def split_batch(body: CompletionRequest) -> list[CompletionRequest] | None:
     return [msgspec.structs.replace(body, prompt=p) for p in prompt]
 
 
-def merge_batch(answers: list[bytes], num_choices: int) -> bytes:
+def merge_batch(answers: list[Completion], num_choices: int) -> Completion:
     """The one answer to a batch: every prompt's choices, re-indexed, and the summed usage."""
-    parsed = [msgspec.json.decode(a, type=Completion) for a in answers]
+    parsed = answers
     choices: list[Any] = []
     for p, answer in enumerate(parsed):
         choices += [msgspec.structs.replace(c, index=p * num_choices + c.index) for c in answer.choices]
     prompt = sum(a.usage.prompt_tokens for a in parsed)
     completion = sum(a.usage.completion_tokens for a in parsed)
     usage = Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
-    return msgspec.json.encode(msgspec.structs.replace(parsed[0], choices=choices, usage=usage))
+    return msgspec.structs.replace(parsed[0], choices=choices, usage=usage)

@@ -15,6 +15,7 @@ from filters.config import FilterConfig
 from gateway.auth.config import AuthConfig
 from gateway.config import ServerConfig
 from gateway.console.config import ConsoleConfig
+from gateway.grpc_api.config import GrpcConfig
 from gateway.quota.config import QuotaConfig
 from gateway.telemetry_config import TelemetryConfig
 from keys.config import KeysConfig
@@ -30,6 +31,8 @@ class GatewaySettings(Protocol):
     def redis_url(self) -> str | None: ...
     @property
     def server(self) -> ServerConfig: ...
+    @property
+    def grpc(self) -> GrpcConfig: ...
     @property
     def auth(self) -> AuthConfig: ...
     @property

@@ -1,8 +1,10 @@
-"""Server-sent events for a streamed completion, with the response filter's hold-back window.
+"""The chunks of a streamed completion, with the response filter's hold-back window.
 
 Text from the engine goes through one ``StreamFilter`` per choice; only what the filter
 releases is sent, so a sensitive value split across tokens never reaches the client. A blocked
-choice ends with ``finish_reason: "content_filter"`` and the stream with an error event.
+choice ends with ``finish_reason: "content_filter"`` and the stream with an error
+(``filter_error``). The chunks are typed (``gateway.stream_events``): ``gateway.sse`` writes them
+as server-sent events, ``gateway.grpc_api`` as protobuf messages.
 When the request has tools, released text then goes through a ``ToolCallParser``, so calls
 leave as ``tool_calls`` deltas (first the id and name, then pieces of the arguments) built
 from text the filters have already passed.
@@ -15,13 +17,11 @@ import uuid
 from collections.abc import Callable
 from time import perf_counter_ns
 
-import msgspec
-
 from common.finding import Finding
 from engine.serving.protocol import DeltaEvent, LogprobEntry
 from filters import FilterContext, FilterPipeline, StreamFilter
 from gateway.completion_builder import chat_logprobs, completion_logprobs
-from gateway.errors import ContentPolicyError, GatewayError, error_body
+from gateway.errors import ContentPolicyError
 from gateway.openai_types import (
     ChatChunkChoice,
     ChatCompletionChunk,
@@ -33,15 +33,10 @@ from gateway.openai_types import (
     Usage,
 )
 from gateway.response_shape import ResponseShape
+from gateway.stream_events import StreamChunk, StreamError
 from gateway.tool_call_parser import Arguments, CallStart, Content, ToolCallParser
 
 __all__ = ["StreamWriter"]
-
-_encoder = msgspec.json.Encoder()
-
-
-def _sse(payload: bytes) -> bytes:
-    return b"data: " + payload + b"\n\n"
 
 
 class _Choice:
@@ -92,8 +87,8 @@ class _Choice:
 
 
 class StreamWriter:
-    """One streamed answer: engine deltas in, filtered SSE events out (``fctx``: whom the
-    response filters judge for)."""
+    """One streamed answer: engine deltas in, filtered chunks out (``fctx``: whom the response
+    filters judge for)."""
 
     def __init__(
         self,
@@ -131,10 +126,10 @@ class StreamWriter:
         finish: str | None,
         logprobs: list[LogprobEntry] | None = None,
         tool_calls: list[ToolCallDelta] | None = None,
-    ) -> bytes:
+    ) -> StreamChunk:
         lp = logprobs if (self._wants_logprobs and logprobs) else None
         if self._chat:
-            body: ChatCompletionChunk | CompletionChunk = ChatCompletionChunk(
+            return ChatCompletionChunk(
                 id=self._id,
                 created=self._created,
                 model=self._model,
@@ -148,30 +143,26 @@ class StreamWriter:
                     )
                 ],
             )
-        else:
-            body = CompletionChunk(
-                id=self._id,
-                created=self._created,
-                model=self._model,
-                system_fingerprint=self._shape.system_fingerprint,
-                choices=[
-                    CompletionChoice(
-                        index=index,
-                        text=text or "",
-                        finish_reason=finish,
-                        logprobs=completion_logprobs(lp) if lp else None,
-                    )
-                ],
-            )
-        return _sse(_encoder.encode(body))
+        return CompletionChunk(
+            id=self._id,
+            created=self._created,
+            model=self._model,
+            system_fingerprint=self._shape.system_fingerprint,
+            choices=[
+                CompletionChoice(
+                    index=index,
+                    text=text or "",
+                    finish_reason=finish,
+                    logprobs=completion_logprobs(lp) if lp else None,
+                )
+            ],
+        )
 
-    def start(self) -> bytes:
+    def start(self) -> list[StreamChunk]:
         if not self._chat:
             # An echoed prompt opens each choice, before any generated text.
             echo = self._shape.echo
-            return (
-                b"".join(self._chunk(i, echo, None) for i in range(self._shape.num_choices)) if echo else b""
-            )
+            return [self._chunk(i, echo, None) for i in range(self._shape.num_choices)] if echo else []
         first = ChatCompletionChunk(
             id=self._id,
             created=self._created,
@@ -182,16 +173,16 @@ class StreamWriter:
                 for i in range(self._shape.num_choices)
             ],
         )
-        return _sse(_encoder.encode(first))
+        return [first]
 
-    def add(self, event: DeltaEvent) -> list[bytes]:
+    def add(self, event: DeltaEvent) -> list[StreamChunk]:
         self._num_prompt_tokens = max(self._num_prompt_tokens, event.num_prompt_tokens)
         choice = self._choice(event.index)
         if choice.finished:
             return []
         choice.num_output_tokens = max(choice.num_output_tokens, event.num_output_tokens)
         choice.feed(event.text, event.logprobs)
-        out: list[bytes] = []
+        out: list[StreamChunk] = []
         started_ns = perf_counter_ns()
         step = choice.filter.feed(event.text)
         tail = choice.filter.finish() if event.finish_reason is not None and not step.blocked else None
@@ -218,7 +209,7 @@ class StreamWriter:
 
     def _released(
         self, index: int, choice: _Choice, text: str, logprobs: list[LogprobEntry], *, is_last: bool
-    ) -> list[bytes]:
+    ) -> list[StreamChunk]:
         """The chunks for text the filter released: as is, or split into content and calls."""
         if choice.calls is None:
             return [self._chunk(index, text, None, logprobs)] if text or logprobs else []
@@ -238,14 +229,14 @@ class StreamWriter:
                 out.append(self._chunk(index, None, None, tool_calls=[piece]))
         return out
 
-    def _block(self, index: int, choice: _Choice) -> list[bytes]:
+    def _block(self, index: int, choice: _Choice) -> list[StreamChunk]:
         self.blocked = True
         choice.finished = True
         return [self._chunk(index, None if self._chat else "", "content_filter")]
 
-    def finish(self) -> list[bytes]:
+    def finish(self) -> list[StreamChunk]:
         """Flush choices the engine ended without a finish reason (cut-off streams)."""
-        out: list[bytes] = []
+        out: list[StreamChunk] = []
         for index, choice in sorted(self._choices.items()):
             if choice.finished:
                 continue
@@ -276,10 +267,9 @@ class StreamWriter:
             total_tokens=self._num_prompt_tokens + completion,
         )
 
-    def usage_chunk(self) -> bytes:
-        body: ChatCompletionChunk | CompletionChunk
+    def usage_chunk(self) -> StreamChunk:
         kind = ChatCompletionChunk if self._chat else CompletionChunk
-        body = kind(
+        return kind(
             id=self._id,
             created=self._created,
             model=self._model,
@@ -287,13 +277,12 @@ class StreamWriter:
             choices=[],
             usage=self.usage(),
         )
-        return _sse(_encoder.encode(body))
 
-    def filter_error(self) -> bytes:
-        return self.error(ContentPolicyError("The response was stopped by the content policy"))
-
-    def error(self, err: GatewayError) -> bytes:
-        return _sse(error_body(err.message, err.type, err.code, err.param))
+    def filter_error(self) -> StreamError:
+        """How a stream the response filters stopped ends (its answer is whole and recorded)."""
+        return StreamError(
+            ContentPolicyError("The response was stopped by the content policy"), completes=True
+        )
 
 
 def _finish_reason(choice: _Choice, reason: str) -> str:

@@ -38,8 +38,13 @@ def banner(
     lines = [
         "",
         f"Strongroom gateway listening on {scheme}://{host}:{port}   (data in {settings.data_path}/)",
-        "",
     ]
+    if settings.grpc.enabled:
+        tls = "TLS" if scheme == "https" else "plaintext"
+        lines.append(
+            f"gRPC API ({tls}) on {host}:{settings.grpc.port}   (service: gateway/grpc_api/inference.proto)"
+        )
+    lines.append("")
     if not Path(settings.data_dir).expanduser().is_absolute():
         lines.append(f"  cd {shlex.quote(str(Path.cwd()))}    # data_dir is relative to this directory")
     if settings.auth.dev_issuer:

@@ -25,6 +25,7 @@ from gateway.auth.config import AuthConfig
 from gateway.config import ServerConfig
 from gateway.console.config import ConsoleConfig
 from gateway.errors import ConfigError
+from gateway.grpc_api.config import GrpcConfig
 from gateway.quota.config import QuotaConfig
 from gateway.telemetry_config import TelemetryConfig
 from keys.config import KeysConfig
@@ -47,6 +48,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     None: everything stays in-process or in SQLite under data_dir (one gateway only)."""
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     """The gateway's listener and engine pool."""
+    grpc: GrpcConfig = msgspec.field(default_factory=GrpcConfig)
+    """The gRPC API beside the HTTP one (its own port, the same pipeline)."""
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     """The local engine instance that ``serve`` supervises."""
     engine_listener: EngineListenerConfig = msgspec.field(default_factory=EngineListenerConfig)

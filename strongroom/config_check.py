@@ -129,6 +129,8 @@ class ConfigCheck:
         except ConfigError as exc:
             yield f"server.host: {exc}"
         yield from self._tls("server.tls", s.server.tls)
+        if s.grpc.enabled and s.grpc.port == s.server.port:
+            yield f"grpc.port: {s.grpc.port} is server.port too; give the gRPC API a port of its own"
         if s.server.workers > 1 and s.redis_url is None:
             yield (
                 f"server.workers: {s.server.workers} workers need redis_url: quotas would otherwise "

@@ -56,6 +56,6 @@ def run_worker(
         ready_path(run_dir, index).write_text(f"{os.getpid()}\n")
         return created
 
-    app = build_app(services, telemetry, max_body_bytes=server.max_body_bytes)
+    app = build_app(services, telemetry, max_body_bytes=server.max_body_bytes, grpc_shares_port=True)
     sock = socket.socket(fileno=fd)
     listener.serve(app, host=server.host, port=server.port, sock=sock, drain_s=server.drain_s)

@@ -14,6 +14,10 @@ queue wait for the new process instead of being refused. Only processes of the s
 join a SO_REUSEPORT group, and the port is first bound without it, so a second ``serve`` on a
 port in use is refused as before rather than silently sharing the traffic.
 
+Each worker also serves the gRPC API on ``[grpc] port``, binding it itself with SO_REUSEPORT (the
+option grpc.so_reuseport): gRPC binds its own sockets, so there is none to pass down; ``serve``
+has checked that nobody else holds that port.
+
 What is shared lives outside the workers: quotas and revocations in Redis (``serve`` refuses
 several workers without it), the policy in its store (a change is on the version board in shared
 memory before its call returns, and a worker behind the board reloads before it decides; see
@@ -112,11 +116,12 @@ class GatewayWorkers:
         if self._config_path:
             cmd += ["--config", self._config_path]
         server = self._settings.server
-        # --host/--port given to serve are the workers' settings too (banner, /metrics access).
+        # --host/--port/--grpc-port given to serve are the workers' settings too (banner, /metrics access).
         env = {
             **os.environ,
             "STRONGROOM_SERVER__HOST": server.host,
             "STRONGROOM_SERVER__PORT": str(server.port),
+            "STRONGROOM_GRPC__PORT": str(self._settings.grpc.port),
         }
         slot.proc = subprocess.Popen(cmd, pass_fds=(fd,), env=env)
         slot.started_at = time.monotonic()

@@ -24,7 +24,7 @@ from strongroom.slow_client_guard import guarded_protocol
 
 log = logging.getLogger("strongroom.serve")
 
-__all__ = ["Listener", "check_engine_exposure", "check_gateway_exposure"]
+__all__ = ["Listener", "check_engine_exposure", "check_gateway_exposure", "check_port_free"]
 
 
 class Listener:
@@ -106,3 +106,14 @@ def check_engine_exposure(host: str, tls: TlsConfig) -> None:
         'client_cert = "required" (the gateway then needs [server.engine_tls] and an https engine URL), '
         "or bind 127.0.0.1."
     )
+
+
+def check_port_free(host: str, port: int, what: str) -> None:
+    """Refuse a start whose port someone holds, before the engine loads (a listener that binds late,
+    as the gRPC API does once the gateway's services are up, would otherwise fail only then)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.create_server((host, port), family=family):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot listen for {what} on {host}:{port}: {exc.strerror or exc}") from None

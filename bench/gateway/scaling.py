@@ -66,6 +66,7 @@ def _gateway(env: dict[str, str], workers: int, engine_pid: int) -> Iterator[tup
         **env,
         "STRONGROOM_DATA_DIR": str(data_dir),
         "STRONGROOM_SERVER__PORT": str(port),
+        "STRONGROOM_GRPC__ENABLED": "false",  # HTTP is measured; two runs would share gRPC's port
         "STRONGROOM_SERVER__WORKERS": str(workers),
     }
     cmd = [sys.executable, "-m", "strongroom"]

@@ -79,6 +79,7 @@ def profile(
     engine_port, gw_port = _free_port(), _free_port()
     env = bench_env(data_dir, engine_token, engine_port)
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
+    env["STRONGROOM_GRPC__ENABLED"] = "false"  # HTTP is profiled; two runs would share gRPC's port
     if not filters:
         env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{filters_off_policy(data_dir)}"'
     cmd = [sys.executable, "-m", "strongroom"]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 from litestar import Request, Response, get, post
@@ -15,18 +14,17 @@ from litestar.response import Stream
 
 from gateway.embedding_types import EmbeddingRequest
 from gateway.errors import BadRequestError, ClientDisconnectedError, ModelNotFoundError, PayloadTooLargeError
-from gateway.openai_types import ChatCompletionRequest, CompletionRequest, ModelList, ModelObject
+from gateway.model_catalog import visible_models
+from gateway.openai_types import ChatCompletionRequest, Completion, CompletionRequest, ModelList, ModelObject
 from gateway.prompt_batch import merge_batch, split_batch
 from gateway.request_context import RequestContext, request_context
 from gateway.services import Services
+from gateway.sse import server_sent_events
 
 __all__ = ["OPENAI_ROUTES", "context_of"]
 
 _JSON = "application/json"
 _T = TypeVar("_T")
-_STARTED = int(time.time())
-_MODEL_ACTIONS = ("chat", "completion", "embedding")
-"""A model is listed to a caller who may use it for any of these."""
 
 
 def context_of(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:
@@ -95,19 +93,20 @@ async def _infer(
     except BadRequestError as exc:
         raise await inference.reject(ctx, exc) from None
     if batch is not None:
-        answers = []
+        answers: list[Completion] = []
         for part in batch:
             prep = await inference.prepare(ctx, kind, part)
-            answers.append(await _unless_client_leaves(request, inference.complete(prep)))
-        headers = dict(getattr(prep.lease, "headers", {}) or {})
-        return Response(merge_batch(answers, body.num_choices), media_type=_JSON, headers=headers)
+            answers.append(cast(Completion, await _unless_client_leaves(request, inference.complete(prep))))
+        merged = merge_batch(answers, body.num_choices)
+        return Response(msgspec.json.encode(merged), media_type=_JSON, headers=prep.headers)
     prep = await inference.prepare(ctx, kind, body)
-    headers = dict(getattr(prep.lease, "headers", {}) or {})
+    headers = prep.headers
     if body.is_stream:
         headers["cache-control"] = "no-cache"
-        return Stream(await inference.open_stream(prep), media_type="text/event-stream", headers=headers)
-    body_bytes = await _unless_client_leaves(request, inference.complete(prep))
-    return Response(body_bytes, media_type=_JSON, headers=headers)
+        events = server_sent_events(await inference.open_stream(prep))
+        return Stream(events, media_type="text/event-stream", headers=headers)
+    answer = await _unless_client_leaves(request, inference.complete(prep))
+    return Response(msgspec.json.encode(answer), media_type=_JSON, headers=headers)
 
 
 async def _unless_client_leaves(request: Request[Any, Any, Any], work: Coroutine[Any, Any, _T]) -> _T:
@@ -140,7 +139,7 @@ async def embeddings(request: Request[Any, Any, Any], services: Services) -> Res
     except (BadRequestError, PayloadTooLargeError) as exc:
         raise await services.inference.reject(ctx, exc) from None
     answer, headers = await _unless_client_leaves(request, services.embeddings.embed(ctx, body))
-    return Response(answer, media_type=_JSON, headers=headers)
+    return Response(msgspec.json.encode(answer), media_type=_JSON, headers=headers)
 
 
 @post("/v1/chat/completions", status_code=200)
@@ -158,22 +157,7 @@ async def _visible_models(
 ) -> dict[str, ModelObject]:
     ctx = context_of(request, endpoint)
     principal = await services.authenticator.caller(ctx, request.headers.get("authorization"))
-    cards = services.engines.models()
-    authz = services.authorizer
-    await authz.current()
-    allowed = {m for action in _MODEL_ACTIONS for m in authz.allowed_models(principal, action, cards)}
-    return {
-        name: ModelObject(
-            id=name,
-            created=_STARTED,
-            max_model_len=card.max_model_len,
-            quantization=card.quantization,
-            kv_cache_dtype=card.kv_cache_dtype or None,
-            kind=card.kind,
-        )
-        for name, card in sorted(cards.items())
-        if name in allowed
-    }
+    return await visible_models(principal, services.engines, services.authorizer)
 
 
 @get("/v1/models")

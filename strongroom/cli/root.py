@@ -53,8 +53,11 @@ def main() -> None:
 @config_option
 @click.option("--host", default=None, help="Override server.host.")
 @click.option("--port", type=int, default=None, help="Override server.port.")
+@click.option("--grpc-port", type=int, default=None, help="Override grpc.port (the gRPC API).")
 @click.option("--stub-engine", is_flag=True, help="Serve a model-free stub engine (gateway benchmarks).")
-def serve(config_path: str | None, host: str | None, port: int | None, stub_engine: bool) -> None:
+def serve(
+    config_path: str | None, host: str | None, port: int | None, grpc_port: int | None, stub_engine: bool
+) -> None:
     """Start the gateway and, unless server.engine_urls is set, one local engine instance."""
     import msgspec
 
@@ -63,7 +66,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
     from gateway.telemetry import Telemetry
     from strongroom.banner import banner
     from strongroom.gateway_worker import num_workers
-    from strongroom.listener import Listener, check_gateway_exposure
+    from strongroom.listener import Listener, check_gateway_exposure, check_port_free
     from strongroom.supervisor import EngineSupervisor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -73,11 +76,14 @@ def serve(config_path: str | None, host: str | None, port: int | None, stub_engi
     server = msgspec.structs.replace(
         settings.server, host=host or settings.server.host, port=port or settings.server.port
     )
-    settings = msgspec.structs.replace(settings, server=server)
+    grpc = msgspec.structs.replace(settings.grpc, port=grpc_port or settings.grpc.port)
+    settings = msgspec.structs.replace(settings, server=server, grpc=grpc)
     _refuse_on_problems(settings, "serve")
     try:
         check_gateway_exposure(settings)
         listener = Listener(server.tls, server.limits, resolve=settings.resolve, where="server")
+        if grpc.enabled:
+            check_port_free(server.host, grpc.port, "the gRPC API ([grpc] port)")
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     settings.data_path.mkdir(parents=True, exist_ok=True)

@@ -34,10 +34,16 @@ class ServedGateway:
     env: dict[str, str]
     proc: subprocess.Popen[bytes]
     log_path: Path
+    grpc_port: int = 0
 
     @property
     def v1(self) -> str:
         return f"{self.base_url}/v1"
+
+    @property
+    def grpc_target(self) -> str:
+        """The gRPC API's address (``grpc.insecure_channel(gw.grpc_target)``)."""
+        return f"127.0.0.1:{self.grpc_port}"
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -88,6 +94,8 @@ def served_gateway(
         {
             "STRONGROOM_DATA_DIR": str(data_dir),
             "STRONGROOM_SERVER__PORT": str(port),
+            # A port of its own: concurrent gateways would all take the default 50051.
+            "STRONGROOM_GRPC__PORT": str(free_port()),
             "STRONGROOM_ENGINE__NUM_THREADS": "1",
             # One gateway process unless a test asks for more (tests/integration/gateway/test_workers.py).
             "STRONGROOM_SERVER__WORKERS": "1",
@@ -106,7 +114,14 @@ def served_gateway(
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
-    served = ServedGateway(base_url=base, data_dir=data_dir, env=env, proc=proc, log_path=log_path)
+    served = ServedGateway(
+        base_url=base,
+        data_dir=data_dir,
+        env=env,
+        proc=proc,
+        log_path=log_path,
+        grpc_port=int(env["STRONGROOM_GRPC__PORT"]),
+    )
     try:
         deadline = time.monotonic() + 180
         while True:

@@ -139,7 +139,9 @@ class Harness:
 
     def start_gateway(self) -> Gateway:
         port = _free_port()
-        pid, log = self.fork(["serve"], {"STRONGROOM_SERVER__PORT": str(port)})
+        pid, log = self.fork(
+            ["serve"], {"STRONGROOM_SERVER__PORT": str(port), "STRONGROOM_GRPC__ENABLED": "false"}
+        )
         return Gateway(pid, port, log)
 
     async def iteration(self, gateway: Gateway, k: int) -> None:

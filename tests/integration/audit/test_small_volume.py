@@ -66,7 +66,7 @@ def test_a_volume_too_small_refuses_the_start_with_one_message(volume: Callable[
         asyncio.run(AuditLog.open(AuditConfig(), data))
     served = subprocess.run(
         [sys.executable, "-m", "strongroom", "serve", "--stub-engine"],
-        env={**os.environ, "STRONGROOM_DATA_DIR": str(data / "data")},
+        env={**os.environ, "STRONGROOM_DATA_DIR": str(data / "data"), "STRONGROOM_GRPC__ENABLED": "false"},
         capture_output=True,
         text=True,
         timeout=60,

@@ -103,7 +103,8 @@ def test_completions_stream_and_non_stream(gateway: Any) -> None:
 def test_models_lists_only_what_the_role_may_use(gateway: Any) -> None:
     analyst = client(gateway, gateway.token("alice", "analyst"))
     admin = client(gateway, gateway.token("root", "admin"))
-    assert [m.id for m in analyst.models.list()] == ["demo-chat", "demo-embed"]  # not demo-base
+    # The default policy: chat and completions on demo-chat, embeddings with demo-embed; not demo-base.
+    assert [m.id for m in analyst.models.list()] == ["demo-chat", "demo-embed"]
     assert sorted(m.id for m in admin.models.list()) == ["demo-base", "demo-chat", "demo-embed"]
     assert analyst.models.retrieve("demo-chat").id == "demo-chat"
     with pytest.raises(openai.NotFoundError):

@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 from cryptography import x509
@@ -35,6 +36,8 @@ from engine.errors import EngineUnavailableError
 from engine.serving.client import EngineClient
 from engine.serving.protocol import GenerateRequest
 from gateway.config import EngineTlsConfig
+from gateway.grpc_api import inference_pb2 as pb
+from gateway.grpc_api import inference_pb2_grpc as pb_grpc
 from gateway.listener_config import ConnectionLimits, TlsConfig
 from gateway.tls_context import engine_client_context
 from strongroom.listener import Listener
@@ -273,7 +276,7 @@ def _process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
 def test_served_gateway_on_https_reaches_its_engine_over_mutual_tls(
     pki: Pki, tmp_path: Path, workers: int
 ) -> None:
-    engine_port, gateway_port = _free_port(), _free_port()
+    engine_port, gateway_port, grpc_port = _free_port(), _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     env |= {
         "STRONGROOM_DATA_DIR": str(tmp_path / "data"),
@@ -290,6 +293,8 @@ def test_served_gateway_on_https_reaches_its_engine_over_mutual_tls(
     }
     gateway_env = env | {
         "STRONGROOM_SERVER__PORT": str(gateway_port),
+        # The gRPC API too: TLS with the same certificate, one SO_REUSEPORT port for both workers.
+        "STRONGROOM_GRPC__PORT": str(grpc_port),
         "STRONGROOM_SERVER__ENGINE_URLS": f'["https://127.0.0.1:{engine_port}"]',
         "STRONGROOM_SERVER__ENGINE_TLS": _inline(
             ca_file=str(pki.ca), cert_file=str(pki.client_cert), key_file=str(pki.client_key)
@@ -336,3 +341,13 @@ def test_served_gateway_on_https_reaches_its_engine_over_mutual_tls(
         assert reply.choices[0].message.content == " hello hello hello"
         with pytest.raises(httpx.HTTPError):  # nothing is served in clear on the TLS port
             httpx.get(f"http://127.0.0.1:{gateway_port}/healthz", timeout=2)
+        credentials = grpc.ssl_channel_credentials(root_certificates=pki.ca.read_bytes())
+        metadata = (("authorization", f"Bearer {token}"),)
+        request = pb.ChatCompletionRequest(
+            model="demo-chat", messages=[pb.ChatMessage(role="user", content="Hello")], max_tokens=3
+        )
+        with grpc.secure_channel(f"127.0.0.1:{grpc_port}", credentials) as channel:
+            answer = pb_grpc.InferenceStub(channel).Chat(request, metadata=metadata, timeout=30)
+        assert answer.choices[0].message.content == " hello hello hello"
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel, pytest.raises(grpc.RpcError):
+            pb_grpc.InferenceStub(channel).Chat(request, metadata=metadata, timeout=5)

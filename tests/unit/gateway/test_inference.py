@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import uvicorn
 
@@ -27,6 +28,7 @@ from gateway.inference import InferenceService
 from gateway.openai_types import ChatCompletionRequest, ChatMessageIn, CompletionRequest
 from gateway.quota import Quotas
 from gateway.request_context import RequestContext
+from gateway.sse import server_sent_events
 from gateway.telemetry import Telemetry
 from gateway.telemetry_config import TelemetryConfig
 from policies import AccessConfig, Authorizer
@@ -115,7 +117,8 @@ async def test_a_chat_is_answered_then_recorded_with_its_usage(
     service: tuple[InferenceService, ListSink],
 ) -> None:
     inference, sink = service
-    body = json.loads(await inference.complete(await inference.prepare(_ctx(), "chat", _chat("hi there"))))
+    answer = await inference.complete(await inference.prepare(_ctx(), "chat", _chat("hi there")))
+    body = json.loads(msgspec.json.encode(answer))
     assert body["object"] == "chat.completion" and body["created"] == 1000
     assert body["choices"][0]["message"]["content"] == " hello hello hello"
     assert body["usage"]["completion_tokens"] == 3
@@ -182,7 +185,7 @@ async def test_a_stream_records_its_start_then_its_end_before_done(
     prep = await inference.prepare(_ctx(), "chat", _chat("hi", stream=True))
     stream = await inference.open_stream(prep)
     assert [e.reason for e in sink.events] == ["stream started"]
-    chunks = [chunk async for chunk in stream]
+    chunks = [chunk async for chunk in server_sent_events(stream)]
     assert chunks[-1] == b"data: [DONE]\n\n"
     text = "".join(
         (json.loads(c.removeprefix(b"data: "))["choices"] or [{}])[0].get("delta", {}).get("content") or ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from engine.serving.protocol import DeltaEvent
 from filters import FilterConfig, FilterContext, FilterPipeline
 from gateway.response_shape import ResponseShape
+from gateway.stream_events import StreamChunk
 from gateway.stream_writer import StreamWriter
 
 CARD = "6222 0200 0000 0007"  # UnionPay-shaped, Luhn-valid
@@ -37,10 +39,15 @@ def pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def sent_text(chunks: list[bytes]) -> str:
+def as_json(chunk: StreamChunk) -> dict[str, Any]:
+    """The chunk as its SSE event's JSON."""
+    return dict(json.loads(msgspec.json.encode(chunk)))
+
+
+def sent_text(chunks: list[StreamChunk]) -> str:
     out = []
     for chunk in chunks:
-        payload = json.loads(chunk.removeprefix(b"data: ").strip())
+        payload = as_json(chunk)
         for choice in payload.get("choices", []):
             out.append(choice["delta"].get("content") or "")
     return "".join(out)
@@ -51,7 +58,7 @@ def sent_text(chunks: list[bytes]) -> str:
 async def test_blocked_card_split_across_deltas_leaks_no_digit(tmp_path: Path, size: int) -> None:
     writer = StreamWriter(SHAPE, pipeline(tmp_path, "block"), FCTX)
     text = "Your card is " + CARD + " and that is all."
-    chunks = [writer.start()]
+    chunks = writer.start()
     for i, piece in enumerate(pieces(text, size)):
         chunks += writer.add(DeltaEvent(index=0, text=piece, token_ids=[i], num_output_tokens=i + 1))
         if writer.blocked:
@@ -60,10 +67,10 @@ async def test_blocked_card_split_across_deltas_leaks_no_digit(tmp_path: Path, s
     out = sent_text(chunks)
     assert writer.blocked
     assert not any(ch.isdigit() for ch in out), out
-    finish = json.loads(chunks[-1].removeprefix(b"data: "))["choices"][0]["finish_reason"]
+    finish = as_json(chunks[-1])["choices"][0]["finish_reason"]
     assert finish == "content_filter"
-    error = json.loads(writer.filter_error().removeprefix(b"data: "))
-    assert error["error"]["code"] == "content_policy_violation"
+    error = writer.filter_error()
+    assert error.completes and error.error.code == "content_policy_violation"
     assert [f.type for f in writer.findings] == ["payment_card"]
 
 
@@ -71,7 +78,7 @@ async def test_blocked_card_split_across_deltas_leaks_no_digit(tmp_path: Path, s
 async def test_masked_card_streams_through_masked(tmp_path: Path) -> None:
     writer = StreamWriter(SHAPE, pipeline(tmp_path, "mask"), FCTX)
     text = "card " + CARD + " ok"
-    chunks: list[bytes] = []
+    chunks: list[StreamChunk] = []
     for i, piece in enumerate(pieces(text, 3)):
         last = i == len(pieces(text, 3)) - 1
         chunks += writer.add(
@@ -102,7 +109,7 @@ async def test_masked_card_streams_through_masked(tmp_path: Path) -> None:
 async def test_evasive_card_in_streamed_output_is_blocked(tmp_path: Path, evasive: str) -> None:
     """Issue 18: streamed output with a card the old filter did not recognise."""
     writer = StreamWriter(SHAPE, pipeline(tmp_path, "block"), FCTX)
-    chunks = [writer.start()]
+    chunks = writer.start()
     for i, piece in enumerate(pieces("Your card is " + evasive + " and that is all.", 3)):
         chunks += writer.add(DeltaEvent(index=0, text=piece, token_ids=[i], num_output_tokens=i + 1))
         if writer.blocked:
@@ -121,7 +128,7 @@ async def test_logprobs_never_spell_out_a_masked_value(tmp_path: Path) -> None:
     writer = StreamWriter(shape, pipeline(tmp_path, "mask"), FCTX)
     text = "ok " * 120 + "card " + CARD + " done"
     parts = pieces(text, 2)
-    chunks: list[bytes] = []
+    chunks: list[StreamChunk] = []
     for i, piece in enumerate(parts):
         lp = [LogprobEntry(token_id=i, token=piece, logprob=-0.5, top=[(piece, -0.5)])]
         last = i == len(parts) - 1
@@ -138,7 +145,7 @@ async def test_logprobs_never_spell_out_a_masked_value(tmp_path: Path) -> None:
     spelled = "".join(
         entry["token"]
         for chunk in chunks
-        for choice in json.loads(chunk.removeprefix(b"data: ")).get("choices", [])
+        for choice in as_json(chunk).get("choices", [])
         for entry in ((choice.get("logprobs") or {}).get("content") or [])
     )
     assert "0200" not in spelled and "0000" not in spelled
@@ -153,7 +160,7 @@ async def test_tool_calls_stream_as_openai_deltas_after_the_filter(tmp_path: Pat
     shape = ResponseShape(is_chat=True, model="demo-chat", tool_syntax="hermes")
     writer = StreamWriter(shape, pipeline(tmp_path, "redact"), FCTX)
     text = 'Paying. <tool_call>\n{"name": "pay", "arguments": {"card": "' + CARD + '"}}\n</tool_call>'
-    chunks = [writer.start()]
+    chunks = writer.start()
     parts = pieces(text, size)
     for i, piece in enumerate(parts):
         last = i == len(parts) - 1
@@ -165,7 +172,7 @@ async def test_tool_calls_stream_as_openai_deltas_after_the_filter(tmp_path: Pat
             finish_reason="stop" if last else None,
         )
         chunks += writer.add(event)
-    deltas = [json.loads(c.removeprefix(b"data: "))["choices"][0] for c in chunks]
+    deltas = [as_json(c)["choices"][0] for c in chunks]
     calls = [d["delta"]["tool_calls"][0] for d in deltas if "tool_calls" in d["delta"]]
     assert sent_text(chunks) == "Paying. "
     assert calls[0] == {

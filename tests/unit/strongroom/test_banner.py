@@ -40,3 +40,11 @@ def test_without_the_dev_issuer_no_dev_token_is_suggested(tmp_path: Path) -> Non
     text = banner(settings, "0.0.0.0", 8443, scheme="https", config_path=cfg)  # type: ignore[arg-type]
     assert " token --" not in text and "identity provider" in text
     assert "https://127.0.0.1:8443/v1" in text
+
+
+def test_the_grpc_port_is_named_unless_it_is_off(tmp_path: Path) -> None:
+    _, settings = _settings(tmp_path, "[grpc]\nport = 50099\n")
+    text = banner(settings, "127.0.0.1", 8000)  # type: ignore[arg-type]
+    assert "gRPC API (plaintext) on 127.0.0.1:50099" in text
+    _, off = _settings(tmp_path, "[grpc]\nenabled = false\n")
+    assert "gRPC" not in banner(off, "127.0.0.1", 8000)  # type: ignore[arg-type]

@@ -256,3 +256,9 @@ def test_several_workers_need_redis_and_workers_resolve_from_cores(tmp_path: Pat
     assert num_workers(load_settings(cfg, environ={})) == (os.cpu_count() or 1)
     assert num_workers(load_settings(None, environ={})) == 1  # no Redis: one process
     assert num_workers(load_settings(None, environ={"STRONGROOM_SERVER__WORKERS": "3"})) == 3
+
+
+def test_the_grpc_api_needs_a_port_of_its_own(tmp_path: Path) -> None:
+    problems = _check(tmp_path, "[server]\nport = 9000\n[grpc]\nport = 9000\n")
+    assert [p.split(":", 1)[0] for p in problems] == ["grpc.port"]
+    assert _check(tmp_path, "[server]\nport = 9000\n[grpc]\nport = 9000\nenabled = false\n") == []

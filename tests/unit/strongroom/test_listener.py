@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import msgspec
@@ -13,7 +14,7 @@ from gateway.errors import ConfigError
 from gateway.listener_config import TlsConfig
 from strongroom.cli import main
 from strongroom.config import Settings
-from strongroom.listener import check_engine_exposure, check_gateway_exposure
+from strongroom.listener import check_engine_exposure, check_gateway_exposure, check_port_free
 
 MTLS = TlsConfig(cert_file="c.pem", key_file="k.pem", client_ca_file="ca.pem", client_cert="required")
 
@@ -59,3 +60,11 @@ def test_the_commands_refuse_before_binding_anything(tmp_path: Path) -> None:
     )
     engine = CliRunner(env=env).invoke(main, ["engine", "--host", "0.0.0.0", "--port", "1", "--stub"])
     assert engine.exit_code == 1 and "engine_listener.tls.cert_file" in engine.output, engine.output
+
+
+def test_a_taken_port_is_refused_with_what_it_was_for() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"the gRPC API on 127.0.0.1:{port}: "):
+            check_port_free("127.0.0.1", port, "the gRPC API")
+    check_port_free("127.0.0.1", port, "the gRPC API")  # free again
