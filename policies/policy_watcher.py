@@ -156,4 +156,11 @@ class PolicyWatcher:
                 raise
             except Exception as exc:  # store unreachable: polling still keeps us within the interval
                 log.warning("policy store notifications lost, retrying: %s", exc)
+            finally:
+                # A cancel that lands in refresh_now leaves the generator suspended inside its
+                # connection: close it here, not whenever it is collected.
+                aclose = getattr(changes, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose()
             await asyncio.sleep(self._interval_s)
