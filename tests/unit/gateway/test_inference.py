@@ -23,10 +23,12 @@ from engine.serving.stub_engine import StubEngine
 from filters import FilterConfig, FilterPipeline
 from gateway.auditor import Auditor
 from gateway.engine_pool import EnginePool
-from gateway.errors import BadRequestError, ContentPolicyError, ModelNotFoundError
+from gateway.batch_stream import open_batch
+from gateway.errors import BadRequestError, ContentPolicyError, GatewayError, ModelNotFoundError
 from gateway.inference import InferenceService
 from gateway.openai_types import ChatCompletionRequest, ChatMessageIn, CompletionRequest
-from gateway.quota import Quotas
+from gateway.prompt_batch import split_batch
+from gateway.quota import QuotaConfig, QuotaLimits, Quotas
 from gateway.request_context import RequestContext
 from gateway.sse import server_sent_events
 from gateway.telemetry import Telemetry
@@ -196,3 +198,23 @@ async def test_a_stream_records_its_start_then_its_end_before_done(
         (EventType.INFERENCE, "stream started", 0),
         (EventType.INFERENCE, "", 3),
     ]
+
+
+async def test_a_streamed_batch_refused_at_its_second_prompt_frees_the_first_prompts_quota(
+    service: tuple[InferenceService, ListSink],
+) -> None:
+    inference, sink = service
+    one_at_a_time = QuotaLimits(
+        requests_per_minute=600, tokens_per_minute=1_000_000, concurrent_requests=1, max_tokens_ceiling=32_768
+    )
+    inference.quotas = Quotas(QuotaConfig(default=one_at_a_time))
+    body = CompletionRequest(model="demo-chat", prompt=["one", "two"], max_tokens=2, stream=True)
+    parts = split_batch(body)
+    assert parts is not None
+    with pytest.raises(GatewayError) as err:  # each prompt holds a slot: the second has none
+        await open_batch(inference, _ctx(), parts)
+    assert err.value.status_code == 429
+    # The first prompt's slot was given back: one prompt alone is served.
+    stream, _ = await open_batch(inference, _ctx(), parts[:1])
+    assert [c async for c in server_sent_events(stream)][-1] == b"data: [DONE]\n\n"
+    assert [e.status for e in sink.events] == [429, 200, 200]
