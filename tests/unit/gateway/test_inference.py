@@ -22,8 +22,8 @@ from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 from filters import FilterConfig, FilterPipeline
 from gateway.auditor import Auditor
-from gateway.engine_pool import EnginePool
 from gateway.batch_stream import open_batch
+from gateway.engine_pool import EnginePool
 from gateway.errors import BadRequestError, ContentPolicyError, GatewayError, ModelNotFoundError
 from gateway.inference import InferenceService
 from gateway.openai_types import ChatCompletionRequest, ChatMessageIn, CompletionRequest
