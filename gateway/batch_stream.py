@@ -47,7 +47,7 @@ async def open_batch(
 ) -> tuple[AsyncGenerator[StreamEvent, None], dict[str, str]]:
     """Prepare and open every prompt's stream, then merge them; refusals are raised before any
     chunk, as for one prompt (a refused prompt refuses the batch: what was prepared or opened
-    for the others is released, and an opened stream is recorded as ended early)."""
+    for the others is released, and an opened stream's record says why it ended early)."""
     preps: list[Prepared] = []
     try:
         for p, part in enumerate(parts):
@@ -65,7 +65,8 @@ async def open_batch(
         try:
             streams.append(await inference.open_stream(prep))
         except BaseException:  # open_stream released its own lease
-            for stream in streams:
+            for opened, stream in zip(preps, streams, strict=False):
+                opened.early_end = "batch refused: another prompt was refused"
                 await shielded(close_unstarted(stream))
             for rest in preps[i + 1 :]:
                 await close_lease(rest.lease, 0)

@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,19 @@ from filters import FilterConfig, FilterPipeline
 from gateway.auditor import Auditor
 from gateway.batch_stream import open_batch
 from gateway.engine_pool import EnginePool
-from gateway.errors import BadRequestError, ContentPolicyError, GatewayError, ModelNotFoundError
+from gateway.errors import (
+    BadRequestError,
+    ContentPolicyError,
+    GatewayError,
+    ModelNotFoundError,
+    NoEngineError,
+)
 from gateway.inference import InferenceService
 from gateway.openai_types import ChatCompletionRequest, ChatMessageIn, CompletionRequest
 from gateway.prompt_batch import split_batch
 from gateway.quota import QuotaConfig, QuotaLimits, Quotas
 from gateway.request_context import RequestContext
+from gateway.shielded import close_lease
 from gateway.sse import server_sent_events
 from gateway.telemetry import Telemetry
 from gateway.telemetry_config import TelemetryConfig
@@ -218,3 +225,28 @@ async def test_a_streamed_batch_refused_at_its_second_prompt_frees_the_first_pro
     stream, _ = await open_batch(inference, _ctx(), parts[:1])
     assert [c async for c in server_sent_events(stream)][-1] == b"data: [DONE]\n\n"
     assert [e.status for e in sink.events] == [429, 200, 200]
+
+
+async def test_a_streamed_batch_refused_at_the_engine_closes_and_records_the_streams_already_open(
+    service: tuple[InferenceService, ListSink], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inference, sink = service
+    real_open = inference.open_stream
+    opened: list[AsyncGenerator[Any, None]] = []
+
+    async def open_once(prep: Any) -> AsyncGenerator[Any, None]:
+        if opened:  # the second prompt: the engine is full, as its 429 would say
+            await close_lease(prep.lease, 0)
+            raise await inference.reject(prep.ctx, NoEngineError("engine overloaded"))
+        opened.append(await real_open(prep))
+        return opened[0]
+
+    monkeypatch.setattr(inference, "open_stream", open_once)
+    body = CompletionRequest(model="demo-chat", prompt=["one", "two"], max_tokens=2, stream=True)
+    parts = split_batch(body)
+    assert parts is not None
+    with pytest.raises(NoEngineError):
+        await open_batch(inference, _ctx(), parts)
+    first, refused, closed = sink.events
+    assert (first.reason, refused.status) == ("stream started", 503)
+    assert (closed.reason, closed.decision) == ("batch refused: another prompt was refused", Decision.ERROR)
