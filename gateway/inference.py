@@ -415,7 +415,7 @@ class InferenceService:
             # A disconnect cancels this generator: shield the clean-up so the engine request is
             # aborted, the quota settled and released, and the outcome audited all the same.
             if not is_finished:
-                await shielded(self._finish_stream(prep, stack, writer, "client disconnected"))
+                await shielded(self._finish_stream(prep, stack, writer, prep.early_end))
 
     async def _finish_stream(
         self, prep: Prepared, stack: contextlib.AsyncExitStack, writer: StreamWriter, outcome: str

@@ -4,8 +4,9 @@ Every parameter of ``CreateChatCompletionRequest`` and ``CreateCompletionRequest
 published spec (``tests/integration/conformance/openai_openapi.yaml``) falls in one of three sets:
 
 Supported (they change the answer): ``model``, ``messages`` (text and refusal content parts),
-``prompt`` (one prompt, or a batch of them: ``gateway.prompt_batch``; null or empty is the
-model's document boundary token, as OpenAI's default ``<|endoftext|>``), ``echo`` (the prompt as the request filters passed it), ``max_tokens``,
+``prompt`` (one prompt, or a batch of them, streamed or not: ``gateway.prompt_batch``,
+``gateway.batch_stream``; null or empty is the model's document boundary token, as OpenAI's
+default ``<|endoftext|>``), ``echo`` (the prompt as the request filters passed it), ``max_tokens``,
 ``max_completion_tokens``, ``temperature``, ``top_p`` (0 is the smallest nucleus: the top
 token), ``n``, ``stop`` (string, list or null), ``seed``,
 ``presence_penalty``, ``frequency_penalty``, ``logit_bias``, ``logprobs``, ``top_logprobs``,
@@ -25,8 +26,7 @@ Refused with a 400 naming the parameter (``param``), as OpenAI refuses what a mo
 ``store`` true, any other ``service_tier`` or ``modalities``, ``audio``, ``prediction``,
 ``web_search_options``, ``reasoning_effort``, ``verbosity``, ``moderation``, ``best_of`` other
 than ``n``, a non-empty ``suffix``, ``top_logprobs`` without ``logprobs``, ``echo`` with
-``logprobs`` (it would need the prompt's logprobs) or with a token-id prompt, a streamed batch of
-several prompts, and content parts other than text (``image_url``, ``input_audio``, ``file``:
+``logprobs`` (it would need the prompt's logprobs) or with a token-id prompt, and content parts other than text (``image_url``, ``input_audio``, ``file``:
 ``param`` is the part's path).
 """
 

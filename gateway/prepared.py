@@ -28,6 +28,9 @@ class Prepared(msgspec.Struct, kw_only=True):
     lease: QuotaLease
     findings: list[Finding]
     tools: ToolPlan | None = None
+    early_end: str = "client disconnected"
+    """What the record of a stream closed before its end says happened: the client left, unless
+    whoever closed it knows better (a batch another of whose prompts was refused)."""
 
     @property
     def headers(self) -> dict[str, str]:

@@ -3,7 +3,7 @@
 Each prompt is served as a request of its own through the whole pipeline (authorization, filters,
 quota, engine, audit: one record per prompt, under the one request id), one after another, and
 the answers are merged into one body: prompt ``p``'s choice ``i`` has index ``p * n + i``, the
-usage is the sum. A streamed batch is refused with a 400 naming ``prompt``.
+usage is the sum. A streamed batch runs every prompt's stream at once (``gateway.batch_stream``).
 """
 
 from __future__ import annotations
@@ -30,10 +30,6 @@ def split_batch(body: CompletionRequest) -> list[CompletionRequest] | None:
         return None  # token ids, or a mix the single-prompt check refuses
     if len(prompt) > MAX_PROMPTS:
         raise BadRequestError(f"at most {MAX_PROMPTS} prompts per request", param="prompt")
-    if body.is_stream:
-        err = BadRequestError("a streamed batch of several prompts is not supported", param="prompt")
-        err.code = "unsupported_parameter"
-        raise err
     return [msgspec.structs.replace(body, prompt=p) for p in prompt]
 
 

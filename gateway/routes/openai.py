@@ -12,6 +12,7 @@ from litestar import Request, Response, get, post
 from litestar.exceptions import ClientException
 from litestar.response import Stream
 
+from gateway.batch_stream import open_batch
 from gateway.embedding_types import EmbeddingRequest
 from gateway.errors import BadRequestError, ClientDisconnectedError, ModelNotFoundError, PayloadTooLargeError
 from gateway.model_catalog import visible_models
@@ -92,6 +93,10 @@ async def _infer(
         batch = split_batch(body) if isinstance(body, CompletionRequest) else None
     except BadRequestError as exc:
         raise await inference.reject(ctx, exc) from None
+    if batch is not None and body.is_stream:
+        streams, headers = await open_batch(inference, ctx, batch)
+        headers["cache-control"] = "no-cache"
+        return Stream(server_sent_events(streams), media_type="text/event-stream", headers=headers)
     if batch is not None:
         answers: list[Completion] = []
         for part in batch:

@@ -50,7 +50,7 @@ DOCUMENTED_REFUSALS = {
     "max_tokens",  # above the caller's ceiling or the model's context
     "max_completion_tokens",
     "messages",  # context length exceeded, or a content part other than text
-    "prompt",  # context length exceeded, empty, token ids (off by default), or a streamed batch
+    "prompt",  # context length exceeded, empty, token ids (off by default), or over 16 prompts
     "logit_bias",  # token ids outside the model's vocabulary
     "n",  # at most 16 choices
     "logprobs",  # at most 20 alternatives

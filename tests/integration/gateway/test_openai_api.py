@@ -168,17 +168,19 @@ def test_malformed_json_oversized_body_and_bad_fields(gateway: Any) -> None:
         assert record["event"]["status"] == status and record["event"]["decision"] == "deny"
 
 
-def test_client_disconnect_aborts_generation(gateway: Any) -> None:
+def _leave_after_one_chunk(gateway: Any, prompt: str | list[str], num_records: int) -> list[dict[str, Any]]:
+    """Stream ``prompt``, read one chunk, leave; wait until the engine is idle and the
+    ``client disconnected`` records are written, and return them."""
     admin = {"authorization": f"Bearer {gateway.token('root', 'admin')}"}
     c = client(gateway, gateway.token("alice", "analyst"))
     raw = c.completions.with_raw_response.create(
-        model="demo-chat", prompt="Hello", max_tokens=1800, stream=True, extra_body={"ignore_eos": True}
+        model="demo-chat", prompt=prompt, max_tokens=1800, stream=True, extra_body={"ignore_eos": True}
     )
     request_id = raw.headers["x-request-id"]
     stream = raw.parse()
     next(iter(stream))
     stream.close()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         engines = httpx.get(f"{gateway.base_url}/admin/engines", headers=admin).json()["engines"]
         if engines[0]["in_flight"] == 0 and engines[0]["stats"].get("running", 0) == 0:
@@ -186,14 +188,27 @@ def test_client_disconnect_aborts_generation(gateway: Any) -> None:
         time.sleep(0.1)
     else:
         raise AssertionError(f"generation still running after disconnect: {engines}")
+
+    def closing() -> list[dict[str, Any]]:
+        records = gateway.audit_for(request_id)
+        return [r["event"] for r in records if r["event"].get("reason") == "client disconnected"]
+
     deadline = time.monotonic() + 5
-    while not any(r["event"].get("reason") == "client disconnected" for r in gateway.audit_for(request_id)):
+    while len(closing()) < num_records:
         assert time.monotonic() < deadline, gateway.audit_for(request_id)
         time.sleep(0.1)
-    closing = [
-        r["event"] for r in gateway.audit_for(request_id) if r["event"].get("reason") == "client disconnected"
-    ]
+    return closing()
+
+
+def test_client_disconnect_aborts_generation(gateway: Any) -> None:
+    closing = _leave_after_one_chunk(gateway, "Hello", 1)
     assert closing[0]["decision"] == "error" and 1 <= closing[0]["completion_tokens"] < 1800
+
+
+def test_client_disconnect_aborts_every_prompt_of_a_streamed_batch(gateway: Any) -> None:
+    closing = _leave_after_one_chunk(gateway, ["Hello", "Goodbye", "Again"], 3)
+    assert len(closing) == 3  # one record per prompt
+    assert all(r["decision"] == "error" and r["completion_tokens"] < 1800 for r in closing)
 
 
 def test_health_ready_metrics_and_request_ids(gateway: Any) -> None:

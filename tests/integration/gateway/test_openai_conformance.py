@@ -149,7 +149,7 @@ def test_unsupported_chat_parameters_are_400s_naming_them(
         ({**COMPLETION, "best_of": 3}, "best_of"),
         ({**COMPLETION, "suffix": "the end"}, "suffix"),
         ({**COMPLETION, "echo": True, "logprobs": 1}, "echo"),
-        ({**COMPLETION, "prompt": ["one", "two"], "stream": True}, "prompt"),
+        ({**COMPLETION, "prompt": ["one"] * 17}, "prompt"),
     ],
 )
 def test_unsupported_completion_parameters_are_400s_naming_them(
@@ -219,3 +219,26 @@ def test_a_batch_of_prompts_gets_n_choices_each_with_their_indices(api: httpx.Cl
     assert batch["usage"]["completion_tokens"] == sum(a["usage"]["completion_tokens"] for a in alone)
     echoed = post(api, "/completions", {**body, "prompt": ["one", "two"], "echo": True}).json()
     assert [c["text"][:3] for c in echoed["choices"]] == ["one", "one", "two", "two"]
+
+
+def test_a_streamed_batch_interleaves_prompts_under_their_indices_and_sums_usage(api: httpx.Client) -> None:
+    body = {**COMPLETION, "n": 2, "seed": 9, "temperature": 1.0, "max_tokens": 5}
+    batch = post(api, "/completions", {**body, "prompt": ["one", "two", "three"]}).json()
+    streamed = {
+        **body,
+        "prompt": ["one", "two", "three"],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    chunks = events(post(api, "/completions", streamed))
+    assert len({c["id"] for c in chunks}) == 1  # one answer, as OpenAI streams a batch
+    texts: dict[int, str] = {}
+    finished: dict[int, str] = {}
+    for chunk in chunks[:-1]:
+        for choice in chunk["choices"]:
+            texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+            if choice["finish_reason"]:
+                finished[choice["index"]] = choice["finish_reason"]
+    assert sorted(texts) == list(range(6)) and sorted(finished) == list(range(6))
+    assert [texts[i] for i in range(6)] == [c["text"] for c in batch["choices"]]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == batch["usage"]

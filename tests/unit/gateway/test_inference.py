@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,21 @@ from engine.serving.server import EngineServer
 from engine.serving.stub_engine import StubEngine
 from filters import FilterConfig, FilterPipeline
 from gateway.auditor import Auditor
+from gateway.batch_stream import open_batch
 from gateway.engine_pool import EnginePool
-from gateway.errors import BadRequestError, ContentPolicyError, ModelNotFoundError
+from gateway.errors import (
+    BadRequestError,
+    ContentPolicyError,
+    GatewayError,
+    ModelNotFoundError,
+    NoEngineError,
+)
 from gateway.inference import InferenceService
 from gateway.openai_types import ChatCompletionRequest, ChatMessageIn, CompletionRequest
-from gateway.quota import Quotas
+from gateway.prompt_batch import split_batch
+from gateway.quota import QuotaConfig, QuotaLimits, Quotas
 from gateway.request_context import RequestContext
+from gateway.shielded import close_lease
 from gateway.sse import server_sent_events
 from gateway.telemetry import Telemetry
 from gateway.telemetry_config import TelemetryConfig
@@ -196,3 +205,48 @@ async def test_a_stream_records_its_start_then_its_end_before_done(
         (EventType.INFERENCE, "stream started", 0),
         (EventType.INFERENCE, "", 3),
     ]
+
+
+async def test_a_streamed_batch_refused_at_its_second_prompt_frees_the_first_prompts_quota(
+    service: tuple[InferenceService, ListSink],
+) -> None:
+    inference, sink = service
+    one_at_a_time = QuotaLimits(
+        requests_per_minute=600, tokens_per_minute=1_000_000, concurrent_requests=1, max_tokens_ceiling=32_768
+    )
+    inference.quotas = Quotas(QuotaConfig(default=one_at_a_time))
+    body = CompletionRequest(model="demo-chat", prompt=["one", "two"], max_tokens=2, stream=True)
+    parts = split_batch(body)
+    assert parts is not None
+    with pytest.raises(GatewayError) as err:  # each prompt holds a slot: the second has none
+        await open_batch(inference, _ctx(), parts)
+    assert err.value.status_code == 429
+    # The first prompt's slot was given back: one prompt alone is served.
+    stream, _ = await open_batch(inference, _ctx(), parts[:1])
+    assert [c async for c in server_sent_events(stream)][-1] == b"data: [DONE]\n\n"
+    assert [e.status for e in sink.events] == [429, 200, 200]
+
+
+async def test_a_streamed_batch_refused_at_the_engine_closes_and_records_the_streams_already_open(
+    service: tuple[InferenceService, ListSink], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inference, sink = service
+    real_open = inference.open_stream
+    opened: list[AsyncGenerator[Any, None]] = []
+
+    async def open_once(prep: Any) -> AsyncGenerator[Any, None]:
+        if opened:  # the second prompt: the engine is full, as its 429 would say
+            await close_lease(prep.lease, 0)
+            raise await inference.reject(prep.ctx, NoEngineError("engine overloaded"))
+        opened.append(await real_open(prep))
+        return opened[0]
+
+    monkeypatch.setattr(inference, "open_stream", open_once)
+    body = CompletionRequest(model="demo-chat", prompt=["one", "two"], max_tokens=2, stream=True)
+    parts = split_batch(body)
+    assert parts is not None
+    with pytest.raises(NoEngineError):
+        await open_batch(inference, _ctx(), parts)
+    first, refused, closed = sink.events
+    assert (first.reason, refused.status) == ("stream started", 503)
+    assert (closed.reason, closed.decision) == ("batch refused: another prompt was refused", Decision.ERROR)
