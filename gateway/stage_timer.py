@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
 from time import perf_counter_ns
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -36,16 +36,7 @@ Stage = Literal[
     "engine_first_token",
     "engine_total",
 ]
-STAGES: tuple[Stage, ...] = (
-    "auth",
-    "policy",
-    "request_filter",
-    "response_filter",
-    "quota",
-    "audit",
-    "engine_first_token",
-    "engine_total",
-)
+STAGES: tuple[Stage, ...] = get_args(Stage)
 
 _Frame = TypeVar("_Frame")
 

@@ -18,21 +18,21 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from bench.engine.skinny_gemm_sweep import MODEL_SHAPES, _operands, _time_us
-from engine.kernels import skinny_gemm
-from engine.kernels.quant_gemv import QuantGemvConfig, quant_gemv, quant_gemv_config
+from bench.engine.skinny_gemm_sweep import MODEL_SHAPES, _operands, _time_us, line_writer
+from engine.kernels import SkinnyGemmConfig, skinny_gemm
+from engine.kernels.quant_gemv import quant_gemv, quant_gemv_config
 from engine.quantization.tensors import dequantize, quantize
 
 
-def _sweep(m: int, quick: bool) -> list[QuantGemvConfig]:
+def _sweep(m: int, quick: bool) -> list[SkinnyGemmConfig]:
     if m == 1:
         grid = itertools.product(
             (16, 32), (256, 512, 1024, 2048), (1, 2, 4, 8), (4, 8), (3,) if quick else (2, 3, 4)
         )
-        return [QuantGemvConfig(block_n=bn, block_k=bk, split_k=s, num_warps=nw, num_stages=ns)
+        return [SkinnyGemmConfig(block_n=bn, block_k=bk, split_k=s, use_dot=False, num_warps=nw, num_stages=ns)
                 for bn, bk, s, nw, ns in grid]  # fmt: skip
     grid = itertools.product((16, 32, 64), (128, 256, 512), (1, 2, 4, 8), (4, 8), (3,) if quick else (3, 4))
-    return [QuantGemvConfig(block_n=bn, block_k=bk, split_k=s, use_dot=True, num_warps=nw, num_stages=ns)
+    return [SkinnyGemmConfig(block_n=bn, block_k=bk, split_k=s, use_dot=True, num_warps=nw, num_stages=ns)
             for bn, bk, s, nw, ns in grid]  # fmt: skip
 
 
@@ -56,7 +56,7 @@ def bench_quant_gemv(
             pick = quant_gemv_config(m, n, k)
 
             def run(
-                c: QuantGemvConfig, scale: torch.Tensor = scale
+                c: SkinnyGemmConfig, scale: torch.Tensor = scale
             ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
                 return lambda a, wq: quant_gemv(a, wq, scale, None, config=c)
 
@@ -78,14 +78,7 @@ def bench_quant_gemv(
 
 
 def main() -> None:
-    path = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
-
-    def write(line: str) -> None:
-        print(line, flush=True)
-        if path:
-            with open(path, "a") as sink:
-                sink.write(line + "\n")
-
+    write = line_writer(sys.argv)
     quick = "--quick" in sys.argv
     bench_quant_gemv(models=("llama-3-8b",), quick=quick, out=write)
     bench_quant_gemv(ms=(1,), models=("qwen3-0.6b",), quick=quick, out=write)

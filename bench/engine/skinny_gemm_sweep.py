@@ -103,8 +103,9 @@ def bench_skinny_gemm(
                 out(f"    {us:6.2f} µs {gbps / us:5.0f} GB/s  {config}")
 
 
-def main() -> None:
-    path = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
+def line_writer(argv: list[str]) -> Callable[[str], None]:
+    """Prints each line, and appends it to the file after ``--out`` in argv when there is one."""
+    path = argv[argv.index("--out") + 1] if "--out" in argv else None
 
     def write(line: str) -> None:
         print(line, flush=True)
@@ -112,7 +113,11 @@ def main() -> None:
             with open(path, "a") as sink:
                 sink.write(line + "\n")
 
-    bench_skinny_gemm(variants=_sweep(quick="--quick" in sys.argv), out=write)
+    return write
+
+
+def main() -> None:
+    bench_skinny_gemm(variants=_sweep(quick="--quick" in sys.argv), out=line_writer(sys.argv))
 
 
 if __name__ == "__main__":

@@ -22,19 +22,16 @@ the wait for the kernel ahead (``engine.kernels.pdl``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
-from engine.kernels.skinny_gemm import SplitKPartials, _load_x, sum_splits
+from engine.kernels.skinny_gemm import SkinnyGemmConfig, SplitKPartials, _load_x, sum_splits
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = [
     "QUANT_GEMV_MAX_ROWS",
-    "QuantGemvConfig",
     "quant_gemv",
     "quant_gemv_config",
     "quant_gemv_deferred",
@@ -44,32 +41,6 @@ __all__ = [
 QUANT_GEMV_MAX_ROWS = 16
 _MIN_GROUP = 128
 """The narrowest scale group taken: block_k divides the group, and narrower K steps stream poorly."""
-
-
-@dataclass(frozen=True)
-class QuantGemvConfig:
-    """One launch shape; ``quant_gemv_config`` picks it, a sweep passes its own."""
-
-    block_n: int = 16
-    """Rows of Wq (output columns) per program, a power of two (≥ 16 with ``use_dot``)."""
-    block_k: int = 512
-    """Columns of Wq per loop step, a power of two ≥ 16 (capped at a scale group's width)."""
-    split_k: int = 1
-    """Programs sharing one column block's K; above 1 their partials are summed by a second kernel."""
-    use_dot: bool = False
-    """``tl.dot`` on tensor cores with rows padded to 16; otherwise one multiply-and-sum per row."""
-    num_warps: int = 4
-    num_stages: int = 3
-
-    def __post_init__(self) -> None:
-        for name in ("block_n", "block_k", "num_warps"):
-            value = getattr(self, name)
-            if value < 1 or value & (value - 1):
-                raise ValueError(f"{name} must be a power of two, got {value}")
-        if self.block_k < 16 or (self.use_dot and self.block_n < 16):
-            raise ValueError("block_k (and block_n with use_dot) must be at least 16")
-        if self.split_k < 1 or self.num_stages < 1:
-            raise ValueError("split_k and num_stages must be positive")
 
 
 @triton.jit
@@ -105,6 +76,14 @@ def _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN: tl.constexpr, 
 
 
 @triton.jit
+def _group_scaled(part, s_rows, k0, group, n_ok, PER_CHANNEL: tl.constexpr):
+    # The tile's product times its K group's scale; per-channel scales apply once, after the loop.
+    if PER_CHANNEL:
+        return part
+    return part * tl.load(s_rows + k0 // group, mask=n_ok, other=0.0)[:, None]
+
+
+@triton.jit
 def _quant_gemv_kernel(
     x_ptr, w_ptr, s_ptr, b_ptr, y_ptr,
     m, n, k, k_per_split, group, stride_xm, stride_wn, stride_sn, stride_ys, stride_ym,
@@ -128,10 +107,7 @@ def _quant_gemv_kernel(
     pdl_wait(PDL)
     part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
                     PRECISION, UPCAST, SILU_MUL)  # fmt: skip
-    if PER_CHANNEL:
-        acc += part
-    else:
-        acc += part * tl.load(s_rows + k_lo // group, mask=n_ok, other=0.0)[:, None]
+    acc += _group_scaled(part, s_rows, k_lo, group, n_ok, PER_CHANNEL)
     # k_per_split is a multiple of BLOCK_K, so only the last step of the last split is ragged.
     for step in range(1, tl.cdiv(tl.minimum(k_per_split, k - k_lo), BLOCK_K)):
         k0 = k_lo + step * BLOCK_K
@@ -140,10 +116,7 @@ def _quant_gemv_kernel(
         w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN)
         part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
                     PRECISION, UPCAST, SILU_MUL)  # fmt: skip
-        if PER_CHANNEL:
-            acc += part
-        else:
-            acc += part * tl.load(s_rows + k0 // group, mask=n_ok, other=0.0)[:, None]
+        acc += _group_scaled(part, s_rows, k0, group, n_ok, PER_CHANNEL)
     if PER_CHANNEL:
         acc *= tl.load(s_rows, mask=n_ok, other=0.0)[:, None]
     mask = n_ok[:, None] & m_ok[None, :]
@@ -165,7 +138,7 @@ def quant_gemv_fits(x: torch.Tensor, group: int | None) -> bool:
     )
 
 
-def quant_gemv_config(m: int, n: int, k: int) -> QuantGemvConfig:
+def quant_gemv_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
     """The launch shape for x [m, k] @ Wq[n, k]^T, read off an H200 sweep of decode shapes
     (``bench/results/quant_gemv_sweep_h200.txt``).
 
@@ -179,15 +152,17 @@ def quant_gemv_config(m: int, n: int, k: int) -> QuantGemvConfig:
     """
     if m == 1:
         if k >= 8192:
-            return QuantGemvConfig(block_n=16, block_k=512, split_k=2, num_warps=8)
+            return SkinnyGemmConfig(block_n=16, block_k=512, split_k=2, num_warps=8, use_dot=False)
         if n >= 16384:
-            return QuantGemvConfig(block_n=16, block_k=512, num_warps=4)
+            return SkinnyGemmConfig(block_n=16, block_k=512, num_warps=4, use_dot=False)
         if n <= 4096:
-            return QuantGemvConfig(block_n=16, block_k=2048 if k <= 2048 else 1024, num_warps=8)
-        return QuantGemvConfig(block_n=16, block_k=512, num_warps=8)
+            return SkinnyGemmConfig(
+                block_n=16, block_k=2048 if k <= 2048 else 1024, num_warps=8, use_dot=False
+            )
+        return SkinnyGemmConfig(block_n=16, block_k=512, num_warps=8, use_dot=False)
     if n >= 16384:
-        return QuantGemvConfig(block_n=32, block_k=256, use_dot=True)
-    return QuantGemvConfig(block_n=32, block_k=256 if k >= 8192 else 128, split_k=4, use_dot=True)
+        return SkinnyGemmConfig(block_n=32, block_k=256, use_dot=True)
+    return SkinnyGemmConfig(block_n=32, block_k=256 if k >= 8192 else 128, split_k=4, use_dot=True)
 
 
 def quant_gemv(
@@ -196,7 +171,7 @@ def quant_gemv(
     scale: torch.Tensor,
     group: int | None,
     bias: torch.Tensor | None = None,
-    config: QuantGemvConfig | None = None,
+    config: SkinnyGemmConfig | None = None,
     *,
     silu_mul: bool = False,
     tuning: CudaTuning = DEFAULT_TUNING,
@@ -231,7 +206,7 @@ def _quant_gemv(
     scale: torch.Tensor,
     group: int | None,
     bias: torch.Tensor | None,
-    config: QuantGemvConfig | None,
+    config: SkinnyGemmConfig | None,
     *,
     silu_mul: bool,
     defer_sum: bool,

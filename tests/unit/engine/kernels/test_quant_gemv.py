@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.kernels import SplitKPartials
-from engine.kernels.quant_gemv import QuantGemvConfig, quant_gemv, quant_gemv_deferred, quant_gemv_fits
+from engine.kernels import SkinnyGemmConfig, SplitKPartials
+from engine.kernels.quant_gemv import quant_gemv, quant_gemv_deferred, quant_gemv_fits
 from engine.quantization.tensors import dequantize, quantize, quantize_blocks
 
 # The interpreter rounds float32 -> bfloat16 toward zero (the GPU to nearest): one ulp.
@@ -40,14 +40,18 @@ def test_matches_dequantized_reference(
 @pytest.mark.parametrize(
     "config",
     [
-        QuantGemvConfig(block_n=16, block_k=64, split_k=3),  # ragged last split, partials summed
-        QuantGemvConfig(block_n=32, block_k=64, split_k=2, use_dot=True),
-        QuantGemvConfig(block_n=16, block_k=1024),  # wider than the scale group: narrowed to it
+        SkinnyGemmConfig(
+            block_n=16, block_k=64, split_k=3, use_dot=False
+        ),  # ragged last split, partials summed
+        SkinnyGemmConfig(block_n=32, block_k=64, split_k=2, use_dot=True),
+        SkinnyGemmConfig(
+            block_n=16, block_k=1024, use_dot=False
+        ),  # wider than the scale group: narrowed to it
     ],
 )
 @pytest.mark.parametrize("block", [None, (32, 128)])
 def test_every_launch_shape_matches_the_reference(
-    device: str, config: QuantGemvConfig, block: tuple[int, int] | None
+    device: str, config: SkinnyGemmConfig, block: tuple[int, int] | None
 ) -> None:
     n, k = 80, 384
     w = torch.randn(n, k) / k**0.5
