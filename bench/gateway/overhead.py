@@ -284,8 +284,9 @@ async def _measure(
     return rows
 
 
-def bench_env(data_dir: Path, engine_token: str, engine_port: int) -> dict[str, str]:
-    """The environment of a benchmarked gateway over the stub engine at ``engine_port``."""
+def bench_env(data_dir: Path, engine_token: str, engine_port: int, *, filters: bool = True) -> dict[str, str]:
+    """The environment of a benchmarked gateway over the stub engine at ``engine_port``: HTTP
+    only (gRPC off: runs side by side would share its port), the packaged filters or none."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     env.update(
         {
@@ -294,8 +295,11 @@ def bench_env(data_dir: Path, engine_token: str, engine_port: int) -> dict[str, 
             "STRONGROOM_SERVER__ENGINE_URLS": f'["http://127.0.0.1:{engine_port}"]',
             # The default per-subject limits would cap a load test; overhead is what we measure.
             "STRONGROOM_QUOTA__DEFAULT": "{ requests_per_minute = 100000000, tokens_per_minute = 1000000000, concurrent_requests = 100000, max_tokens_ceiling = 4096 }",
+            "STRONGROOM_GRPC__ENABLED": "false",
         }
     )
+    if not filters:
+        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{filters_off_policy(data_dir)}"'
     return env
 
 
@@ -345,11 +349,8 @@ def run(
     """Start a stub engine and a gateway, then measure; ``progress`` is told (runs done, runs in all)."""
     engine_token = secrets.token_urlsafe(24)
     engine_port, gw_port = _free_port(), _free_port()
-    env = bench_env(data_dir, engine_token, engine_port)
+    env = bench_env(data_dir, engine_token, engine_port, filters=filters)
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
-    env["STRONGROOM_GRPC__ENABLED"] = "false"  # HTTP is measured; two runs would share gRPC's port
-    if not filters:
-        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{filters_off_policy(data_dir)}"'
     cmd = [sys.executable, "-m", "strongroom"]
     procs = [
         subprocess.Popen(

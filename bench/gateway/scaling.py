@@ -39,7 +39,6 @@ from bench.gateway.overhead import (
     _Samples,
     _wait,
     bench_env,
-    filters_off_policy,
     write_record,
 )
 from strongroom.progress_bar import ProgressBar
@@ -66,7 +65,6 @@ def _gateway(env: dict[str, str], workers: int, engine_pid: int) -> Iterator[tup
         **env,
         "STRONGROOM_DATA_DIR": str(data_dir),
         "STRONGROOM_SERVER__PORT": str(port),
-        "STRONGROOM_GRPC__ENABLED": "false",  # HTTP is measured; two runs would share gRPC's port
         "STRONGROOM_SERVER__WORKERS": str(workers),
     }
     cmd = [sys.executable, "-m", "strongroom"]
@@ -102,9 +100,7 @@ def run_scaling(
     engine_token = secrets.token_urlsafe(24)
     engine_port = _free_port()
     prefix = f"bench-{uuid.uuid4().hex}"
-    env = bench_env(data_dir, engine_token, engine_port)
-    if not filters:
-        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{filters_off_policy(data_dir)}"'
+    env = bench_env(data_dir, engine_token, engine_port, filters=filters)
     env.update(
         {
             "STRONGROOM_REDIS_URL": _REDIS_URL,

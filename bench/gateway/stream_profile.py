@@ -41,7 +41,6 @@ from bench.gateway.overhead import (
     _Samples,
     _wait,
     bench_env,
-    filters_off_policy,
     write_record,
 )
 
@@ -77,11 +76,8 @@ def profile(
 ) -> dict[str, Any]:
     engine_token = secrets.token_urlsafe(24)
     engine_port, gw_port = _free_port(), _free_port()
-    env = bench_env(data_dir, engine_token, engine_port)
+    env = bench_env(data_dir, engine_token, engine_port, filters=filters)
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
-    env["STRONGROOM_GRPC__ENABLED"] = "false"  # HTTP is profiled; two runs would share gRPC's port
-    if not filters:
-        env["STRONGROOM_FILTERS__POLICY_FILE"] = f'"{filters_off_policy(data_dir)}"'
     cmd = [sys.executable, "-m", "strongroom"]
     out = data_dir / "gateway.prof"
     engine = subprocess.Popen(
