@@ -37,6 +37,10 @@ def to_e4m3(x, inv_scale):
 @triton.jit
 def cache_value(x, inv_scale, FP8: tl.constexpr):
     """What a KV cache of this kind stores for x: x itself, or x / scale in E4M3."""
+    # One return: Triton's compiler (not its interpreter) refuses a function whose returns have
+    # different types, even when a constexpr branch means only one of them is ever taken.
     if FP8:
-        return to_e4m3(x, inv_scale)
-    return x
+        y = to_e4m3(x, inv_scale)
+    else:
+        y = x
+    return y
