@@ -43,10 +43,15 @@ class CudaTuning:
     """Half-precision matmuls of at most 16 rows (decode) run the weight-streaming Triton GEMM
     (``kernels.skinny_gemm``) instead of cuBLAS, whose launch and tiling overheads dominate there.
     Off, every fusion into a GEMM is off too."""
+    quant_gemv_max_rows: int = 256
+    """Quantized-weight matmuls of at most this many rows (decode batches) run ``kernels.quant_gemv``,
+    which dequantizes in its loads: one launch per GEMM, as the bf16 path's. Above (prefill),
+    ``fp8_scaled_mm`` for FP8 and a dequantized copy of the weight for INT8."""
     fp8_scaled_mm: bool = True
-    """FP8-weight matmuls of more than 16 rows (prefill, big batches) quantize the activations to
-    FP8 per row and run ``torch._scaled_mm`` (``quantization.scaled_mm``), not a dequantized bf16
-    copy of the weight per call through cuBLAS. Off keeps activations in bf16 (weight-only)."""
+    """FP8-weight matmuls of more than ``quant_gemv_max_rows`` rows (prefill) quantize the
+    activations to FP8 per row and run ``torch._scaled_mm`` (``quantization.scaled_mm``), not a
+    dequantized bf16 copy of the weight per call through cuBLAS. Off keeps activations in bf16
+    (weight-only)."""
     rope_in_attention_max_seqs: int = 15
     """Decode steps of at most this many sequences run RoPE and the cache write inside the
     attention kernel (``kernels.paged_attention.decode_attention``): at small batches a step is a

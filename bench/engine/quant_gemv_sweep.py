@@ -2,6 +2,11 @@
 on the same shape (GPU only)::
 
     python -m bench.engine.quant_gemv_sweep [--quick] [--out results.txt]
+    python -m bench.engine.quant_gemv_sweep --rows [--out results.txt]    # decode batches, 32..256 rows
+
+With ``--rows`` each shape of Qwen3-0.6B and Llama-3-8B at 32..256 rows is timed as bf16 cuBLAS
+(what a bf16 model runs there), FP8 ``torch._scaled_mm`` with its activation quantization (what
+FP8 ran before quant_gemv took these rows), quant_gemv's pick, and the best row-block variants.
 
 Timed as ``bench.engine.skinny_gemm_sweep`` times (calls replayed in one CUDA graph, cycling
 through enough weight copies to overflow L2). GB/s counts the bytes each variant actually reads
@@ -21,6 +26,7 @@ import torch.nn.functional as F
 from bench.engine.skinny_gemm_sweep import MODEL_SHAPES, _operands, _time_us, line_writer
 from engine.kernels import SkinnyGemmConfig, skinny_gemm
 from engine.kernels.quant_gemv import quant_gemv, quant_gemv_config
+from engine.quantization.scaled_mm import fp8_scaled_mm
 from engine.quantization.tensors import dequantize, quantize
 
 
@@ -77,9 +83,56 @@ def bench_quant_gemv(
                 out(f"    {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  {config}")
 
 
+def _row_block_sweep(m: int) -> list[SkinnyGemmConfig]:
+    block_ms = [bm for bm in (16, 32, 64, 128) if bm <= max(16, m)]
+    grid = itertools.product((32, 64, 128), (64, 128, 256), block_ms, (4, 8))
+    return [SkinnyGemmConfig(block_n=bn, block_k=bk, block_m=bm, num_warps=nw) for bn, bk, bm, nw in grid]
+
+
+def bench_rows(
+    ms: Iterable[int] = (32, 64, 128, 256),
+    models: Iterable[str] = tuple(MODEL_SHAPES),
+    top: int = 3,
+    out: Callable[[str], None] = print,
+) -> None:
+    """Decode batches above 16 rows: bf16 cuBLAS, FP8 _scaled_mm, quant_gemv's pick and its best."""
+    for model, m in itertools.product(models, ms):
+        for name, (n, k) in MODEL_SHAPES[model].items():
+            if name == "lm_head":
+                continue
+            x, w = _operands(m, n, k, torch.bfloat16)
+            q, scale = quantize(w.float(), "fp8")
+            want = F.linear(x.float(), dequantize(q, scale)).to(torch.bfloat16)
+            cublas = _time_us(lambda a, b: F.linear(a, b), x, w)
+            scaled = _time_us(lambda a, wq, s=scale: fp8_scaled_mm(a, wq, s), x, q)
+            pick = quant_gemv_config(m, n, k)
+
+            def run(
+                c: SkinnyGemmConfig, scale: torch.Tensor = scale
+            ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+                return lambda a, wq: quant_gemv(a, wq, scale, None, config=c)
+
+            mine = _time_us(run(pick), x, q)
+            results = []
+            for config in _row_block_sweep(m):
+                try:
+                    torch.testing.assert_close(run(config)(x, q), want, atol=2e-2, rtol=2e-2)
+                    results.append((_time_us(run(config), x, q), config))
+                except Exception as exc:  # a variant that does not compile or fit is reported, not fatal
+                    out(f"    {config}: {type(exc).__name__}: {str(exc)[:120]}")
+            results.sort(key=lambda r: r[0])
+            out(f"{model} {name} N={n} K={k} M={m}: bf16 cuBLAS {cublas:.2f} µs | fp8 scaled_mm {scaled:.2f} µs"
+                f" | quant_gemv {mine:.2f} µs {q.nbytes / 1e3 / mine:.0f} GB/s {pick}")  # fmt: skip
+            for us, config in results[:top]:
+                out(f"    {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  {config}")
+
+
 def main() -> None:
     write = line_writer(sys.argv)
     quick = "--quick" in sys.argv
+    if "--rows" in sys.argv:
+        bench_rows(out=write)
+        return
     bench_quant_gemv(models=("llama-3-8b",), quick=quick, out=write)
     bench_quant_gemv(ms=(1,), models=("qwen3-0.6b",), quick=quick, out=write)
     bench_quant_gemv(ms=(1,), fmt="int8", models=("llama-3-8b",), quick=True, top=2, out=write)

@@ -12,10 +12,11 @@ A lazy input a GEMM cannot take is materialized first (``lazy.materialize``). Ro
 layers on more than one rank all-reduce a summed output, so only one rank leaves partials.
 
 Quantized layers (``engine.layers.quantized_linear``) take no pending norm or merge: their input
-is materialized, and up to 16 rows run ``quant_gemv`` (the weight read in its one byte; like the
-skinny GEMM it makes silu(gate) * up in its loads and leaves split-K partials to the next norm on
-one rank); more rows run FP8 x FP8 ``torch._scaled_mm`` for FP8 per-channel weights (activations quantized per
-row: ``engine.quantization.scaled_mm``), else dequantize the weight and run cuBLAS.
+is materialized, and decode batches (``CudaTuning.quant_gemv_max_rows``) run ``quant_gemv`` (the
+weight read in its one byte; like the skinny GEMM it makes silu(gate) * up in its loads and leaves
+split-K partials to the next norm on one rank); more rows run FP8 x FP8 ``torch._scaled_mm`` for
+FP8 per-channel weights (activations quantized per row: ``engine.quantization.scaled_mm``), else
+dequantize the weight and run cuBLAS.
 """
 
 from __future__ import annotations
@@ -185,4 +186,9 @@ def _quantized_matmul(
 
 def _quant_skinny(layer: QuantizedLinear, x: torch.Tensor, tuning: CudaTuning) -> bool:
     # Whether the quantized layer's matmul of 2-D x runs quant_gemv.
-    return tuning.skinny_gemm and x.dim() == 2 and quant_gemv_fits(x, layer.group)
+    return (
+        tuning.skinny_gemm
+        and x.dim() == 2
+        and x.shape[0] <= tuning.quant_gemv_max_rows
+        and quant_gemv_fits(x, layer.group)
+    )

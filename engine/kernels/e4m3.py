@@ -39,8 +39,4 @@ def cache_value(x, inv_scale, FP8: tl.constexpr):
     """What a KV cache of this kind stores for x: x itself, or x / scale in E4M3."""
     # One return: Triton's compiler (not its interpreter) refuses a function whose returns have
     # different types, even when a constexpr branch means only one of them is ever taken.
-    if FP8:
-        y = to_e4m3(x, inv_scale)
-    else:
-        y = x
-    return y
+    return to_e4m3(x, inv_scale) if FP8 else x

@@ -8,12 +8,18 @@ columns at a time; split partials are summed in fixed order by ``skinny_gemm.sum
 quantized tile is converted to float32 (exact: E4M3 and int8 values are bf16 values) and either
 multiplied and summed per row (one row) or cast to x's dtype for a tensor-core dot (2..16 rows);
 the product is scaled by the tile's scale, one per output row and K group
-(``engine.quantization.tensors``)::
+(``engine.quantization.tensors``). More than 16 rows (decode batches; the fused step's
+``CudaTuning.quant_gemv_max_rows``) take a third grid axis of ``block_m``-row blocks, each streaming Wq
+again (from L2 when the blocks of one column tile run together)::
 
-    Wq [N, K]        fp8 / int8      program (j, s) reads Wq[j*BN : (j+1)*BN, s*KS : (s+1)*KS]
+    Wq [N, K]        fp8 / int8      program (j, s, i) reads Wq[j*BN : (j+1)*BN, s*KS : (s+1)*KS]
     scale [N, G]     float32         G = 1 (per channel: applied once, after the K loop)
                                      or ceil(K / group) (block_k divides group)
-    x [M <= 16, K]   bf16/fp16/fp32
+    x [M, K]         bf16/fp16/fp32  program (j, s, i) reads rows i*BM : (i+1)*BM
+
+One launch per GEMM, like the bf16 path's cuBLAS call: the alternative for these row counts,
+``torch._scaled_mm``, needs the activations quantized first (more launches than the FP8 weight
+saves on a decode step), and INT8 has no such path.
 
 No atomics: results are deterministic and the grid depends only on shapes, so calls can be
 captured in a CUDA graph. Under programmatic dependent launch the first Wq tile streams before
@@ -31,28 +37,25 @@ from engine.kernels.skinny_gemm import SkinnyGemmConfig, SplitKPartials, _load_x
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = [
-    "QUANT_GEMV_MAX_ROWS",
     "quant_gemv",
     "quant_gemv_config",
     "quant_gemv_deferred",
     "quant_gemv_fits",
 ]
 
-QUANT_GEMV_MAX_ROWS = 16
 _MIN_GROUP = 128
 """The narrowest scale group taken: block_k divides the group, and narrower K steps stream poorly."""
 
 
 @triton.jit
-def _load_wq(w_rows, kk, n_ok, k_ok, EVEN: tl.constexpr):
-    # [BN, BK] of Wq as float32. Read once per call: kept out of L2's way. No ``other`` on the
-    # masked load: the interpreter cannot fill an fp8 tile; masked lanes are zeroed after the cast.
+def _load_wq(w_rows, kk, n_ok, k_ok, EVEN: tl.constexpr, EVICT: tl.constexpr):
+    # [BN, BK] of Wq as float32. Read once per call (one row block): kept out of L2's way. No
+    # ``other`` on the masked load: the interpreter cannot fill an fp8 tile; masked lanes are
+    # zeroed after the cast.
     if EVEN:
-        return tl.load(w_rows + kk[None, :], eviction_policy="evict_first").to(tl.float32)
+        return tl.load(w_rows + kk[None, :], eviction_policy=EVICT).to(tl.float32)
     ok = n_ok[:, None] & k_ok[None, :]
-    return tl.where(
-        ok, tl.load(w_rows + kk[None, :], mask=ok, eviction_policy="evict_first").to(tl.float32), 0.0
-    )
+    return tl.where(ok, tl.load(w_rows + kk[None, :], mask=ok, eviction_policy=EVICT).to(tl.float32), 0.0)
 
 
 @triton.jit
@@ -90,9 +93,15 @@ def _quant_gemv_kernel(
     HAS_BIAS: tl.constexpr, IS_PARTIAL: tl.constexpr, PER_CHANNEL: tl.constexpr, EVEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SILU_MUL: tl.constexpr,
-    PDL: tl.constexpr,
+    EVICT: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    pid_n, split = tl.program_id(0), tl.program_id(1)
+    # Row blocks on the fastest axis: the programs sharing a Wq tile run together, so it is
+    # streamed from memory once and re-read from L2.
+    pid_m, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # This program's rows, as if they were the whole of x and y: rm, m and the loads are unchanged.
+    x_ptr += pid_m * BLOCK_M * stride_xm
+    y_ptr += pid_m * BLOCK_M * stride_ym
+    m -= pid_m * BLOCK_M
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.arange(0, BLOCK_M)
     n_ok, m_ok = rn < n, rm < m
@@ -103,7 +112,7 @@ def _quant_gemv_kernel(
     # Weights are never written: the first tile streams while the kernel ahead finishes.
     kk = k_lo + tl.arange(0, BLOCK_K)
     k_ok = kk < k
-    w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN)
+    w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN, EVICT)
     pdl_wait(PDL)
     part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
                     PRECISION, UPCAST, SILU_MUL)  # fmt: skip
@@ -113,7 +122,7 @@ def _quant_gemv_kernel(
         k0 = k_lo + step * BLOCK_K
         kk = k0 + tl.arange(0, BLOCK_K)
         k_ok = kk < k
-        w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN)
+        w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN, EVICT)
         part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
                     PRECISION, UPCAST, SILU_MUL)  # fmt: skip
         acc += _group_scaled(part, s_rows, k0, group, n_ok, PER_CHANNEL)
@@ -129,10 +138,9 @@ def _quant_gemv_kernel(
 
 
 def quant_gemv_fits(x: torch.Tensor, group: int | None) -> bool:
-    """Whether ``quant_gemv`` takes x (2-D, at most 16 rows) with scales of ``group`` columns."""
+    """Whether ``quant_gemv`` takes x (2-D, any number of rows) with scales of ``group`` columns."""
     return (
         x.dim() == 2
-        and x.shape[0] <= QUANT_GEMV_MAX_ROWS
         and x.dtype in (torch.bfloat16, torch.float16, torch.float32)
         and (group is None or group % _MIN_GROUP == 0)
     )
@@ -149,6 +157,7 @@ def quant_gemv_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
         1      16 x 512, split 2, 8w   16 x 512, 4w           16 x 1024 (2048 when    16 x 512, 8w
                                                               K ≤ 2048), 8w
         2..16  32 x 256, split 4       32 x 256               32 x 128, split 4       32 x 128, split 4
+        > 16   64 x 128 over blocks of 32 or 64 rows, no split (enough programs without it)
     """
     if m == 1:
         if k >= 8192:
@@ -160,6 +169,8 @@ def quant_gemv_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
                 block_n=16, block_k=2048 if k <= 2048 else 1024, num_warps=8, use_dot=False
             )
         return SkinnyGemmConfig(block_n=16, block_k=512, num_warps=8, use_dot=False)
+    if m > 16:
+        return SkinnyGemmConfig(block_n=64, block_k=128, use_dot=True, block_m=32 if m <= 32 else 64)
     if n >= 16384:
         return SkinnyGemmConfig(block_n=32, block_k=256, use_dot=True)
     return SkinnyGemmConfig(block_n=32, block_k=256 if k >= 8192 else 128, split_k=4, use_dot=True)
@@ -176,7 +187,7 @@ def quant_gemv(
     silu_mul: bool = False,
     tuning: CudaTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
-    """x [m <= 16, K] @ dequantize(weight [N, K], scale [N, G])^T + bias -> [m, N] in x's dtype;
+    """x [m, K] @ dequantize(weight [N, K], scale [N, G])^T + bias -> [m, N] in x's dtype;
     ``group``: K columns per scale (None: one scale per row). ``silu_mul``: x is a merged
     [gate | up] row [m, 2K] and the input is silu(gate) * up, made in the loads (as
     ``skinny_gemm``'s). ``config`` overrides the launch shape ``quant_gemv_config`` picks."""
@@ -214,7 +225,7 @@ def _quant_gemv(
 ) -> torch.Tensor | SplitKPartials:
     if not quant_gemv_fits(x, group):
         raise ValueError(
-            f"quant_gemv takes up to {QUANT_GEMV_MAX_ROWS} rows and groups of {_MIN_GROUP}k columns"
+            f"quant_gemv takes 2-D half or single precision x and groups of {_MIN_GROUP}k columns"
         )
     m = x.shape[0]
     n, k = weight.shape
@@ -232,10 +243,11 @@ def _quant_gemv(
     interpreted = x.device.type == "cpu"  # only under TRITON_INTERPRET, whose numpy dot lacks bf16
     k_per_split = triton.cdiv(triton.cdiv(k, config.split_k), block_k) * block_k
     num_splits = triton.cdiv(k, k_per_split)
-    block_m = 16 if config.use_dot else triton.next_power_of_2(m)
+    block_m = (config.block_m or 16) if config.use_dot else triton.next_power_of_2(m)
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     dst = y if num_splits == 1 else torch.empty(num_splits, m, n, dtype=torch.float32, device=x.device)
-    _quant_gemv_kernel[(triton.cdiv(n, config.block_n), num_splits)](
+    row_blocks = triton.cdiv(m, block_m)
+    _quant_gemv_kernel[(row_blocks, triton.cdiv(n, config.block_n), num_splits)](
         x, weight, scale, bias if bias is not None else y, dst,
         m, n, k, k_per_split, k if group is None else group, x.stride(0), weight.stride(0), scale.stride(0),
         dst.stride(0) if num_splits > 1 else 0, dst.stride(-2),
@@ -243,7 +255,7 @@ def _quant_gemv(
         EVEN=n % config.block_n == 0 and k % block_k == 0 and k_per_split % block_k == 0,
         BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=block_k, USE_DOT=config.use_dot,
         PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
-        SILU_MUL=silu_mul, num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x, tuning.pdl),
+        SILU_MUL=silu_mul, EVICT="evict_first" if row_blocks == 1 else "evict_last", num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x, tuning.pdl),
     )  # fmt: skip
     if num_splits > 1 and defer_sum:
         return SplitKPartials(dst, bias, x.dtype)

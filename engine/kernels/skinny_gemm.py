@@ -76,11 +76,14 @@ class SkinnyGemmConfig:
     """Warps per program."""
     num_stages: int = 3
     """Software-pipelining depth of the W loads."""
+    block_m: int | None = None
+    """Rows of x per program of a multi-row quantized GEMV (``quant_gemv``); None: all rows in one,
+    padded to 16 with ``use_dot``."""
 
     def __post_init__(self) -> None:
-        for name in ("block_n", "block_k", "num_warps"):
+        for name in ("block_n", "block_k", "num_warps", "block_m"):
             value = getattr(self, name)
-            if value < 1 or value & (value - 1):
+            if value is not None and (value < 1 or value & (value - 1)):
                 raise ValueError(f"{name} must be a power of two, got {value}")
         if self.block_k < 16 or (self.use_dot and self.block_n < 16):
             raise ValueError("block_k (and block_n with use_dot) must be at least 16")

@@ -17,7 +17,14 @@ _RTOL = {torch.float32: 1e-5, torch.bfloat16: 2**-7}
 @pytest.mark.parametrize("fmt", ["fp8", "int8"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
-    ("m", "n", "k", "block"), [(1, 70, 300, None), (5, 96, 256, (128, 128)), (16, 33, 200, (16, 128))]
+    ("m", "n", "k", "block"),
+    [
+        (1, 70, 300, None),
+        (5, 96, 256, (128, 128)),
+        (16, 33, 200, (16, 128)),
+        (17, 70, 300, None),  # blocks of 32 rows, the one block ragged
+        (100, 96, 256, (128, 128)),  # two blocks of 64 rows
+    ],
 )
 def test_matches_dequantized_reference(
     device: str, fmt: str, dtype: torch.dtype, m: int, n: int, k: int, block: tuple[int, int] | None
@@ -69,7 +76,7 @@ def test_every_launch_shape_matches_the_reference(
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
 
 
-@pytest.mark.parametrize("m", [1, 4])
+@pytest.mark.parametrize("m", [1, 4, 70])
 def test_silu_mul_in_the_loads_and_partials_left_to_the_caller(device: str, m: int) -> None:
     # down_proj's shape class (K >= 8192 splits K): silu(gate) * up made as x loads; the deferred
     # call hands back the scaled partials, which summed give the same y.
@@ -82,6 +89,10 @@ def test_silu_mul_in_the_loads_and_partials_left_to_the_caller(device: str, m: i
     got = quant_gemv(*args, silu_mul=True).cpu()
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
     deferred = quant_gemv_deferred(*args, silu_mul=True)
+    if m > 16:  # row blocks give enough programs without splitting K: nothing left to sum
+        assert isinstance(deferred, torch.Tensor)
+        torch.testing.assert_close(deferred.cpu(), want, atol=1e-4, rtol=1e-5)
+        return
     assert isinstance(deferred, SplitKPartials) and deferred.partials.shape[0] > 1
     assert deferred.bias is not None and deferred.dtype == torch.float32
     torch.testing.assert_close((deferred.partials.sum(0) + deferred.bias).cpu(), want, atol=1e-4, rtol=1e-5)
@@ -89,12 +100,25 @@ def test_silu_mul_in_the_loads_and_partials_left_to_the_caller(device: str, m: i
         quant_gemv(gate_up[:, :k].to(device), q.to(device), scale.to(device), None, silu_mul=True)
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_row_blocks_with_split_partials(device: str, split_k: int) -> None:
+    # Several row blocks and K splits at once: each block's rows land in their own rows of y (and
+    # of the partials), none overwritten by a neighbour block's ragged tail.
+    m, n, k = 45, 40, 384
+    q, scale = quantize(torch.randn(n, k) / k**0.5, "int8")
+    x = torch.randn(m, k)
+    config = SkinnyGemmConfig(block_n=16, block_k=64, split_k=split_k, block_m=16)
+    got = quant_gemv(x.to(device), q.to(device), scale.to(device), None, None, config).cpu()
+    torch.testing.assert_close(got, F.linear(x, dequantize(q, scale)), atol=1e-4, rtol=1e-5)
+
+
 def test_refuses_what_it_cannot_take() -> None:
     x = torch.randn(17, 64)
-    assert not quant_gemv_fits(x, None)
+    assert quant_gemv_fits(x, None)
     assert not quant_gemv_fits(x[:2], 64)  # a scale group narrower than the kernel's K step
+    assert not quant_gemv_fits(x[None], None)
     q, scale = quantize(torch.randn(8, 64), "int8")
-    with pytest.raises(ValueError, match="16 rows"):
-        quant_gemv(x, q, scale, None)
+    with pytest.raises(ValueError, match="groups of 128k columns"):
+        quant_gemv(x, q, scale, 64)
     with pytest.raises(ValueError, match="do not fit"):
         quant_gemv(x[:2, :32], q, scale, None)

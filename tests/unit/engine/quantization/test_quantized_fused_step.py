@@ -1,5 +1,6 @@
 """The CUDA fused step over quantized layers (interpreted on CPU) gives the model's own greedy tokens:
-decode through ``quant_gemv``, a 30-token prefill of FP8 weights through ``torch._scaled_mm``."""
+decode and the 33-row prefill through ``quant_gemv``; with its row limit at 16, the prefill of FP8
+weights through ``torch._scaled_mm``."""
 
 from __future__ import annotations
 
@@ -55,8 +56,15 @@ def test_fused_step_runs_quant_gemv_and_keeps_tokens(
     runner.fused = FusedStep(runner.hosted.model, replace(_TUNING, fp8_scaled_mm=False))  # type: ignore[arg-type]
     assert [o.token_ids for o in llm.generate(_PROMPTS, params)] == reference
     assert not calls["fp8_scaled_mm"]
-    # FP8 activations in the prefill round differently (bench/engine/quant_quality.py measures how much).
+    # The default tuning: the whole prefill round (33 rows) is a quant_gemv of two row blocks.
+    calls["quant_gemv"].clear()
     runner.fused = FusedStep(runner.hosted.model, _TUNING)  # type: ignore[arg-type]
+    assert [o.token_ids for o in llm.generate(_PROMPTS, params)] == reference
+    assert max(calls["quant_gemv"]) > 16 and not calls["fp8_scaled_mm"]
+    # Above the row limit FP8 activations in the prefill round differently
+    # (bench/engine/quant_quality.py measures how much).
+    calls["quant_gemv"].clear()
+    runner.fused = FusedStep(runner.hosted.model, replace(_TUNING, quant_gemv_max_rows=16))  # type: ignore[arg-type]
     assert [len(o.token_ids) for o in llm.generate(_PROMPTS, params)] == [3, 3]
     assert calls["quant_gemv"] and max(calls["quant_gemv"]) <= 16
     assert bool(calls["fp8_scaled_mm"]) == (quantization == "fp8")
