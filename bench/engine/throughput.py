@@ -98,11 +98,10 @@ def time_workload(llm: Any, workload: Workload, device: str, system: str = "ours
                 num_output += len(delta.token_ids)
         return num_output
 
-    # Warm-up: the workload's shapes, untimed. A short prompt alone left Triton specializations of
-    # prefill and attention shapes to compile inside the timed run on a cold kernel cache (an H200
-    # bf16 run measured 7,840 tok/s cold against 20,333 warm). The prompts are reversed so that the
-    # timed run finds none of its blocks in the prefix cache.
-    generate([p[::-1] for p in workload.prompt_token_ids], workload.max_tokens)
+    # Warm-up: the workload's prefill shapes, untimed (a short prompt alone left attention variants
+    # to compile in the timed run). Reversed prompts: the timed run finds none of their blocks in
+    # the prefix cache.
+    generate([p[::-1] for p in workload.prompt_token_ids], [min(m, 8) for m in workload.max_tokens])
     _synchronize(device)
     start = time.perf_counter()
     num_output = generate(workload.prompt_token_ids, workload.max_tokens)
