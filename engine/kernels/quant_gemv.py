@@ -157,7 +157,9 @@ def quant_gemv_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
         1      16 x 512, split 2, 8w   16 x 512, 4w           16 x 1024 (2048 when    16 x 512, 8w
                                                               K ≤ 2048), 8w
         2..16  32 x 256, split 4       32 x 256               32 x 128, split 4       32 x 128, split 4
-        > 16   64 x 128 over blocks of 32 or 64 rows, no split (enough programs without it)
+        > 16   N ≤ 4096, K ≥ 2048: 32 x 256 over blocks of 16 rows (32 above 64 rows)
+               other: 64 x 256 over blocks of 32 rows up to 32, 64 x 128 over 32 up to 64,
+               over 64 up to 128, 64 x 64 over 128 above; no split (row blocks give programs)
     """
     if m == 1:
         if k >= 8192:
@@ -170,7 +172,13 @@ def quant_gemv_config(m: int, n: int, k: int) -> SkinnyGemmConfig:
             )
         return SkinnyGemmConfig(block_n=16, block_k=512, num_warps=8, use_dot=False)
     if m > 16:
-        return SkinnyGemmConfig(block_n=64, block_k=128, use_dot=True, block_m=32 if m <= 32 else 64)
+        if n <= 4096 and k >= 2048:  # o_proj and down: few column tiles, so narrow ones
+            return SkinnyGemmConfig(block_n=32, block_k=256, block_m=16 if m <= 64 else 32)
+        if m <= 32:
+            return SkinnyGemmConfig(block_n=64, block_k=256, block_m=32)
+        if m <= 128:
+            return SkinnyGemmConfig(block_n=64, block_k=128, block_m=32 if m <= 64 else 64)
+        return SkinnyGemmConfig(block_n=64, block_k=64, block_m=128)
     if n >= 16384:
         return SkinnyGemmConfig(block_n=32, block_k=256, use_dot=True)
     return SkinnyGemmConfig(block_n=32, block_k=256 if k >= 8192 else 128, split_k=4, use_dot=True)
