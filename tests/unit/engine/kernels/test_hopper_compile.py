@@ -158,9 +158,9 @@ def _split_merge(dtype: torch.dtype) -> None:
 
 
 def _quant_gemv(dtype: torch.dtype) -> None:
-    # One row, a few (tensor cores), and decode batches in blocks of 32 and 64 rows.
+    # One row, a few (tensor cores), and decode batches in row blocks of 16 to 128 rows.
     for weight_dtype in (FP8, torch.int8):
-        for m in (1, 4, 24, 64):
+        for m in (1, 4, 24, 64, 100, 256):
             for n, k in _GEMMS:
                 w = _empty(n, k, dtype=weight_dtype)
                 quant_gemv(_empty(m, k, dtype=dtype), w, _empty(n, 1), None)
