@@ -6,10 +6,10 @@ its own process (scheduler, block pool, prefix caching, sampling) and spawns ran
 first ``spawned_ranks`` of them, waiting for the rest to be started on other hosts
 (``strongroom engine-rank``). A spawned rank is handed plain checkpoint directories, or a
 ``SourceOpener`` (``engine.loading.source_opener``) with which it opens every model itself, sealed
-ones through the key provider: rank 0's sealed sources, data key included, never leave it. They meet over TCP at MASTER_ADDR:MASTER_PORT (torchrun's
-variables; a free loopback port when unset); each pipeline stage runs its share of every
-model's layers (``engine.worker.pipeline_runner``), and the ranks of a stage split them by heads,
-MLP columns and vocabulary rows. Each step, before it runs the models, rank 0 sends the step's plan
+ones through the key provider: rank 0's sealed sources, data key included, never leave it. They
+meet over TCP at MASTER_ADDR:MASTER_PORT (torchrun's variables; a free loopback port when unset);
+each pipeline stage runs its share of every model's layers (``engine.worker.pipeline_runner``),
+and the ranks of a stage split them by heads, MLP columns and vocabulary rows. Each step, before it runs the models, rank 0 sends the step's plan
 (``engine.worker.step_plan``) as one msgpack message through the rendezvous store
 (``engine.worker.plan_channel``): simple, never blocked by a stuck reader, and the same across
 hosts as within one; shared memory would save a copy within a host. All ranks then run the same
