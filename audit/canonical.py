@@ -29,7 +29,16 @@ def canonical_json(value: Any) -> bytes:
 
 
 def _prepare(value: Any) -> Any:
-    if isinstance(value, str) or value is None or isinstance(value, bool | int):
+    # Exact built-in types first: every audit record goes through here, and isinstance against
+    # the Mapping / Sequence ABCs costs more than the rest of the walk.
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return _prepare_mapping(value)
+    if kind is list or kind is tuple:
+        return [_prepare(item) for item in value]
+    if isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -42,17 +51,21 @@ def _prepare(value: Any) -> Any:
             return value
         raise _SlowPath
     if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError("canonical JSON object keys must be strings")
-            if not key.isascii():
-                raise _SlowPath
-            out[key] = _prepare(item)
-        return out
+        return _prepare_mapping(value)
     if isinstance(value, Sequence):
         return [_prepare(item) for item in value]
     raise TypeError(f"cannot canonicalise {type(value).__name__}")
+
+
+def _prepare_mapping(value: Mapping[Any, Any]) -> dict[str, Any]:
+    out = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise TypeError("canonical JSON object keys must be strings")
+        if not key.isascii():
+            raise _SlowPath
+        out[key] = _prepare(item)
+    return out
 
 
 def _encode(value: Any) -> str:

@@ -137,8 +137,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """How many of the ranks this host starts itself, rank 0 included (ranks 0..N-1); the others
     are started on other hosts (``strongroom engine-rank``, or torchrun, with MASTER_ADDR,
     MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK) and rank 0 waits for them. None: all of them.
-    Sealed models need 1: a spawned rank would be handed the data key, while one started with
-    ``strongroom engine-rank`` unwraps it through the key provider itself."""
+    Every rank serving a sealed model unwraps its data key through the key provider itself,
+    spawned or started with ``strongroom engine-rank``; rank 0 never hands one over."""
     distributed_timeout_s: float = 300.0
     """How long a rank waits on the others inside a step before the instance fails (tensor or
     pipeline parallel only); a rank that dies is noticed at once."""

@@ -35,6 +35,7 @@ from engine.errors import (
 )
 from engine.loading.hosted_model import HostedModel, load_hosted_models
 from engine.loading.model_source import ModelSource
+from engine.loading.source_opener import SourceOpener
 from engine.sampling import GrammarCompiler, GrammarMatcher, Sampler
 from engine.sequence_output import SequenceOutput
 from engine.tuning import DEFAULT_TUNING, CudaTuning
@@ -60,9 +61,12 @@ class LLMEngine:
         *,
         skip_failed_models: bool = False,
         tuning: CudaTuning = DEFAULT_TUNING,
+        source_opener: SourceOpener | None = None,
     ) -> None:
         """``tuning``: the CUDA path's fusions and launch shapes (``engine.tuning``); not a
-        deployment setting, the defaults are the production values."""
+        deployment setting, the defaults are the production values. ``source_opener``: how the
+        ranks this engine spawns open ``sources`` themselves (needed for sealed ones:
+        ``engine.loading.source_opener``)."""
         self.config = config
         self.device = torch.device(config.device)
         if config.num_threads is not None and self.device.type == "cpu":
@@ -70,7 +74,7 @@ class LLMEngine:
         self.ranks: RankGroup | None = None
         """The other tensor- and pipeline-parallel ranks; None on one rank."""
         if config.world_size > 1:
-            self.ranks = RankGroup.start(config, data_dir, sources)
+            self.ranks = RankGroup.start(config, data_dir, sources, source_opener)
             self.device = self.ranks.device  # rank 0's own device (``cuda:0`` for ``cuda``)
         elif place().world_size > 1:
             # Layers read the world size when built: this engine's would come out sharded.

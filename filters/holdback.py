@@ -211,7 +211,7 @@ class RunHoldback:
         self._last_marker = -1
         """The last place a marker may start, in runs that ended."""
         self._trigger = None if rule.trigger is None else TriggerWatch(rule.trigger, rule.trigger_len)
-        self._wake = re.compile("[" + re.escape("".join(sorted(rule.wake))) + "]") if rule.wake else None
+        self._wake = _wake_of(rule.wake) if rule.wake else None
         self._idle_quiet = _quiet_of(rule) if rule.wake else None
 
     def advance(self, text: str, base: int, begin: int) -> int:
@@ -282,6 +282,12 @@ def _quiet_of(rule: RunRule) -> Quiet:
     return Quiet(
         wake=rule.wake, keep=rule.marker_len - 1, outside=_outside(rule.partial_chars or rule.members)
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _wake_of(wake: frozenset[str]) -> re.Pattern[str]:
+    """Any of the ``wake`` characters: built once per rule, not per stream."""
+    return re.compile("[" + re.escape("".join(sorted(wake))) + "]")
 
 
 @functools.lru_cache(maxsize=64)

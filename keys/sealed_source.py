@@ -11,6 +11,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
+from typing import NoReturn
 
 from keys.errors import SealedModelError
 from keys.manifest import Manifest
@@ -125,3 +126,8 @@ class SealedSource:
 
     def __repr__(self) -> str:
         return f"SealedSource({str(self._path)!r}, model_id={self.model_id!r}, files={len(self._files)}, key={self.key})"
+
+    def __reduce__(self) -> NoReturn:
+        # Its ciphers hold keys derived from the data key: another process opens the model itself
+        # (engine.loading.source_opener), it is never handed this one.
+        raise TypeError("SealedSource cannot be pickled: it holds the data key")

@@ -14,10 +14,15 @@ import signal
 import socket
 from typing import Any, NamedTuple
 
+import msgspec
+
 from common.audit_event import AuditEvent
+from engine.config import EngineConfig
 from engine.loading.model_source import ModelSource
+from engine.loading.source_opener import OpenedSources
 from engine.serving.backend import EngineBackend
 from engine.serving.protocol import KeyOperationEvent
+from keys.config import KeysConfig
 from keys.key_audit import KeyOperation
 from strongroom.config import Settings
 
@@ -25,6 +30,7 @@ log = logging.getLogger("strongroom.engine")
 
 __all__ = [
     "KeyOperationLog",
+    "KeyProviderOpener",
     "build_backend",
     "end_with_parent",
     "ensure_demo_models",
@@ -90,15 +96,17 @@ def model_sources(
 ) -> tuple[dict[str, ModelSource], dict[str, str]]:
     """Each configured model's source (sealed ones opened through the key provider, plaintext
     ones refused where ``keys.require_sealed``), and why the others are out of service."""
-    from keys import model_source, seal_registry
+    from keys import ModelKeyError, key_file_path, model_source, seal_registry
 
     sources: dict[str, ModelSource] = {}
     failed: dict[str, str] = {}
+    unavailable = f"no master key at {key_file_path(settings.keys, settings.data_path)}"
     try:
         provider = _provider(settings, create=False)
     except Exception as exc:  # HSM down, bad passphrase: sealed models fail, plaintext ones may serve
         provider = None
-        log.error("key provider unavailable: %s", exc)
+        unavailable = f"key provider unavailable: {exc}"
+        log.error("%s", unavailable)
     registry = seal_registry(settings.keys, settings.data_path, provider) if provider is not None else None
     for spec in settings.engine.models:
         try:
@@ -112,10 +120,47 @@ def model_sources(
                 registry=registry,
             )
         except Exception as exc:  # a bad model must not take the others down
-            failed[spec.name] = f"{type(exc).__name__}: {exc}"
+            why = f" ({unavailable})" if provider is None and isinstance(exc, ModelKeyError) else ""
+            failed[spec.name] = f"{type(exc).__name__}: {exc}{why}"
     for name, reason in failed.items():
         log.error("model %s is out of service: %s", name, reason)
     return sources, failed
+
+
+class KeyProviderOpener(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``SourceOpener`` (``engine.loading.source_opener``) that rank 0 gives the ranks it
+    spawns: each opens the models as ``model_sources`` does here, unwrapping the data key through
+    the key provider itself. It is pickled to them, so it holds what opening needs and nothing
+    else: not ``Settings``, whose database URLs may carry passwords, and no secret value (a
+    passphrase or PIN is read from its environment variable when the provider opens)."""
+
+    keys: KeysConfig
+    data_dir: str
+    """The data directory, resolved: configured paths are relative to it."""
+
+    @classmethod
+    def of(cls, settings: Settings) -> KeyProviderOpener:
+        return cls(keys=settings.keys, data_dir=str(settings.data_path))
+
+    def __call__(self, config: EngineConfig) -> OpenedSources:
+        key_operations: list[KeyOperationEvent] = []
+        settings = Settings(data_dir=self.data_dir, keys=self.keys, engine=config)
+        sources, failed = model_sources(settings, key_operations)
+        _log_key_operations(key_operations)
+        return OpenedSources(sources, failed, [msgspec.to_builtins(op) for op in key_operations])
+
+
+def _log_key_operations(key_operations: list[KeyOperationEvent]) -> None:
+    for op in key_operations:
+        log.info(
+            "key operation %s of model %s: key %s v%s (%s)%s",
+            op.operation,
+            op.model,
+            op.key_id,
+            op.key_version,
+            op.provider,
+            f", failed: {op.error}" if op.error else "",
+        )
 
 
 class KeyOperationLog:
@@ -175,7 +220,6 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
 
         # Nothing loadable: serve no model rather than crash, so /readyz explains why.
         return LoadedEngine(StubEngine(()), failed, key_operations, {})
-    import msgspec
 
     config = msgspec.structs.replace(settings.engine, models=models)
     engine = AsyncEngine(
@@ -184,6 +228,7 @@ def build_backend(settings: Settings, *, stub: bool = False) -> LoadedEngine:
         sources=sources,
         skip_failed_models=True,
         on_fatal=_exit_for_restart,
+        source_opener=KeyProviderOpener.of(settings),
     )
     return LoadedEngine(engine, failed, key_operations, manifests)
 
@@ -246,8 +291,6 @@ def run_engine_rank(settings: Settings) -> None:
     """Serve as one rank (not 0) of an engine whose rank 0 runs on another host (torchrun's
     environment variables, ``engine.worker.rank_environment``). The models open as rank 0's do,
     through the same sealing rules; one that does not open here fails rank 0's start."""
-    import msgspec
-
     from engine.worker.rank_environment import RankEnvironment
     from engine.worker.rank_worker import run_rank
 
@@ -259,16 +302,7 @@ def run_engine_rank(settings: Settings) -> None:
     # whose EngineInfo carries them to the gateway's audit log.
     key_operations: list[KeyOperationEvent] = []
     sources, failed = model_sources(settings, key_operations)
-    for op in key_operations:
-        log.info(
-            "key operation %s of model %s: key %s v%s (%s)%s",
-            op.operation,
-            op.model,
-            op.key_id,
-            op.key_version,
-            op.provider,
-            f", failed: {op.error}" if op.error else "",
-        )
+    _log_key_operations(key_operations)
     models = tuple(m for m in settings.engine.models if m.name in sources)
     if not models:  # (a config without models would fall back to reading the plain directories)
         raise EngineConfigError(f"no model opens on this rank: {failed}")

@@ -11,6 +11,7 @@ so read the shares, not the absolute figures; ``strongroom bench gateway`` gives
 CPU per token.
 
     python -m bench.gateway.stream_profile [--filters] [--seconds 10] [--concurrency 32] [--max-tokens 64]
+        [--keep-stats gateway.prof]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import cProfile
 import os
 import pstats
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -173,10 +175,25 @@ def profile(
 @click.option("--max-tokens", type=int, default=64, show_default=True)
 @click.option("--filters/--no-filters", default=False, show_default=True)
 @click.option("--output", type=click.Path(path_type=Path), default=None)
-def main(seconds: float, concurrency: int, max_tokens: int, filters: bool, output: Path | None) -> None:
+@click.option(
+    "--keep-stats",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also keep the raw cProfile stats here (pstats: callers, call chains).",
+)
+def main(
+    seconds: float,
+    concurrency: int,
+    max_tokens: int,
+    filters: bool,
+    output: Path | None,
+    keep_stats: Path | None,
+) -> None:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-profile-") as tmp:
         result = profile(seconds, concurrency, max_tokens, filters, Path(tmp))
+        if keep_stats is not None:
+            shutil.copyfile(Path(tmp) / "gateway.prof", keep_stats)
     click.echo(
         f"{result['num_tokens']} tokens in {result['num_requests']} streams; profiled gateway CPU "
         f"{result['profiled_us_per_token']:.1f} µs/token (cProfile-inflated)"

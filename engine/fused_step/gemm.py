@@ -11,12 +11,13 @@ rows, taking a lazy input into its loads where it can.
 A lazy input a GEMM cannot take is materialized first (``lazy.materialize``). Row-parallel
 layers on more than one rank all-reduce a summed output, so only one rank leaves partials.
 
-Quantized layers (``engine.layers.quantized_linear``) take no pending norm or merge: their input
-is materialized, and decode batches (``CudaTuning.quant_gemv_max_rows``) run ``quant_gemv`` (the
-weight read in its one byte; like the skinny GEMM it makes silu(gate) * up in its loads and leaves
-split-K partials to the next norm on one rank); more rows run FP8 x FP8 ``torch._scaled_mm`` for
-FP8 per-channel weights (activations quantized per row: ``engine.quantization.scaled_mm``), else
-dequantize the weight and run cuBLAS.
+Quantized layers (``engine.layers.quantized_linear``) with one scale per output row take a
+pending norm into ``normed_gemv`` as bf16 layers do; no quantized layer takes a pending merge.
+Otherwise their input is materialized, and decode batches (``CudaTuning.quant_gemv_max_rows``)
+run ``quant_gemv`` (the weight read in its one byte; like the skinny GEMM it makes
+silu(gate) * up in its loads and leaves split-K partials to the next norm on one rank); more
+rows run FP8 x FP8 ``torch._scaled_mm`` for FP8 per-channel weights (activations quantized per
+row: ``engine.quantization.scaled_mm``), else dequantize the weight and run cuBLAS.
 """
 
 from __future__ import annotations
@@ -175,6 +176,13 @@ def _quantized_matmul(
     tuning: CudaTuning,
 ) -> torch.Tensor:
     # x: [num_tokens, in] -> [num_tokens, out]
+    if (
+        isinstance(x, PendingNorm)
+        and tuning.skinny_gemm
+        and layer.group is None
+        and x.fuses_into(layer.weight, quantized=True)
+    ):
+        return normed_gemv(x, layer.weight, bias, scale=layer.weight_scale, tuning=tuning)
     if not isinstance(x, torch.Tensor):
         x = materialize(x, tuning)
     if _quant_skinny(layer, x, tuning):

@@ -16,6 +16,10 @@ its ``BLOCK_N`` rows of W, which it loaded before ``pdl_wait`` (the whole K in o
 rounding is rms_norm's then skinny_gemm's (one row), so results are those of the two kernels.
 ``PendingNorm`` is the norm not yet computed; a consumer that cannot fuse it gets the norm
 kernel's output instead (``engine.fused_step.lazy.materialize``).
+
+FP8 / INT8 weights with one scale per output row (``engine.quantization``) fuse the same way:
+the tile is widened to float32 (exact), and the row's sum is multiplied by its scale before the
+bias, as ``quant_gemv``'s one-row launch does — so a quantized model keeps the norm fusions.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ __all__ = ["MAX_K", "PendingNorm", "TokenEmbedding", "normed_gemv"]
 
 MAX_K = 1024
 """Longest row fused: the row and a program's W tile stay in registers (8 warps)."""
+
+_QUANTIZED = (torch.float8_e4m3fn, torch.int8)
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,9 @@ class PendingNorm:
     residual_out: torch.Tensor
     """[1, n]: receives x + residual (the next residual stream) from whichever kernel computes it."""
 
-    def fuses_into(self, weight: torch.Tensor) -> bool:
-        """Whether ``normed_gemv`` takes this norm into a GEMM with ``weight`` [n_out, n]."""
+    def fuses_into(self, weight: torch.Tensor, *, quantized: bool = False) -> bool:
+        """Whether ``normed_gemv`` takes this norm into a GEMM with ``weight`` [n_out, n];
+        ``quantized``: an FP8 / INT8 weight with per-row scales."""
         out, x = self.residual_out, self.x
         n = out.shape[-1]
         return (
@@ -74,17 +81,17 @@ class PendingNorm:
             )
             and weight.shape[1] == n
             and n <= MAX_K
-            and weight.dtype == out.dtype
+            and (weight.dtype in _QUANTIZED if quantized else weight.dtype == out.dtype)
             and weight.stride(1) == 1
         )
 
 
 @triton.jit
 def _normed_gemv_kernel(
-    x_ptr, tok_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_bias_ptr, w_ptr, b_ptr, y_ptr,
-    n, k, stride_part, num_parts, stride_wn, eps,
+    x_ptr, tok_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_bias_ptr, w_ptr, s_ptr, b_ptr, y_ptr,
+    n, k, stride_part, num_parts, stride_wn, stride_sn, eps,
     PARTS: tl.constexpr, GATHER: tl.constexpr, HAS_RES: tl.constexpr, X_HAS_BIAS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -92,8 +99,12 @@ def _normed_gemv_kernel(
     kk = tl.arange(0, BLOCK_K)
     n_ok, k_ok = rn < n, kk < k
     # Weights before the wait: they stream in while the kernel ahead finishes.
-    w = tl.load(w_ptr + rn.to(tl.int64)[:, None] * stride_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                other=0.0, eviction_policy="evict_first")  # fmt: skip
+    w_mask = n_ok[:, None] & k_ok[None, :]
+    w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + kk[None, :]
+    if SCALED:  # no ``other``: the interpreter cannot fill an fp8 tile; zeroed after the cast
+        w = tl.where(w_mask, tl.load(w_ptrs, mask=w_mask, eviction_policy="evict_first").to(tl.float32), 0.0)
+    else:
+        w = tl.load(w_ptrs, mask=w_mask, other=0.0, eviction_policy="evict_first")
     norm_w = tl.load(norm_w_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
     pdl_wait(PDL)
     dtype = res_out_ptr.dtype.element_ty
@@ -119,6 +130,8 @@ def _normed_gemv_kernel(
     h = h * tl.rsqrt(tl.sum(h * h, 0) / k + eps)
     h = (h.to(dtype).to(tl.float32) * norm_w).to(dtype)
     y = tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], 1)  # [BLOCK_N], as skinny_gemm's one row
+    if SCALED:
+        y *= tl.load(s_ptr + rn * stride_sn, mask=n_ok, other=0.0)
     if HAS_BIAS:
         y += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)
     # Rounded to the activations' dtype even when stored wider (logits: as F.linear then .float()).
@@ -130,6 +143,7 @@ def normed_gemv(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
+    scale: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     block_n: int | None = None,
     num_warps: int | None = None,
@@ -138,9 +152,16 @@ def normed_gemv(
     """``F.linear(pending.materialize(), weight, bias)`` in one kernel; also fills
     ``pending.residual_out``. Needs ``pending.fuses_into(weight)``. Returns [1, n_out], in
     ``out_dtype`` if given (the result rounded to the activations' dtype, then widened).
+    ``scale``: [n_out, 1] float32 per-row scales of an FP8 / INT8 ``weight``.
     ``block_n`` and ``num_warps`` override ``tuning.gemv_block_n`` and ``gemv_warps`` (the LM
     head's own)."""
-    if not pending.fuses_into(weight):
+    if scale is not None and (
+        scale.dtype != torch.float32 or scale.shape[0] != weight.shape[0] or scale.numel() != weight.shape[0]
+    ):
+        raise ValueError(
+            f"per-row scales [{weight.shape[0]}, 1] float32 expected, got {tuple(scale.shape)} {scale.dtype}"
+        )
+    if not pending.fuses_into(weight, quantized=scale is not None):
         raise ValueError(
             f"cannot fuse a norm of {tuple(pending.residual_out.shape)} into weight {tuple(weight.shape)}"
         )
@@ -159,10 +180,12 @@ def normed_gemv(
     _normed_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         x_ptr, tokens if tokens is not None else y, residual if residual is not None else out,
         pending.weight, out,
-        x_bias if x_bias is not None else y, weight, bias if bias is not None else y, y,
-        n_out, k, stride_part, num_parts, weight.stride(0), pending.eps,
+        x_bias if x_bias is not None else y, weight, scale if scale is not None else y,
+        bias if bias is not None else y, y,
+        n_out, k, stride_part, num_parts, weight.stride(0), scale.stride(0) if scale is not None else 0, pending.eps,
         PARTS=triton.next_power_of_2(num_parts) if num_parts else 0, GATHER=tokens is not None,
         HAS_RES=residual is not None, X_HAS_BIAS=x_bias is not None, HAS_BIAS=bias is not None,
+        SCALED=scale is not None,
         BLOCK_N=block_n, BLOCK_K=triton.next_power_of_2(k), num_warps=num_warps or tuning.gemv_warps,
         **pdl_launch(out, tuning.pdl),
     )  # fmt: skip

@@ -34,6 +34,7 @@ from engine.core.outputs import EmbeddingOutput, ModelInfo, StreamDelta
 from engine.errors import EngineError, EngineRankError, EngineUnavailableError, InvalidRequestError
 from engine.llm_engine import LLMEngine
 from engine.loading.model_source import ModelSource
+from engine.loading.source_opener import SourceOpener
 from engine.serving.frames import coalesced
 from engine.serving.inbox import Inbox
 from engine.serving.protocol import EmbedRequest, GenerateRequest, KeyOperationEvent
@@ -91,15 +92,17 @@ class AsyncEngine:
         *,
         skip_failed_models: bool = False,
         on_fatal: Callable[[EngineRankError], None] | None = None,
+        source_opener: SourceOpener | None = None,
     ) -> None:
         """``on_fatal`` is called (from the step thread) when a tensor-parallel rank fails: the
         engine has stopped and failed every open stream; the process should exit so that its
-        supervisor starts a new instance."""
+        supervisor starts a new instance. ``source_opener``: see ``LLMEngine``."""
         self.config = config
         self._on_fatal = on_fatal
         self._data_dir = data_dir
         self._sources = sources
         self._skip_failed = skip_failed_models
+        self._source_opener = source_opener
         self._core: LLMEngine | None = None
         self._cond = threading.Condition()
         """Guards the pending list and the streams; held only briefly, also by the event loop."""
@@ -117,7 +120,7 @@ class AsyncEngine:
         if self._core is not None:
             return
         self._core = await asyncio.to_thread(
-            partial(LLMEngine, skip_failed_models=self._skip_failed),
+            partial(LLMEngine, skip_failed_models=self._skip_failed, source_opener=self._source_opener),
             self.config,
             self._data_dir,
             self._sources,

@@ -4,10 +4,12 @@
 its own process (scheduler, block pool, prefix caching, sampling) and spawns ranks 1..N-1
 (``engine.worker.rank_worker``), one process each (``torch.multiprocessing`` spawn), or only the
 first ``spawned_ranks`` of them, waiting for the rest to be started on other hosts
-(``strongroom engine-rank``). They meet over TCP at MASTER_ADDR:MASTER_PORT (torchrun's
-variables; a free loopback port when unset); each pipeline stage runs its share of every
-model's layers (``engine.worker.pipeline_runner``), and the ranks of a stage split them by heads,
-MLP columns and vocabulary rows. Each step, before it runs the models, rank 0 sends the step's plan
+(``strongroom engine-rank``). A spawned rank is handed plain checkpoint directories, or a
+``SourceOpener`` (``engine.loading.source_opener``) with which it opens every model itself, sealed
+ones through the key provider: rank 0's sealed sources, data key included, never leave it. They
+meet over TCP at MASTER_ADDR:MASTER_PORT (torchrun's variables; a free loopback port when unset);
+each pipeline stage runs its share of every model's layers (``engine.worker.pipeline_runner``),
+and the ranks of a stage split them by heads, MLP columns and vocabulary rows. Each step, before it runs the models, rank 0 sends the step's plan
 (``engine.worker.step_plan``) as one msgpack message through the rendezvous store
 (``engine.worker.plan_channel``): simple, never blocked by a stuck reader, and the same across
 hosts as within one; shared memory would save a copy within a host. All ranks then run the same
@@ -42,6 +44,7 @@ from engine.loading.checkpoint import Checkpoint
 from engine.loading.hosted_model import model_source
 from engine.loading.model_config import ModelConfig
 from engine.loading.model_source import DirectorySource, ModelSource
+from engine.loading.source_opener import SourceOpener
 from engine.worker.distributed import RankPlace, free_port, join, leave, rank_device
 from engine.worker.plan_channel import PlanChannel
 from engine.worker.rank_worker import run_rank
@@ -97,15 +100,22 @@ class RankGroup:
         """Rank 0's place: the instance's sizes."""
         self.key_operations: list[Any] = []
         """What the other ranks reported of their key operations at start-up (msgpack values of
-        ``engine.serving.protocol.KeyOperationEvent``; none from spawned ranks)."""
+        ``engine.serving.protocol.KeyOperationEvent``): those of opening sealed models, each
+        naming the rank's process."""
         self._ready = False
         self._failed: str | None = None
 
     @classmethod
     def start(
-        cls, config: EngineConfig, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
+        cls,
+        config: EngineConfig,
+        data_dir: str | Path,
+        sources: Mapping[str, ModelSource] | None,
+        opener: SourceOpener | None = None,
     ) -> RankGroup:
-        _refuse_unservable(config, data_dir, sources)
+        """Start (or wait for) the other ranks. With ``opener`` each spawned rank opens its own
+        sources with it; without, it is handed ``sources``, which must be plain directories."""
+        _refuse_unservable(config, data_dir, sources, opener)
         me = RankPlace(0, config.tensor_parallel_size, config.pipeline_parallel_size)
         device = rank_device(config.device, 0)
         host = os.environ.get("MASTER_ADDR", "127.0.0.1")
@@ -113,10 +123,11 @@ class RankGroup:
         address = f"{host}:{port}"
         ctx = mp.get_context("spawn")
         spawned = config.spawned_ranks or me.world_size
+        handed = {} if opener is not None else dict(sources or {})  # plain directories only
         procs: list[BaseProcess] = [
             ctx.Process(
                 target=run_rank,
-                args=(rank, config, str(data_dir), dict(sources or {}), address),
+                args=(rank, config, str(data_dir), handed, address, None, None, opener),
                 name=f"strongroom-rank-{rank}",
                 daemon=True,
             )
@@ -219,19 +230,24 @@ class RankGroup:
 
 
 def _refuse_unservable(
-    config: EngineConfig, data_dir: str | Path, sources: Mapping[str, ModelSource] | None
+    config: EngineConfig,
+    data_dir: str | Path,
+    sources: Mapping[str, ModelSource] | None,
+    opener: SourceOpener | None,
 ) -> None:
     """Refuse, before any rank starts, what the ranks could not serve."""
     tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
     spawns = (config.spawned_ranks or config.world_size) > 1
     for name, source in (sources or {}).items():
-        # Spawning would pickle a sealed source, data key included, to the other ranks; a rank
-        # started with `strongroom engine-rank` opens it through the key provider itself.
-        if spawns and not isinstance(source, DirectorySource):
+        # Handing a sealed source over would pickle it, data key included, to the other ranks:
+        # without an opener to open it there, only plain directories can be handed over.
+        if spawns and opener is None and not isinstance(source, DirectorySource):
             raise EngineConfigError(
-                f"model {name}: ranks spawned by rank 0 serve plaintext checkpoint directories only"
-                f" (not {type(source).__name__}); set spawned_ranks = 1 and start the other ranks"
-                " with `strongroom engine-rank`, each opening the sealed model itself"
+                f"model {name}: ranks spawned by rank 0 are handed plaintext checkpoint directories"
+                f" only (not {type(source).__name__}) unless the engine is given a source_opener"
+                " to open the model in each rank (`strongroom serve` and `strongroom engine` pass"
+                " one); or set spawned_ranks = 1 and start the other ranks with"
+                " `strongroom engine-rank`, each opening the sealed model itself"
             )
     for spec in config.models:
         try:

@@ -18,6 +18,7 @@ call reads the new characters and at most one header's length before them.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -58,15 +59,7 @@ class SecretShape:
     max_match_len: int
 
     def token_rule(self) -> RunRule:
-        alternatives = "|".join(map(re.escape, self.token_prefixes))
-        cut = {p[:k] for p in self.token_prefixes for k in range(1, len(p))}
-        return RunRule(
-            members=_RUN_CHARS,
-            marker=re.compile(rf"(?<![a-z0-9])(?:{alternatives})"),
-            max_match_len=self.max_match_len,
-            marker_len=max(map(len, self.token_prefixes)),
-            partial=re.compile(rf"(?<![a-z0-9])(?:{'|'.join(map(re.escape, sorted(cut)))})\Z"),
-        )
+        return _token_rule(self.token_prefixes, self.max_match_len)
 
     def quiet(self, token_rule: RunRule) -> Quiet:
         """Idle means no token prefix, header, open block or recent key. Text without ``:``,
@@ -81,6 +74,21 @@ class SecretShape:
             marker=token_rule.marker,
             marker_len=token_rule.marker_len,
         )
+
+
+@functools.lru_cache(maxsize=16)
+def _token_rule(token_prefixes: tuple[str, ...], max_match_len: int) -> RunRule:
+    # Built once per shape, not per stream: the prefixes' escapes and the pattern cache lookups
+    # were most of a stream filter's set-up (bench/BENCHMARKS.md, 2026-12-04).
+    alternatives = "|".join(map(re.escape, token_prefixes))
+    cut = {p[:k] for p in token_prefixes for k in range(1, len(p))}
+    return RunRule(
+        members=_RUN_CHARS,
+        marker=re.compile(rf"(?<![a-z0-9])(?:{alternatives})"),
+        max_match_len=max_match_len,
+        marker_len=max(map(len, token_prefixes)),
+        partial=re.compile(rf"(?<![a-z0-9])(?:{'|'.join(map(re.escape, sorted(cut)))})\Z"),
+    )
 
 
 class SecretHoldback:

@@ -133,3 +133,36 @@ def test_swapped_and_rolled_back_sealings_are_refused(tmp_path: Path, serve: Any
         assert "sealed as 'demo-base', configured to serve 'demo-chat'" in failed["demo-chat"]
         assert "v1 of 'demo-base' is older than the newest registered v3" in failed["demo-base"]
         assert httpx.get(f"{gw.base_url}/readyz").status_code == 503
+
+
+def test_tensor_parallel_ranks_each_open_the_sealed_model(tmp_path: Path, serve: Any) -> None:
+    """One host, tensor parallel over two ranks, sealed weights: rank 0 spawns rank 1, which
+    unwraps the data key through the key provider itself (it is never handed rank 0's); both
+    unwraps land in the gateway's audit log, each naming its own process."""
+    import json
+
+    data = tmp_path / "data"
+    provider = KeyFileProvider.create(data / "keys" / "master.key")
+    registry = SealRegistry(data / "keys" / "sealings.json", provider)
+    seal_model(
+        build_demo_files("demo-chat"),
+        data / "models" / "demo-chat",
+        model_id="demo-chat",
+        provider=provider,
+        registry=registry,
+    )
+    env = {
+        "STRONGROOM_ENGINE__MODELS": '[{name = "demo-chat", path = "models/demo-chat"}]',
+        "STRONGROOM_ENGINE__TENSOR_PARALLEL_SIZE": "2",
+    }
+    with serve(tmp_path, extra_env=env) as gw:
+        admin = OpenAI(base_url=gw.v1, api_key=gw.token("root", "admin"), max_retries=0)
+        done = admin.completions.create(model="demo-chat", prompt="hi", max_tokens=3, temperature=0)
+        assert done.usage is not None and done.usage.completion_tokens == 3
+        unwraps = [
+            json.loads(r["event"]["detail"])
+            for r in gw.audit_records()
+            if r["event"]["event_type"] == "key_operation" and r["event"]["decision"] == "allow"
+        ]
+    assert [(u["operation"], u["model"]) for u in unwraps] == [("unwrap", "demo-chat")] * 2
+    assert len({u["process"] for u in unwraps}) == 2, unwraps

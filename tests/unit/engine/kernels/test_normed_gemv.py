@@ -21,7 +21,11 @@ from engine.kernels import (
     skinny_gemm,
     skinny_gemm_deferred,
 )
+from engine.kernels.quant_gemv import quant_gemv
 from engine.layers import ColumnParallelLinear, RMSNorm
+from engine.layers.quantized_linear import QuantizedLinear, quantize_linears
+from engine.quantization.scheme import WeightQuant
+from engine.quantization.tensors import quantize
 from engine.tuning import DEFAULT_TUNING
 
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -178,6 +182,68 @@ def test_fused_step_leaves_one_rows_norm_to_the_gemm_after_it(device: str) -> No
     two = torch.randn(2, n).to(dtype).to(device)
     assert isinstance(add_norm(layer, two, two, DEFAULT_TUNING)[0], torch.Tensor)
     assert isinstance(add_norm(layer, x, res, replace(DEFAULT_TUNING, norm_in_gemv=False))[0], torch.Tensor)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_quantized_weight_matches_norm_then_quant_gemv(
+    device: str, fmt: str, dtype: torch.dtype, bias: bool
+) -> None:
+    # Per-row scales: the norm fused as for bf16 weights; the product as quant_gemv's one row
+    # (same float32 products, summed in one tile instead of its K steps).
+    n, n_out = 96, 40
+    pending = _pending(torch.randn(1, n).to(dtype).to(device), n, dtype, device)
+    q, scale = quantize(torch.randn(n_out, n) / n**0.5, fmt)
+    b = torch.randn(n_out).to(dtype).to(device) if bias else None
+    out = torch.empty_like(pending.residual_out)
+    h = materialize(
+        PendingNorm(pending.x, pending.residual, pending.weight, pending.eps, out), DEFAULT_TUNING
+    )
+    want = quant_gemv(h, q.to(device), scale.to(device), None, b)
+    got = normed_gemv(pending, q.to(device), b, scale=scale.to(device))
+    assert got.dtype == dtype and got.shape == (1, n_out)
+    torch.testing.assert_close(pending.residual_out, out, rtol=0, atol=0)
+    torch.testing.assert_close(
+        got.float(), want.float(), rtol=2**-7 if dtype == torch.bfloat16 else 1e-5, atol=1e-5
+    )
+    with pytest.raises(ValueError, match="cannot fuse"):  # a quantized weight without its scales
+        normed_gemv(pending, q.to(device), b)
+    with pytest.raises(ValueError, match="per-row scales"):
+        normed_gemv(pending, q.to(device), b, scale=scale.repeat(1, 2).to(device))
+
+
+@pytest.mark.parametrize("block", [None, (32, 64)])
+def test_fused_step_fuses_norms_into_per_row_quantized_layers(
+    device: str, monkeypatch: pytest.MonkeyPatch, block: tuple[int, int] | None
+) -> None:
+    # One row into a quantized column layer with per-row scales: normed_gemv with its scales, not
+    # the norm kernel and quant_gemv. Block-scaled layers (scales per K group) materialize first.
+    n = 128
+    holder = torch.nn.Module()
+    holder.proj = ColumnParallelLinear(n, 32, bias=False)
+    norm_layer = RMSNorm(n).to(device)
+    with torch.no_grad():
+        holder.proj.weight.copy_(torch.randn(32, n) / n**0.5)
+        norm_layer.weight.copy_(torch.rand(n) + 0.5)
+    holder.to(device)
+    quantize_linears(holder, WeightQuant("fp8", block=block), from_weights=True)
+    quantized = holder.proj
+    assert isinstance(quantized, QuantizedLinear)
+    fused: list[bool] = []
+    real = gemm.normed_gemv
+    monkeypatch.setattr(gemm, "normed_gemv", lambda *a, **k: fused.append(True) or real(*a, **k))
+    x, residual = torch.randn(1, n).to(device), torch.randn(1, n).to(device)
+    pending, summed = add_norm(norm_layer, x, residual, DEFAULT_TUNING)
+    assert isinstance(pending, PendingNorm)
+    got = gemm.column(quantized, pending, DEFAULT_TUNING)
+    want_in = materialize(
+        PendingNorm(x, residual, norm_layer.weight, norm_layer.eps, torch.empty_like(x)), DEFAULT_TUNING
+    )
+    want = F.linear(want_in, quantized.dequantized(torch.float32))
+    torch.testing.assert_close(summed, x + residual)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert fused == ([True] if block is None else [])
 
 
 @pytest.mark.gpu

@@ -197,7 +197,10 @@ def _drain(engine: LLMEngine) -> list:  # type: ignore[type-arg]
     return out
 
 
-def test_spawned_ranks_refuse_a_sealed_source(model_dirs: dict[str, Path]) -> None:
+def test_spawned_ranks_refuse_a_sealed_source_without_an_opener(model_dirs: dict[str, Path]) -> None:
+    """The Python API handed a sealed source but no way to open it in the ranks it would spawn
+    (``strongroom`` passes a ``KeyProviderOpener``: test_sealed_spawned_ranks)."""
+
     class Sealed:  # any source other than a plaintext directory
         name = "sealed"
 
@@ -207,5 +210,6 @@ def test_spawned_ranks_refuse_a_sealed_source(model_dirs: dict[str, Path]) -> No
         def read(self, name: str) -> bytes:
             raise AssertionError("never read")
 
-    with pytest.raises(EngineConfigError, match="set spawned_ranks = 1 and start the other ranks"):
+    with pytest.raises(EngineConfigError, match="unless the engine is given a source_opener") as err:
         LLMEngine(config(model_dirs, 1, 2), sources={"qwen3": Sealed()})
+    assert err.match("set spawned_ranks = 1 and start the other ranks with `strongroom engine-rank`")
