@@ -118,6 +118,11 @@ def _normed_gemv(dtype: torch.dtype) -> None:
         pending = PendingNorm(x, residual, norm_w, 1e-6, out)
         normed_gemv(pending, _empty(QKV, HIDDEN, dtype=dtype), _empty(QKV, dtype=dtype))
         normed_gemv(pending, _empty(2 * MLP, HIDDEN, dtype=dtype))
+        # FP8 / INT8 weights with per-row scales.
+        for weight_dtype in (FP8, torch.int8):
+            w = _empty(QKV, HIDDEN, dtype=weight_dtype)
+            normed_gemv(pending, w, _empty(QKV, dtype=dtype), scale=_empty(QKV, 1))
+            normed_gemv(pending, w, scale=_empty(QKV, 1))
     # The LM head: float32 logits, its own tiles.
     lm_head = PendingNorm(row, row, norm_w, 1e-6, out)
     normed_gemv(lm_head, _empty(VOCAB, HIDDEN, dtype=dtype), out_dtype=torch.float32,
