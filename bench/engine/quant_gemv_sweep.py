@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,49 @@ def _sweep(m: int, quick: bool) -> list[SkinnyGemmConfig]:
             for bn, bk, s, nw, ns in grid]  # fmt: skip
 
 
+def _runner(
+    config: SkinnyGemmConfig, scale: torch.Tensor
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    return lambda a, wq: quant_gemv(a, wq, scale, None, config=config)
+
+
+def _timed(
+    x: torch.Tensor,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    want: torch.Tensor,
+    configs: Iterable[SkinnyGemmConfig],
+    out: Callable[[str], None],
+) -> list[tuple[float, SkinnyGemmConfig]]:
+    """(µs, config) of every launch shape that compiles and is right, fastest first."""
+    results = []
+    for config in configs:
+        run = _runner(config, scale)
+        try:
+            torch.testing.assert_close(run(x, q), want, atol=2e-2, rtol=2e-2)
+            results.append((_time_us(run, x, q), config))
+        except Exception as exc:  # a variant that does not compile or fit is reported, not fatal
+            out(f"    {config}: {type(exc).__name__}: {str(exc)[:120]}")
+    return sorted(results, key=lambda r: r[0])
+
+
+def _shapes(
+    models: Iterable[str], ms: Iterable[int], fmt: str
+) -> Iterator[
+    tuple[str, str, int, int, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+]:
+    """Every quantized GEMM of the models (lm_head stays bf16) at every row count: names, shape,
+    x, the bf16 weight, its quantized form and scales, and the dequantized reference product."""
+    for model, m in itertools.product(models, ms):
+        for name, (n, k) in MODEL_SHAPES[model].items():
+            if name == "lm_head":
+                continue
+            x, w = _operands(m, n, k, torch.bfloat16)
+            q, scale = quantize(w.float(), fmt)
+            want = F.linear(x.float(), dequantize(q, scale)).to(torch.bfloat16)
+            yield model, name, m, n, k, x, w, q, scale, want
+
+
 def bench_quant_gemv(
     ms: Iterable[int] = (1, 8),
     fmt: str = "fp8",
@@ -51,36 +94,16 @@ def bench_quant_gemv(
     out: Callable[[str], None] = print,
 ) -> None:
     """Print µs and GB/s for bf16 (skinny GEMM), the heuristic's pick and the best variants."""
-    for model, m in itertools.product(models, ms):
-        for name, (n, k) in MODEL_SHAPES[model].items():
-            if name == "lm_head":
-                continue  # stays bf16 in a quantized model
-            x, w = _operands(m, n, k, torch.bfloat16)
-            q, scale = quantize(w.float(), fmt)
-            want = F.linear(x.float(), dequantize(q, scale)).to(torch.bfloat16)
-            bf16 = _time_us(lambda x, w: skinny_gemm(x, w), x, w)
-            pick = quant_gemv_config(m, n, k)
-
-            def run(
-                c: SkinnyGemmConfig, scale: torch.Tensor = scale
-            ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-                return lambda a, wq: quant_gemv(a, wq, scale, None, config=c)
-
-            mine = _time_us(run(pick), x, q)
-            results = []
-            for config in _sweep(m, quick):
-                if k // config.split_k < config.block_k:
-                    continue
-                try:
-                    torch.testing.assert_close(run(config)(x, q), want, atol=2e-2, rtol=2e-2)
-                    results.append((_time_us(run(config), x, q), config))
-                except Exception as exc:  # a variant that does not compile or fit is reported, not fatal
-                    out(f"    {config}: {type(exc).__name__}: {str(exc)[:120]}")
-            results.sort(key=lambda r: r[0])
-            out(f"{model} {name} N={n} K={k} M={m} {fmt}: bf16 skinny {bf16:.2f} µs {w.nbytes / 1e3 / bf16:.0f} GB/s"
-                f" | heuristic {mine:.2f} µs {q.nbytes / 1e3 / mine:.0f} GB/s {pick}")  # fmt: skip
-            for us, config in results[:top]:
-                out(f"    {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  {config}")
+    for model, name, m, n, k, x, w, q, scale, want in _shapes(models, ms, fmt):
+        bf16 = _time_us(lambda x, w: skinny_gemm(x, w), x, w)
+        pick = quant_gemv_config(m, n, k)
+        mine = _time_us(_runner(pick, scale), x, q)
+        configs = [c for c in _sweep(m, quick) if k // c.split_k >= c.block_k]
+        results = _timed(x, q, scale, want, configs, out)
+        out(f"{model} {name} N={n} K={k} M={m} {fmt}: bf16 skinny {bf16:.2f} µs {w.nbytes / 1e3 / bf16:.0f} GB/s"
+            f" | heuristic {mine:.2f} µs {q.nbytes / 1e3 / mine:.0f} GB/s {pick}")  # fmt: skip
+        for us, config in results[:top]:
+            out(f"    {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  {config}")
 
 
 def _row_block_sweep(m: int) -> list[SkinnyGemmConfig]:
@@ -96,35 +119,16 @@ def bench_rows(
     out: Callable[[str], None] = print,
 ) -> None:
     """Decode batches above 16 rows: bf16 cuBLAS, FP8 _scaled_mm, quant_gemv's pick and its best."""
-    for model, m in itertools.product(models, ms):
-        for name, (n, k) in MODEL_SHAPES[model].items():
-            if name == "lm_head":
-                continue
-            x, w = _operands(m, n, k, torch.bfloat16)
-            q, scale = quantize(w.float(), "fp8")
-            want = F.linear(x.float(), dequantize(q, scale)).to(torch.bfloat16)
-            cublas = _time_us(lambda a, b: F.linear(a, b), x, w)
-            scaled = _time_us(lambda a, wq, s=scale: fp8_scaled_mm(a, wq, s), x, q)
-            pick = quant_gemv_config(m, n, k)
-
-            def run(
-                c: SkinnyGemmConfig, scale: torch.Tensor = scale
-            ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-                return lambda a, wq: quant_gemv(a, wq, scale, None, config=c)
-
-            mine = _time_us(run(pick), x, q)
-            results = []
-            for config in _row_block_sweep(m):
-                try:
-                    torch.testing.assert_close(run(config)(x, q), want, atol=2e-2, rtol=2e-2)
-                    results.append((_time_us(run(config), x, q), config))
-                except Exception as exc:  # a variant that does not compile or fit is reported, not fatal
-                    out(f"    {config}: {type(exc).__name__}: {str(exc)[:120]}")
-            results.sort(key=lambda r: r[0])
-            out(f"{model} {name} N={n} K={k} M={m}: bf16 cuBLAS {cublas:.2f} µs | fp8 scaled_mm {scaled:.2f} µs"
-                f" | quant_gemv {mine:.2f} µs {q.nbytes / 1e3 / mine:.0f} GB/s {pick}")  # fmt: skip
-            for us, config in results[:top]:
-                out(f"    {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  {config}")
+    for model, name, m, n, k, x, w, q, scale, want in _shapes(models, ms, "fp8"):
+        cublas = _time_us(lambda a, b: F.linear(a, b), x, w)
+        scaled = _time_us(lambda a, wq, s=scale: fp8_scaled_mm(a, wq, s), x, q)
+        pick = quant_gemv_config(m, n, k)
+        mine = _time_us(_runner(pick, scale), x, q)
+        results = _timed(x, q, scale, want, _row_block_sweep(m), out)
+        out(f"{model} {name} N={n} K={k} M={m}: bf16 cuBLAS {cublas:.2f} µs | fp8 scaled_mm {scaled:.2f} µs"
+            f" | quant_gemv {mine:.2f} µs {q.nbytes / 1e3 / mine:.0f} GB/s {pick}")  # fmt: skip
+        for us, config in results[:top]:
+            out(f"    {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  {config}")
 
 
 def main() -> None:
