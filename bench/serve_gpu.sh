@@ -5,6 +5,7 @@
 # Runs with no network: dependencies the machine lacks come from the wheels in .whl/ (installed into
 # /tmp/site when `import litestar` fails). From the repository root, or anywhere:
 #   bench/serve_gpu.sh [request-rate ...]                       (default rates: 4 8 16 32 64)
+# "inf" as a rate sends every request at once: the saturation figure to set against the offline one.
 # Environment (defaults): PYTHON=python3 DEVICE=cuda DTYPE=bfloat16 SHAPE=qwen3-0.6b SCALE=1.0 (cpu: 0.05)
 #   OUT=bench/results  NAME=serve_<shape>_<device>  PORT=18078  PEER=0 (1: HF transformers peer too)
 #   BUDGET_S=450 (whole script; rates that would not fit are skipped)  RUN_TIMEOUT_S=110 (per rate)
@@ -13,10 +14,12 @@
 #   WORKERS=1: gateway processes ([server] workers). Above 1 the quotas need Redis: REDIS_SERVER
 #   (a redis-server binary; LD_LIBRARY_PATH for its libraries) is started on REDIS_PORT=16379, or
 #   REDIS_URL names a running one.
-#   FILTERS=default|off: the response filter holds back its longest match (253 characters, about
-#   30 tokens of this tokenizer) and sends them at the end, so with it on TTFT includes those decode
-#   steps and TPOT averages over fewer gaps; off (a policy with every detector off) streams per token.
-# Writes $OUT/<NAME>_rate<R>.json per rate, $OUT/<NAME>_server.log; prints the sweep table.
+#   FILTERS="default off": the policies served, one server each, in this order (default: the
+#   product's default policy, every control on; off: every detector off), side by side in the table.
+#   OFFLINE=1: then the same workload through the engine alone (`bench.engine.throughput`, ours,
+#   LLM's engine on the same checkpoint), its output tok/s beside every row (0: skip it).
+# Writes $OUT/<NAME>_filters-<F>_rate<R>.json per policy and rate, $OUT/<NAME>_filters-<F>_server.log,
+# $OUT/<NAME>_offline.json; prints the sweep table.
 # CPU smoke test: DEVICE=cpu SHAPE=tiny DTYPE=float32 PYTHON=.venv/bin/python bench/serve_gpu.sh 2
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +62,7 @@ model=$(mktemp -d "$shm/strongroom-model.XXXXXX")
 work=$(mktemp -d /tmp/strongroom-serve.XXXXXX)
 server_pid=
 redis_pid=
-cleanup() {
+stop_server() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
     # SIGINT, not SIGTERM: uvicorn re-raises a captured SIGTERM with the default handler, which
     # ends the gateway before its supervisor stops the engine child (left holding the GPU).
@@ -69,8 +72,11 @@ cleanup() {
     # shellcheck disable=SC2086  # one pid per word
     kill -KILL "$server_pid" $engine_pids 2>/dev/null || true
   fi
+  server_pid=
+}
+cleanup() {
+  stop_server
   [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
-  [ -f "$work/serve.log" ] && cp "$work/serve.log" "$OUT/${NAME}_server.log"
   rm -rf "$model" "$work"
 }
 trap cleanup EXIT
@@ -85,12 +91,7 @@ build_random_qwen3(Path('$model'), shape='$SHAPE', dtype='$DTYPE', device=device
 "
 engine_extra=""
 [ -n "${MAX_NUM_SEQS:-}" ] && engine_extra="max_num_seqs = $MAX_NUM_SEQS"
-filters_section=""
-if [ "${FILTERS:-default}" = off ]; then
-  printf 'version = 1\ndefault_action = "off"\non_error = "block"\n' > "$work/filters-off.toml"
-  filters_section="[filters]
-policy_file = \"$work/filters-off.toml\""
-fi
+printf 'version = 1\ndefault_action = "off"\non_error = "block"\n' > "$work/filters-off.toml"
 WORKERS=${WORKERS:-1}
 redis_line=""
 if [ "$WORKERS" -gt 1 ]; then
@@ -104,8 +105,19 @@ if [ "$WORKERS" -gt 1 ]; then
   fi
   redis_line="redis_url = \"$REDIS_URL\""
 fi
-cat > "$work/s.toml" <<TOML
-data_dir = "$work/data"
+FILTERS=${FILTERS:-default off}
+for filters in $FILTERS; do
+  case $filters in default|off) ;; *) log "FILTERS takes default and/or off, not '$filters'"; exit 2;; esac
+done
+
+write_config() {  # write_config <filters>: the server's settings, a data directory of its own
+  local filters_section=""
+  if [ "$1" = off ]; then
+    filters_section="[filters]
+policy_file = \"$work/filters-off.toml\""
+  fi
+  cat > "$work/s.toml" <<TOML
+data_dir = "$work/data-$1"
 $redis_line
 [server]
 port = $PORT
@@ -126,59 +138,86 @@ concurrent_requests = 10000
 max_tokens_ceiling = 4096
 $filters_section
 TOML
+}
 export STRONGROOM_CONFIG="$work/s.toml"
 unset STRONGROOM_REDIS_URL STRONGROOM_DATA_DIR
 
-log "starting the server on 127.0.0.1:$PORT (log: $OUT/${NAME}_server.log)"
-"${SR[@]}" serve > "$work/serve.log" 2>&1 &
-server_pid=$!
-ready=0
-for _ in $(seq 1 $((READY_TIMEOUT_S * 2))); do
-  if "$PY" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/readyz', timeout=2)" 2>/dev/null; then
-    ready=1; break
+start_server() {  # start_server <log>: serve, wait until ready, grant the model, make a token
+  log "starting the server on 127.0.0.1:$PORT (log: $1)"
+  "${SR[@]}" serve > "$1" 2>&1 &
+  server_pid=$!
+  local ready=0
+  for _ in $(seq 1 $((READY_TIMEOUT_S * 2))); do
+    if "$PY" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/readyz', timeout=2)" 2>/dev/null; then
+      ready=1; break
+    fi
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  if [ $ready != 1 ]; then
+    log "the server did not become ready; its log:"; tail -n 60 "$1"; return 1
   fi
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.5
-done
-if [ $ready != 1 ]; then
-  log "the server did not become ready; its log:"; tail -n 60 "$work/serve.log"; exit 1
-fi
-log "server ready"
-"${SR[@]}" admin grant analyst bench-qwen3 --action completion >/dev/null
-TOKEN=$("${SR[@]}" token --sub bench --role analyst --ttl 7200)
-sleep 1.5  # the gateway polls the policy version every 0.5 s
-
-bench() {  # bench <seconds> <rate> <scale> <output> [more bench serve options]
-  local limit=$1 rate=$2 scale=$3 output=$4; shift 4
-  timeout -k 10 "$limit" "${SR[@]}" bench serve --base-url "http://127.0.0.1:$PORT" --model bench-qwen3 \
-    --api-key "$TOKEN" --request-rate "$rate" --scale "$scale" --label "strongroom-${DEVICE%%:*}" \
-    --output "$output" "$@"
+  log "server ready"
+  "${SR[@]}" admin grant analyst bench-qwen3 --action completion >/dev/null
+  TOKEN=$("${SR[@]}" token --sub bench --role analyst --ttl 7200)
+  sleep 1.5  # the gateway polls the policy version every 0.5 s
 }
 
-if [ "$WARMUP_SCALE" != 0 ]; then
-  log "warm-up: scale $WARMUP_SCALE, all at once (CUDA graph buckets, Triton compiles; not reported)"
-  bench 120 inf "$WARMUP_SCALE" "$work/warmup.json" >/dev/null || log "warm-up failed or timed out (rc $?)"
-fi
+bench() {  # bench <seconds> <rate> <scale> <output> <label> [more bench serve options]
+  local limit=$1 rate=$2 scale=$3 output=$4 label=$5; shift 5
+  timeout -k 10 "$limit" "${SR[@]}" bench serve --base-url "http://127.0.0.1:$PORT" --model bench-qwen3 \
+    --api-key "$TOKEN" --request-rate "$rate" --scale "$scale" --label "$label" \
+    --output "$output" "$@"
+}
 
 peer_args=()
 if [ "${PEER:-0}" = 1 ]; then
   peer_args=(--peer hf --peer-model-dir "$model" --peer-device "$DEVICE" --peer-mode cb)
 fi
 results=()
-for rate in "${rates[@]}"; do
-  left=$((BUDGET_S - (SECONDS - start_s) - 15))
-  limit=$((left < RUN_TIMEOUT_S ? left : RUN_TIMEOUT_S))
-  if [ "$limit" -lt 20 ]; then log "rate $rate skipped: the ${BUDGET_S} s budget is spent"; continue; fi
-  output="$OUT/${NAME}_rate${rate}.json"
-  rm -f "$output"
-  log "rate $rate req/s, scale $SCALE (at most $limit s)"
-  if bench "$limit" "$rate" "$SCALE" "$output" "${peer_args[@]}"; then
-    results+=("$output")
-  else
-    log "rate $rate failed or ran past $limit s (rc $?); no result"
+for filters in $FILTERS; do
+  label="strongroom-${DEVICE%%:*}-filters-$filters"
+  server_log="$OUT/${NAME}_filters-${filters}_server.log"
+  write_config "$filters"
+  start_server "$server_log" || exit 1
+  if [ "$WARMUP_SCALE" != 0 ]; then
+    log "warm-up: scale $WARMUP_SCALE, all at once (CUDA graph buckets, Triton compiles; not reported)"
+    bench 120 inf "$WARMUP_SCALE" "$work/warmup.json" "$label" >/dev/null || log "warm-up failed or timed out (rc $?)"
   fi
+  for rate in "${rates[@]}"; do
+    left=$((BUDGET_S - (SECONDS - start_s) - 15))
+    limit=$((left < RUN_TIMEOUT_S ? left : RUN_TIMEOUT_S))
+    if [ "$limit" -lt 20 ]; then log "$filters, rate $rate skipped: the ${BUDGET_S} s budget is spent"; continue; fi
+    output="$OUT/${NAME}_filters-${filters}_rate${rate}.json"
+    rm -f "$output"
+    log "filters $filters, rate $rate req/s, scale $SCALE (at most $limit s)"
+    if bench "$limit" "$rate" "$SCALE" "$output" "$label" "${peer_args[@]}"; then
+      results+=("$output")
+    else
+      log "filters $filters, rate $rate failed or ran past $limit s (rc $?); no result"
+    fi
+  done
+  stop_server  # the engine gives the GPU back before the next server or the offline run
 done
 
-log "done; server log in $OUT/${NAME}_server.log"
+offline_args=()
+if [ "${OFFLINE:-1}" = 1 ]; then
+  left=$((BUDGET_S - (SECONDS - start_s) - 5))
+  offline="$OUT/${NAME}_offline.json"
+  rm -f "$offline"
+  if [ "$left" -lt 20 ]; then
+    log "offline run skipped: the ${BUDGET_S} s budget is spent"
+  else
+    log "offline: the same workload through the engine alone (at most $left s)"
+    if timeout -k 10 "$left" "$PY" -m bench.engine.throughput --model "$model" --device "$DEVICE" \
+        --dtype "$DTYPE" --scale "$SCALE" --systems ours --output "$offline" > "$work/offline.log" 2>&1; then
+      offline_args=(--offline "$offline")
+    else
+      log "offline run failed or ran past $left s; its log:"; tail -n 20 "$work/offline.log"
+    fi
+  fi
+fi
+
+log "done; server logs in $OUT/${NAME}_filters-*_server.log"
 if [ ${#results[@]} -eq 0 ]; then log "no results"; exit 1; fi
-"$PY" -m bench.serving.report --tpot-p99-ms "$TPOT_P99_MS" "${results[@]}"
+"$PY" -m bench.serving.report --tpot-p99-ms "$TPOT_P99_MS" "${offline_args[@]}" "${results[@]}"

@@ -90,14 +90,21 @@ def _rate(report: dict[str, Any]) -> float:
     return math.inf if rate == "inf" else float(rate)
 
 
-def format_sweep(reports: Sequence[dict[str, Any]], tpot_p99_ms: float = 50.0) -> str:
+def format_sweep(
+    reports: Sequence[dict[str, Any]], tpot_p99_ms: float = 50.0, offline_tok_s: float | None = None
+) -> str:
     """One row per (rate, system) of ``bench serve`` JSON reports, then the highest rate that holds
-    TPOT p99 < ``tpot_p99_ms`` with every request completed and TPOT measured, per system."""
+    TPOT p99 < ``tpot_p99_ms`` with every request completed and TPOT measured, per system. With
+    ``offline_tok_s`` (the engine alone on the same workload) each row's output tok/s is also
+    given as a fraction of it; runs of both policies (labels ending ``-filters-default`` and
+    ``-filters-off``) at one rate get their ratio."""
+    width = max([24, *(len(str(r.get("label", "server"))) for r in reports)])
     header = (
-        f"{'system':<24} {'rate':>6} {'done/fail':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
-        f"{'TPOT p50':>9} {'TPOT p99':>9} {'out tok/s':>10}"
+        f"{'system':<{width}} {'rate':>6} {'done/fail':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'TPOT p50':>9} {'TPOT p99':>9} {'out tok/s':>10}" + (f" {'x offline':>9}" if offline_tok_s else "")
     )
     rows = [header + "   (latencies in ms)"]
+    by_policy: dict[tuple[str, str], float] = {}
     best: dict[str, float | None] = {}
     one_chunk = False
     for report in sorted(reports, key=_rate):
@@ -111,11 +118,15 @@ def format_sweep(reports: Sequence[dict[str, Any]], tpot_p99_ms: float = 50.0) -
             unmeasured = m["tpot"]["p99_ms"] == 0 and m["num_output_tokens"] > m["num_completed"]
             one_chunk |= unmeasured
             rows.append(
-                f"{label:<24} {report['request_rate']!s:>6} {done:>9} "
+                f"{label:<{width}} {report['request_rate']!s:>6} {done:>9} "
                 f"{m['ttft']['median_ms']:>9.1f} {m['ttft']['p99_ms']:>9.1f} "
                 f"{m['tpot']['median_ms']:>9.2f} {m['tpot']['p99_ms']:>9.2f} {m['output_throughput']:>10.1f}"
+                + (f" {m['output_throughput'] / offline_tok_s:>9.2f}" if offline_tok_s else "")
                 + (" *" if unmeasured else "")
             )
+            for policy in ("default", "off"):
+                if label.endswith(f"-filters-{policy}"):
+                    by_policy[(str(report["request_rate"]), policy)] = m["output_throughput"]
             best.setdefault(label, None)
             holds = (
                 m["num_completed"] > 0
@@ -133,6 +144,12 @@ def format_sweep(reports: Sequence[dict[str, Any]], tpot_p99_ms: float = 50.0) -
     for label, rate in best.items():
         verdict = "none of the rates" if rate is None else f"{rate:g} req/s"
         rows.append(f"{label}: highest rate with TPOT p99 < {tpot_p99_ms:g} ms and no failures: {verdict}")
+    for (rate_str, policy), on in by_policy.items():
+        off = by_policy.get((rate_str, "off"))
+        if policy == "default" and off:
+            rows.append(f"rate {rate_str}: filters on / off output tok/s {on / off:.2f}")
+    if offline_tok_s:
+        rows.append(f"offline engine, same workload and checkpoint: {offline_tok_s:.1f} output tok/s")
     return "\n".join(rows)
 
 
@@ -140,9 +157,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="A rate sweep of `bench serve` JSON results as one table.")
     parser.add_argument("results", nargs="+", type=Path)
     parser.add_argument("--tpot-p99-ms", type=float, default=50.0)
+    parser.add_argument(
+        "--offline", type=Path, default=None, help="bench.engine.throughput JSON of the same workload"
+    )
     args = parser.parse_args(argv)
     reports = [json.loads(path.read_text()) for path in args.results]
-    print(format_sweep(reports, args.tpot_p99_ms))
+    offline = None
+    if args.offline is not None:
+        ours = [r for r in json.loads(args.offline.read_text())["results"] if r["system"] == "ours"]
+        offline = ours[0]["output_tok_s"] if ours else None
+    print(format_sweep(reports, args.tpot_p99_ms, offline))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+from pathlib import Path
+
 import pytest
 
 from bench.serving.metrics import RequestTiming, compare, compute_metrics
-from bench.serving.report import format_comparison, redacted
+from bench.serving.report import format_comparison, format_sweep, redacted
+from bench.serving.report import main as report_main
 
 
 def test_ratios_read_times_better_than_the_peer() -> None:
@@ -102,3 +108,40 @@ def test_a_run_that_completed_nothing_exits_non_zero(tmp_path: object) -> None:
     assert done.returncode == 1, done.stdout
     assert "no request completed against" in done.stderr and "Traceback" not in done.stderr
     assert out.exists()  # the report of the failed run is still written
+
+
+def _sweep_report(label: str, rate: float, tok_s: float) -> dict[str, object]:
+    stat = {"mean_ms": 1.0, "median_ms": 1.0, "p90_ms": 2.0, "p99_ms": 3.0}
+    metrics = {"num_completed": 8, "num_failed": 0, "num_output_tokens": 80, "output_throughput": tok_s,
+               "ttft": stat, "tpot": stat}  # fmt: skip
+    return {"label": label, "request_rate": rate, "metrics": metrics}
+
+
+def test_a_sweep_of_both_policies_sets_them_against_each_other_and_the_offline_engine(tmp_path: Path) -> None:
+    reports = [
+        _sweep_report("strongroom-cuda-filters-default", 32, 900.0),
+        _sweep_report("strongroom-cuda-filters-off", 32, 1000.0),
+        _sweep_report("strongroom-cuda-filters-default", 8, 400.0),
+    ]
+    table = format_sweep(reports, offline_tok_s=2000.0)
+    assert "x offline" in table
+    row = next(
+        line
+        for line in table.splitlines()
+        if line.startswith("strongroom-cuda-filters-default") and " 32" in line
+    )
+    assert row.split()[-1] == "0.45"  # 900 / 2000
+    assert "rate 32: filters on / off output tok/s 0.90" in table
+    assert "rate 8:" not in table  # no off run at 8 req/s to compare with
+    assert "offline engine, same workload and checkpoint: 2000.0 output tok/s" in table
+    # From files, as serve_gpu.sh calls it: the offline figure is bench.engine.throughput's "ours".
+    paths = []
+    for i, report in enumerate(reports):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(report))
+    offline = tmp_path / "offline.json"
+    offline.write_text(json.dumps({"results": [{"system": "ours", "output_tok_s": 2000.0}]}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        report_main(["--offline", str(offline), *map(str, paths)])
+    assert out.getvalue().strip() == table
