@@ -9,8 +9,8 @@ quantized tile is converted to float32 (exact: E4M3 and int8 values are bf16 val
 multiplied and summed per row (one row) or cast to x's dtype for a tensor-core dot (2..16 rows);
 the product is scaled by the tile's scale, one per output row and K group
 (``engine.quantization.tensors``). More than 16 rows (decode batches; the fused step's
-``CudaTuning.quant_gemv_max_rows``) take a third grid axis of ``block_m``-row blocks, each streaming Wq
-again (from L2 when the blocks of one column tile run together)::
+``CudaTuning.quant_gemv_max_rows``) take a third grid axis of ``block_m``-row blocks, each
+streaming Wq again (from L2 when the blocks of one column tile run together)::
 
     Wq [N, K]        fp8 / int8      program (j, s, i) reads Wq[j*BN : (j+1)*BN, s*KS : (s+1)*KS]
     scale [N, G]     float32         G = 1 (per channel: applied once, after the K loop)
@@ -263,7 +263,8 @@ def _quant_gemv(
         EVEN=n % config.block_n == 0 and k % block_k == 0 and k_per_split % block_k == 0,
         BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=block_k, USE_DOT=config.use_dot,
         PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
-        SILU_MUL=silu_mul, EVICT="evict_first" if row_blocks == 1 else "evict_last", num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x, tuning.pdl),
+        SILU_MUL=silu_mul, EVICT="evict_first" if row_blocks == 1 else "evict_last",
+        num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x, tuning.pdl),
     )  # fmt: skip
     if num_splits > 1 and defer_sum:
         return SplitKPartials(dst, bias, x.dtype)
