@@ -111,6 +111,9 @@ class GroupCommit:
         self._is_closing = False
         self._num_unqueued = [0, 0]
         """Appends refused before they were queued (backlog full): [answered 503, streams cut]."""
+        self._num_dropped = 0
+        """Queued appends that timed out before the writer took them: still in the queue until it
+        skips them, but no longer part of the backlog a new append is refused for."""
         self._stopped: asyncio.Future[None] = self._loop.create_future()
         self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
         self._thread.start()
@@ -124,7 +127,7 @@ class GroupCommit:
         """Queue ``entry``; its sequence number once durable, or ``AuditUnavailableError``."""
         if self._stopped.done():
             raise AuditUnavailableError("audit writer stopped")
-        if self._queue.qsize() >= self._cfg.max_pending:
+        if self._queue.qsize() - self._num_dropped >= self._cfg.max_pending:
             # The writer is not keeping up (a hung store): refuse rather than queue without bound.
             with self._lock:
                 self._num_unqueued[entry.served] += 1
@@ -162,6 +165,7 @@ class GroupCommit:
                 return  # the outcome is on its way to the event loop
             if not pending.taken:
                 pending.dropped = True  # the writer skips it: a refused request never gets a record
+                self._num_dropped += 1
             elif not is_second:
                 # In a commit now: answering 503 could contradict the record it is about to write.
                 pending.timer = self._loop.call_later(self._cfg.append_timeout_s, self._expire, pending, True)
@@ -191,6 +195,7 @@ class GroupCommit:
             for p in real:
                 p.taken = True
             refused = [p.entry for p in items if p.entry is not None and p.dropped]
+            self._num_dropped -= len(refused)
             num_unqueued, self._num_unqueued = self._num_unqueued, [0, 0]
         num_cut = sum(e.served for e in refused) + num_unqueued[1]
         if refused or num_unqueued[0] or num_cut:

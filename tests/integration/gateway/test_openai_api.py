@@ -390,13 +390,29 @@ def test_non_streamed_request_is_aborted_when_the_client_leaves(gateway: Any) ->
 
 def test_token_latencies_are_on_metrics_under_vllms_names(gateway: Any) -> None:
     c = client(gateway, gateway.token("alice", "analyst"))
+
+    def e2e_count(text: str) -> float:
+        return _series(text, "vllm:e2e_request_latency_seconds_count", model_name="demo-chat")
+
+    # An earlier test's request can still be finishing (its latencies recorded as it ends): start
+    # from figures that held still for a moment, and read the end once both requests are in.
     before = httpx.get(f"{gateway.base_url}/metrics").text
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        again = httpx.get(f"{gateway.base_url}/metrics").text
+        if e2e_count(again) == e2e_count(before):
+            break
+        before = again
     stream = c.completions.create(
         model="demo-chat", prompt="tick", max_tokens=6, stream=True, extra_body={"ignore_eos": True}
     )
     assert sum(1 for _ in stream) >= 1
     c.completions.create(model="demo-chat", prompt="tock", max_tokens=3)
     after = httpx.get(f"{gateway.base_url}/metrics").text
+    while e2e_count(after) - e2e_count(before) < 2 and time.monotonic() < deadline + 10:
+        time.sleep(0.05)
+        after = httpx.get(f"{gateway.base_url}/metrics").text
 
     def added(name: str) -> float:
         return _series(after, name, model_name="demo-chat") - _series(before, name, model_name="demo-chat")

@@ -10,6 +10,7 @@ cut streams, not as requests answered 503.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,12 @@ class GatedStore(SqliteStore):
         super().__init__(path, preallocate_wal_bytes=0)
         self.gate = threading.Event()
         self.gate.set()
+        self.entered = threading.Event()
+        """Set when an append reaches the store (the writer has taken it)."""
         self.is_broken = False
 
     def append(self, rows: Any, checkpoint: Any) -> None:
+        self.entered.set()
         self.gate.wait(10)
         if self.is_broken:
             raise AuditUnavailableError("store switched off")
@@ -59,8 +63,11 @@ async def test_a_taken_append_gets_its_commits_outcome_and_queued_ones_are_refus
 ) -> None:
     log, store = await _open(tmp_path, append_timeout_s=0.5, max_pending=3)
     store.gate.clear()
+    store.entered.clear()  # opening the log appended already
     taken = asyncio.create_task(log.append(sample_event(1, request_id="taken")))
-    await asyncio.sleep(0.05)  # the writer holds it inside the (hung) store
+    # The writer holds it inside the (hung) store: waited for, not slept on (a loaded runner
+    # could take longer than a fixed sleep to get there).
+    assert await asyncio.to_thread(store.entered.wait, 10)
     queued = [asyncio.create_task(log.append(sample_event(i, request_id=f"queued-{i}"))) for i in range(3)]
     await asyncio.sleep(0.01)
     with pytest.raises(AuditUnavailableError, match="backlog"):
@@ -76,6 +83,30 @@ async def test_a_taken_append_gets_its_commits_outcome_and_queued_ones_are_refus
     ids = [r.event.request_id for r in (await log.search(AuditQuery())).records]
     assert not any(i.startswith(("queued-", "over-")) for i in ids)
     assert (await log.verify()).ok
+    await log.close()
+
+
+async def test_appends_that_timed_out_in_the_queue_leave_the_backlog(tmp_path: Path) -> None:
+    # Three queued appends time out while the store hangs: the writer has not skipped them yet,
+    # but they are no backlog any more, so the next append is queued (and waits its own time)
+    # instead of being refused as if the backlog were full.
+    log, store = await _open(tmp_path, append_timeout_s=0.3, max_pending=3)
+    store.gate.clear()
+    store.entered.clear()
+    taken = asyncio.create_task(log.append(sample_event(1, request_id="taken")))
+    assert await asyncio.to_thread(store.entered.wait, 10)
+    queued = [asyncio.create_task(log.append(sample_event(i, request_id=f"queued-{i}"))) for i in range(3)]
+    for task in queued:
+        with pytest.raises(AuditUnavailableError, match="timed out"):
+            await task
+    with pytest.raises(AuditUnavailableError, match="timed out"):  # queued, not "backlog is full"
+        await log.append(sample_event(7, request_id="next"))
+    store.gate.set()
+    with contextlib.suppress(AuditUnavailableError):  # past its second deadline by now, or not
+        await taken
+    await log.append(sample_event(8, request_id="after"))
+    ids = [r.event.request_id for r in (await log.search(AuditQuery())).records]
+    assert "after" in ids and "next" not in ids and not any(i.startswith("queued-") for i in ids)
     await log.close()
 
 

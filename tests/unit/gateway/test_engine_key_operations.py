@@ -79,7 +79,9 @@ async def test_the_pool_records_each_engine_key_operation_once_as_keys_wrote_it(
     sink = MemorySink()
     client = EngineClient(engine_url, TOKEN, read_timeout_s=30.0)
     pool = EnginePool([client], refresh_s=60.0, audit=sink)
-    deadline = time.monotonic() + 20.0  # the child process needs a moment to import and answer
+    # The child process needs a moment to import and answer: 20 s was too short on a loaded
+    # 2-core runner now and then; the loop ends as soon as it answers.
+    deadline = time.monotonic() + 90.0
     while not sink.events and time.monotonic() < deadline:
         await pool.refresh()
         await asyncio.sleep(0.05)
