@@ -136,11 +136,16 @@ def silu_mul_down(
     return y
 
 
-def fuses_into(x: PendingNorm | PendingMerge, weight: torch.Tensor, tuning: CudaTuning) -> bool:
-    """Whether the GEMM with ``weight`` takes the pending norm or merge into its own loads."""
-    if isinstance(x, PendingMerge) and weight.shape[1] > tuning.merge_max_k:
-        return False
-    return tuning.skinny_gemm and x.fuses_into(weight)
+def fuses_into(
+    x: PendingNorm | PendingMerge, weight: torch.Tensor, tuning: CudaTuning, *, quantized: bool = False
+) -> bool:
+    """Whether the GEMM with ``weight`` takes the pending norm or merge into its own loads;
+    ``quantized``: an FP8 / INT8 weight with per-row scales (a pending norm only)."""
+    if isinstance(x, PendingMerge):
+        if quantized or weight.shape[1] > tuning.merge_max_k:
+            return False
+        return tuning.skinny_gemm and x.fuses_into(weight)
+    return tuning.skinny_gemm and x.fuses_into(weight, quantized=quantized)
 
 
 def _defers(layer: RowParallelLinear, x: torch.Tensor | PendingMerge, tuning: CudaTuning) -> bool:
@@ -178,9 +183,8 @@ def _quantized_matmul(
     # x: [num_tokens, in] -> [num_tokens, out]
     if (
         isinstance(x, PendingNorm)
-        and tuning.skinny_gemm
         and layer.group is None
-        and x.fuses_into(layer.weight, quantized=True)
+        and fuses_into(x, layer.weight, tuning, quantized=True)
     ):
         return normed_gemv(x, layer.weight, bias, scale=layer.weight_scale, tuning=tuning)
     if not isinstance(x, torch.Tensor):
