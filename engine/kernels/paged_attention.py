@@ -406,8 +406,8 @@ def _attend(
         rope = (new.k, new.v, new.positions, new.slot_mapping, new.inv_freq, q_norm, k_norm, eps,
                 new.k.stride(0), new.k.stride(1), new.v.stride(0), new.v.stride(1))  # fmt: skip
     # An FP8 cache with RoPE in the kernel always prefetches: on the H200 the variant without the
-    # early tile disagreed with the unfused kernels (test_decode_attention, 2 of 96 CUDA kernel
-    # tests, 2026-12-04), while every default path agreed. Not understood yet: not offered.
+    # early tile disagreed with the unfused kernels (bench/BENCHMARKS.md, the FP8 KV cache on the
+    # GPU). Not understood yet, so not offered.
     prefetch = small_decode and (tuning.prefetch_small_batch or (fp8 and new is not None))
     _attention_kernel[grid](
         q, k_cache, v_cache, part, lse, block_tables, context_lens, query_starts,

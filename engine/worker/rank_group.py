@@ -9,8 +9,9 @@ first ``spawned_ranks`` of them, waiting for the rest to be started on other hos
 ones through the key provider: rank 0's sealed sources, data key included, never leave it. They
 meet over TCP at MASTER_ADDR:MASTER_PORT (torchrun's variables; a free loopback port when unset);
 each pipeline stage runs its share of every model's layers (``engine.worker.pipeline_runner``),
-and the ranks of a stage split them by heads, MLP columns and vocabulary rows. Each step, before it runs the models, rank 0 sends the step's plan
-(``engine.worker.step_plan``) as one msgpack message through the rendezvous store
+and the ranks of a stage split them by heads, MLP columns and vocabulary rows. Each step, before
+it runs the models, rank 0 sends the step's plan (``engine.worker.step_plan``) as one msgpack
+message through the rendezvous store
 (``engine.worker.plan_channel``): simple, never blocked by a stuck reader, and the same across
 hosts as within one; shared memory would save a copy within a host. All ranks then run the same
 forward passes, whose row-parallel layers all-reduce and whose LM head all-gathers the logits;
