@@ -42,6 +42,10 @@ SITE=${SITE:-/tmp/site}
 rates=("$@"); [ ${#rates[@]} -gt 0 ] || rates=(4 8 16 32 64)
 mkdir -p "$OUT"
 log() { echo "[serve_gpu $((SECONDS - start_s))s] $*"; }
+# Kernels compiled while a rate is timed show up as TTFT tails; the count of Triton's on-disk cache
+# entries before and after each run says whether any were.
+triton_cache=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
+kernels() { find "$triton_cache" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l; }
 
 install=${INSTALL:-auto}
 if [ "$install" = auto ]; then
@@ -157,7 +161,7 @@ start_server() {  # start_server <log>: serve, wait until ready, grant the model
   if [ $ready != 1 ]; then
     log "the server did not become ready; its log:"; tail -n 60 "$1"; return 1
   fi
-  log "server ready"
+  log "server ready; Triton kernels in the cache: $(kernels)"
   "${SR[@]}" admin grant analyst bench-qwen3 --action completion >/dev/null
   TOKEN=$("${SR[@]}" token --sub bench --role analyst --ttl 7200)
   sleep 1.5  # the gateway polls the policy version every 0.5 s
@@ -183,6 +187,7 @@ for filters in $FILTERS; do
   if [ "$WARMUP_SCALE" != 0 ]; then
     log "warm-up: scale $WARMUP_SCALE, all at once (CUDA graph buckets, Triton compiles; not reported)"
     bench 120 inf "$WARMUP_SCALE" "$work/warmup.json" "$label" >/dev/null || log "warm-up failed or timed out (rc $?)"
+    log "Triton kernels in the cache after the warm-up: $(kernels)"
   fi
   for rate in "${rates[@]}"; do
     left=$((BUDGET_S - (SECONDS - start_s) - 15))
@@ -191,11 +196,13 @@ for filters in $FILTERS; do
     output="$OUT/${NAME}_filters-${filters}_rate${rate}.json"
     rm -f "$output"
     log "filters $filters, rate $rate req/s, scale $SCALE (at most $limit s)"
+    before=$(kernels)
     if bench "$limit" "$rate" "$SCALE" "$output" "$label" "${peer_args[@]}"; then
       results+=("$output")
     else
       log "filters $filters, rate $rate failed or ran past $limit s (rc $?); no result"
     fi
+    log "Triton kernels compiled during that run: $(($(kernels) - before)) (cache: $triton_cache)"
   done
   stop_server  # the engine gives the GPU back before the next server or the offline run
 done
