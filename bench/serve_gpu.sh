@@ -11,9 +11,10 @@
 #   BUDGET_S=450 (whole script; rates that would not fit are skipped)  RUN_TIMEOUT_S=110 (per rate)
 #   READY_TIMEOUT_S=300  WARMUP_SCALE=0.25 (cpu: 0; a rate-inf pass first for CUDA graphs, Triton compiles)
 #   MAX_NUM_SEQS (engine default)  TPOT_P99_MS=50  INSTALL=auto|1|0  SITE=/tmp/site
-#   WORKERS=1: gateway processes ([server] workers). Above 1 the quotas need Redis: REDIS_SERVER
-#   (a redis-server binary; LD_LIBRARY_PATH for its libraries) is started on REDIS_PORT=16379, or
-#   REDIS_URL names a running one.
+#   WORKERS: gateway processes ([server] workers); 4 when Redis is at hand, else 1 (one worker's
+#   event loop is the bottleneck at saturation with every filter on). Above 1 the quotas need
+#   Redis: REDIS_SERVER (a redis-server binary; LD_LIBRARY_PATH for its libraries) is started on
+#   REDIS_PORT=16379, or REDIS_URL names a running one.
 #   FILTERS="default off": the policies served, one server each, in this order (default: the
 #   product's default policy, every control on; off: every detector off), side by side in the table.
 #   OFFLINE=1: then the same workload through the engine alone (`bench.engine.throughput`, ours,
@@ -96,7 +97,7 @@ build_random_qwen3(Path('$model'), shape='$SHAPE', dtype='$DTYPE', device=device
 engine_extra=""
 [ -n "${MAX_NUM_SEQS:-}" ] && engine_extra="max_num_seqs = $MAX_NUM_SEQS"
 printf 'version = 1\ndefault_action = "off"\non_error = "block"\n' > "$work/filters-off.toml"
-WORKERS=${WORKERS:-1}
+WORKERS=${WORKERS:-$([ -n "${REDIS_SERVER:-}${REDIS_URL:-}" ] && echo 4 || echo 1)}
 redis_line=""
 if [ "$WORKERS" -gt 1 ]; then
   if [ -z "${REDIS_URL:-}" ]; then
