@@ -19,7 +19,8 @@
 #   product's default policy, every control on; off: every detector off), side by side in the table.
 #   OFFLINE=1: then the same workload through the engine alone (`bench.engine.throughput`, ours,
 #   LLM's engine on the same checkpoint), its output tok/s beside every row (0: skip it).
-# Writes $OUT/<NAME>_filters-<F>_rate<R>.json per policy and rate, $OUT/<NAME>_filters-<F>_server.log,
+# Writes $OUT/<NAME>_filters-<F>_rate<R>.json per policy and rate (and its _stages.json: the gateway's
+# stage and engine histograms over that run, from /metrics), $OUT/<NAME>_filters-<F>_server.log,
 # $OUT/<NAME>_offline.json; prints the sweep table.
 # CPU smoke test: DEVICE=cpu SHAPE=tiny DTYPE=float32 PYTHON=.venv/bin/python bench/serve_gpu.sh 2
 set -euo pipefail
@@ -168,6 +169,10 @@ start_server() {  # start_server <log>: serve, wait until ready, grant the model
   sleep 1.5  # the gateway polls the policy version every 0.5 s
 }
 
+scrape() {  # scrape <file>: the gateway's /metrics (open on loopback)
+  "$PY" -c "import urllib.request as u, sys; open(sys.argv[1], 'wb').write(u.urlopen('http://127.0.0.1:$PORT/metrics', timeout=10).read())" "$1" 2>/dev/null
+}
+
 bench() {  # bench <seconds> <rate> <scale> <output> <label> [more bench serve options]
   local limit=$1 rate=$2 scale=$3 output=$4 label=$5; shift 5
   timeout -k 10 "$limit" "${SR[@]}" bench serve --base-url "http://127.0.0.1:$PORT" --model bench-qwen3 \
@@ -198,12 +203,19 @@ for filters in $FILTERS; do
     rm -f "$output"
     log "filters $filters, rate $rate req/s, scale $SCALE (at most $limit s)"
     before=$(kernels)
+    scrape "$work/metrics-before.txt"
     if bench "$limit" "$rate" "$SCALE" "$output" "$label" "${peer_args[@]}"; then
       results+=("$output")
     else
       log "filters $filters, rate $rate failed or ran past $limit s (rc $?); no result"
     fi
     log "Triton kernels compiled during that run: $(($(kernels) - before)) (cache: $triton_cache)"
+    sleep 1.2  # the other workers publish their series once a second
+    if scrape "$work/metrics-after.txt"; then
+      log "where that run's time went (gateway stages and engine histograms, mean per observation):"
+      "$PY" -m bench.serving.stage_delta "$work/metrics-before.txt" "$work/metrics-after.txt" \
+        --output "${output%.json}_stages.json" || true
+    fi
   done
   stop_server  # the engine gives the GPU back before the next server or the offline run
 done
