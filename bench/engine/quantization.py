@@ -131,7 +131,9 @@ def _memory(path: Path, quantization: str | None, kv_cache_dtype: str) -> dict[s
     return out
 
 
-def run_throughputs(workdir: Path, scale: float, labels: tuple[str, ...] = ()) -> dict[str, Any]:
+def run_throughputs(
+    workdir: Path, scale: float, labels: tuple[str, ...] = (), *, memory: bool = True
+) -> dict[str, Any]:
     from bench.engine.random_model import build_random_qwen3
 
     path = workdir / "qwen3-0.6b"
@@ -140,7 +142,9 @@ def run_throughputs(workdir: Path, scale: float, labels: tuple[str, ...] = ()) -
     for label, quantization, kv in THROUGHPUT_VARIANTS:
         if labels and label not in labels:
             continue
-        entry: dict[str, Any] = {"memory": _safe(lambda q=quantization, k=kv: _memory(path, q, k))}
+        entry: dict[str, Any] = {}
+        if memory:  # another load of the model: the same figures at every scale
+            entry["memory"] = _safe(lambda q=quantization, k=kv: _memory(path, q, k))
         entry.update(_safe(lambda q=quantization, k=kv: run_throughput(workdir, scale, variants=False,
                                                                         quantization=q, kv_cache_dtype=k,
                                                                         profile=False)))  # fmt: skip
@@ -156,7 +160,7 @@ def run_throughputs(workdir: Path, scale: float, labels: tuple[str, ...] = ()) -
 @click.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @click.option("--throughput-scale", type=float, default=1.0, show_default=True)
-@click.option("--skip", multiple=True, type=click.Choice(["decode", "throughput"]))
+@click.option("--skip", multiple=True, type=click.Choice(["decode", "throughput", "memory"]))
 @click.option(
     "--decode-weights",
     multiple=True,
@@ -180,7 +184,12 @@ def main(
         workdir = Path(tmp)
         for stage, fn in (
             ("decode", lambda w: run_decode(w, decode_weights)),
-            ("throughput", lambda w: run_throughputs(w, throughput_scale, throughput_variants)),
+            (
+                "throughput",
+                lambda w: run_throughputs(
+                    w, throughput_scale, throughput_variants, memory="memory" not in skip
+                ),
+            ),
         ):
             if stage in skip:
                 continue
