@@ -107,11 +107,10 @@ class LinkStream:
         "_error",
         "_link",
         "_max_bytes",
-        "_num_bytes",
-        "_num_counted",
         "_open",
         "_timeout_s",
         "_waiter",
+        "num_bytes",
         "pending",
         "sid",
     )
@@ -121,10 +120,10 @@ class LinkStream:
         self._link = link
         self._open = set(range(n))
         self.pending: list[msgspec.Raw] = []
-        """Raw frames the reader has not taken: the link appends a whole socket read's worth, then
-        calls ``settle`` once (one bound check and one wake-up per stream per read, not per frame)."""
-        self._num_bytes = 0
-        self._num_counted = 0
+        """Raw frames the reader has not taken: the link appends a whole socket read's worth (adding
+        their sizes to ``num_bytes``), then calls ``settle`` once: one bound check and one wake-up
+        per stream per read, not per frame."""
+        self.num_bytes = 0
         self._max_bytes = max_bytes
         self._timeout_s = timeout_s
         self._error: EngineError | None = None
@@ -136,12 +135,9 @@ class LinkStream:
         return not self._open or self._error is not None
 
     def settle(self) -> bool:
-        """Count the frames appended to ``pending`` since the last call and wake the reader; False
-        when they put the stream past its bound (it has failed then)."""
-        pending = self.pending
-        self._num_bytes += sum(map(len, pending[self._num_counted :]))
-        self._num_counted = len(pending)
-        if self._num_bytes > self._max_bytes:
+        """Wake the reader for the frames appended to ``pending``; False when they put the stream
+        past its bound (it has failed then)."""
+        if self.num_bytes > self._max_bytes:
             self.fail(
                 RequestAbortedError(f"the stream's reader fell more than {self._max_bytes} bytes behind")
             )
@@ -153,7 +149,7 @@ class LinkStream:
         if self._error is None:
             self._error = exc
             self.pending = []
-            self._num_bytes = self._num_counted = 0
+            self.num_bytes = 0
         self._wake()
 
     async def frames(self) -> AsyncIterator[DeltaFrame]:
@@ -162,11 +158,14 @@ class LinkStream:
             if not self.pending:
                 await self._wait()
             pending, self.pending = self.pending, []
-            self._num_bytes = self._num_counted = 0
+            self.num_bytes = 0
             if not pending:
                 continue  # woken by a failure: ``_wait`` raised it, or by a settle of nothing
             try:
-                payloads = _frames_decoder.decode(_array_of(pending))
+                if len(pending) == 1:  # a reader that keeps up: one frame per wake-up
+                    payloads = [_frame_decoder.decode(pending[0])]
+                else:
+                    payloads = _frames_decoder.decode(_array_of(pending))
             except msgspec.DecodeError as exc:  # a ValueError: garbled, not a refusal
                 self._link.fail_all(f"unreadable frame ({exc})")
                 raise self._error or EngineUnavailableError("unreadable frame") from None
@@ -408,6 +407,7 @@ class EngineLink(asyncio.Protocol):
             stream = streams.get(sid)
             if stream is not None:
                 stream.pending.append(raw)
+                stream.num_bytes += len(raw)
                 touched[sid] = stream
 
     def _settle(self, touched: dict[int, LinkStream]) -> None:
