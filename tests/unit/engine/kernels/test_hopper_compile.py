@@ -174,6 +174,14 @@ def _quant_gemv(dtype: torch.dtype) -> None:
             x = _empty(m, 2 * MLP, dtype=dtype)
             quant_gemv(x, down, _empty(HIDDEN, 1), None, silu_mul=True)
             quant_gemv_deferred(x, down, _empty(HIDDEN, MLP // 128), 128, silu_mul=True)
+    # INT8 through a float's mantissa, in Triton and in PTX (CudaTuning.int8_convert), on each
+    # path: one row, tensor cores, row blocks, and ragged (masked) tiles.
+    for convert in ("magic", "magic_asm"):
+        tuning = replace(DEFAULT_TUNING, int8_convert=convert)
+        for m in (1, 4, 64):
+            for n, k in (_GEMMS[1], _GEMMS[4], (1000, 1000)):
+                w = _empty(n, k, dtype=torch.int8)
+                quant_gemv(_empty(m, k, dtype=dtype), w, _empty(n, 1), None, tuning=tuning)
 
 
 def _kv(cache_dtype: torch.dtype, num_blocks: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
