@@ -6,7 +6,9 @@ time — if enough of the GPU is streaming. The launch is ``skinny_gemm``'s: eac
 ``block_n`` rows of Wq and one of ``split_k`` slices of K, and walks its slice ``block_k``
 columns at a time; split partials are summed in fixed order by ``skinny_gemm.sum_splits``. The
 quantized tile is converted to float32 (exact: E4M3 and int8 values are bf16 values) and either
-multiplied and summed per row (one row) or cast to x's dtype for a tensor-core dot (2..16 rows);
+multiplied and summed per row (one row; INT8 as ``CudaTuning.int8_convert`` says,
+``engine.kernels.int8``) or cast to x's dtype for a tensor-core dot (2..16 rows; there the
+compiler already turns int8 into bf16 pairs without the int-to-float instruction);
 the product is scaled by the tile's scale, one per output row and K group
 (``engine.quantization.tensors``). More than 16 rows (decode batches; the fused step's
 ``CudaTuning.quant_gemv_max_rows``) take a third grid axis of ``block_m``-row blocks, each
@@ -267,7 +269,7 @@ def _quant_gemv(
         BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=block_k, USE_DOT=config.use_dot,
         PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
         SILU_MUL=silu_mul, EVICT="evict_first" if row_blocks == 1 else "evict_last",
-        INT8_CONVERT=tuning.int8_convert if weight.dtype == torch.int8 else "cvt",
+        INT8_CONVERT=tuning.int8_convert if weight.dtype == torch.int8 and not config.use_dot else "cvt",
         num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x, tuning.pdl),
     )  # fmt: skip
     if num_splits > 1 and defer_sum:

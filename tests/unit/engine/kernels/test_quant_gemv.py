@@ -116,25 +116,25 @@ def test_row_blocks_with_split_partials(device: str, split_k: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("m", "config"),
+    "config",
     [
-        (1, None),  # one row: multiplied and summed, K unsplit
-        (1, SkinnyGemmConfig(block_n=16, block_k=128, split_k=3, use_dot=False)),  # ragged split
-        (4, None),  # tensor-core dot, split K
-        (24, None),  # row blocks
+        None,  # quant_gemv's pick: K unsplit
+        SkinnyGemmConfig(block_n=16, block_k=128, split_k=3, use_dot=False),  # ragged last split
+        SkinnyGemmConfig(block_n=32, block_k=256, num_warps=4, use_dot=False),  # ragged row block
     ],
 )
 @pytest.mark.parametrize("group", [None, 128])
 def test_int8_conversions_give_the_same_bits(
-    device: str, m: int, config: SkinnyGemmConfig | None, group: int | None
+    device: str, config: SkinnyGemmConfig | None, group: int | None
 ) -> None:
-    # Every int8 value in every row (and a ragged N and K, so masked tiles convert too).
+    # The one-row GEMV (tensor-core dots always take "cvt"): every int8 value in every row, and a
+    # ragged N and K, so masked tiles convert too.
     n, k = 70, 640 - 24
     q = torch.stack(
         [torch.arange(-128, 128, dtype=torch.int8).repeat(3)[torch.randperm(768)][:k] for _ in range(n)]
     )
     scale = torch.rand(n, 1 if group is None else -(-k // group)) / 64
-    x = torch.randn(m, k).to(torch.bfloat16)
+    x = torch.randn(1, k).to(torch.bfloat16)
     args = (x.to(device), q.to(device), scale.to(device), group, None, config)
     want = quant_gemv(*args).cpu()
     got = quant_gemv(*args, tuning=replace(DEFAULT_TUNING, int8_convert="magic")).cpu()
