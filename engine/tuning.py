@@ -55,9 +55,9 @@ class CudaTuning:
     """How ``kernels.quant_gemv``'s one-row GEMV turns INT8 weights into float32
     (``kernels.int8``; the same bits from each): "cvt", the int-to-float instruction, whose rate
     bounds the GEMV below what memory gives; "magic", through a float's mantissa in Triton's
-    integer ops; "magic_asm", the same in PTX on four bytes per register (GPU only: the
-    interpreter runs no assembly). Tensor-core dots (2..16 rows and more) always take "cvt",
-    which the compiler lowers to bf16 pairs without the instruction."""
+    integer ops; "magic_asm", the same in PTX on four bytes per register (the interpreter, which
+    runs no assembly, takes "magic" for it). Tensor-core dots (2..16 rows and more) always take
+    "cvt", which the compiler lowers to bf16 pairs without the instruction."""
     fp8_scaled_mm: bool = True
     """FP8-weight matmuls of more than ``quant_gemv_max_rows`` rows (prefill) quantize the
     activations to FP8 per row and run ``torch._scaled_mm`` (``quantization.scaled_mm``), not a

@@ -51,7 +51,7 @@ _INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)(
 def _compile(weight: str, convert: str, block_n: int, block_k: int, num_warps: int, split: bool) -> Any:
     constexprs = dict(HAS_BIAS=False, IS_PARTIAL=split, PER_CHANNEL=True, EVEN=True, BLOCK_M=1, BLOCK_N=block_n,
                       BLOCK_K=block_k, USE_DOT=False, PRECISION="tf32", UPCAST=False, SILU_MUL=False,
-                      EVICT="evict_first", INT8_CONVERT=convert, PDL=True)  # fmt: skip
+                      EVICT="evict_first", INT8_CONVERT=convert, INTERPRETED=False, PDL=True)  # fmt: skip
     signature = {p: weight if p == "w_ptr" else "*fp32" if p in ("s_ptr", "y_ptr") and split else "*bf16"
                  for p in _POINTERS} | dict.fromkeys(_INTS, "i32") | dict.fromkeys(constexprs, "constexpr")  # fmt: skip
     signature["s_ptr"] = "*fp32"

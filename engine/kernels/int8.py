@@ -19,7 +19,8 @@ Three ways (``CudaTuning.int8_convert``), the same bits from each:
                  a PRMT or two logic ops per byte placing it
     "magic_asm"  the above in PTX on four bytes per register: one xor per four, then a PRMT that
                  places byte j under the exponent byte in one step, and the add. The interpreter
-                 cannot run inline assembly: compiled (tests) and timed (bench) on the GPU only.
+                 cannot run inline assembly: it runs "magic" instead; the PTX is compiled for
+                 sm_90 by test_hopper_compile and its bits checked by the GPU sweep.
 """
 
 from __future__ import annotations
@@ -49,14 +50,16 @@ sub.f32 $3, $3, 0f4B000080;
 
 
 @triton.jit
-def int8_to_float(w, INT8_CONVERT: tl.constexpr):
-    """The int8 tensor w as float32, the same bits whichever ``INT8_CONVERT`` (see the module)."""
-    if INT8_CONVERT == "magic_asm":
+def int8_to_float(w, INT8_CONVERT: tl.constexpr, INTERPRETED: tl.constexpr):
+    """The int8 tensor w as float32, the same bits whichever ``INT8_CONVERT`` (see the module).
+    ``INTERPRETED``: under ``TRITON_INTERPRET``, which runs no assembly: "magic_asm" takes the
+    Triton form of the same trick there (so a default of "magic_asm" leaves the CPU tests running)."""
+    if INT8_CONVERT == "magic_asm" and not INTERPRETED:
         # pack=4: four consecutive values of a thread in one register, value j in byte j.
         return tl.inline_asm_elementwise(
             _MAGIC_PTX, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4
         )
-    elif INT8_CONVERT == "magic":
+    elif INT8_CONVERT == "magic" or INT8_CONVERT == "magic_asm":
         bits = w.to(tl.uint8, bitcast=True).to(tl.uint32) ^ _EXPONENT_AND_SIGN
         return bits.to(tl.float32, bitcast=True) - _OFFSET
     else:

@@ -11,14 +11,16 @@ from engine.kernels.int8 import int8_to_float
 
 
 @triton.jit
-def _convert_kernel(w_ptr, out_ptr, INT8_CONVERT: tl.constexpr):
+def _convert_kernel(w_ptr, out_ptr, INT8_CONVERT: tl.constexpr, INTERPRETED: tl.constexpr):
     i = tl.arange(0, 256)
-    tl.store(out_ptr + i, int8_to_float(tl.load(w_ptr + i), INT8_CONVERT))
+    tl.store(out_ptr + i, int8_to_float(tl.load(w_ptr + i), INT8_CONVERT, INTERPRETED))
 
 
-@pytest.mark.parametrize("convert", ["cvt", "magic"])  # magic_asm: test_hopper_compile, GPU only
+# On CPU "magic_asm" runs its Triton form (the interpreter runs no assembly); its PTX is compiled
+# by test_hopper_compile and run here on a GPU.
+@pytest.mark.parametrize("convert", ["cvt", "magic", "magic_asm"])
 def test_every_int8_value_exactly(device: str, convert: str) -> None:
     w = torch.arange(-128, 128, dtype=torch.int8)[torch.randperm(256)].to(device)
     got = torch.empty(256, dtype=torch.float32, device=device)
-    _convert_kernel[(1,)](w, got, INT8_CONVERT=convert)
+    _convert_kernel[(1,)](w, got, INT8_CONVERT=convert, INTERPRETED=device == "cpu")
     assert torch.equal(got.view(torch.int32), w.float().view(torch.int32))

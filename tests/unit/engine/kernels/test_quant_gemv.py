@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from engine.kernels import SkinnyGemmConfig, SplitKPartials
 from engine.kernels.quant_gemv import quant_gemv, quant_gemv_deferred, quant_gemv_fits
 from engine.quantization.tensors import dequantize, quantize, quantize_blocks
-from engine.tuning import DEFAULT_TUNING
+from engine.tuning import DEFAULT_TUNING, Int8Convert
 
 # The interpreter rounds float32 -> bfloat16 toward zero (the GPU to nearest): one ulp.
 _RTOL = {torch.float32: 1e-5, torch.bfloat16: 2**-7}
@@ -124,8 +124,9 @@ def test_row_blocks_with_split_partials(device: str, split_k: int) -> None:
     ],
 )
 @pytest.mark.parametrize("group", [None, 128])
+@pytest.mark.parametrize("convert", ["magic", "magic_asm"])  # magic_asm: its Triton form on CPU
 def test_int8_conversions_give_the_same_bits(
-    device: str, config: SkinnyGemmConfig | None, group: int | None
+    device: str, convert: Int8Convert, config: SkinnyGemmConfig | None, group: int | None
 ) -> None:
     # The one-row GEMV (tensor-core dots always take "cvt"): every int8 value in every row, and a
     # ragged N and K, so masked tiles convert too.
@@ -137,7 +138,7 @@ def test_int8_conversions_give_the_same_bits(
     x = torch.randn(1, k).to(torch.bfloat16)
     args = (x.to(device), q.to(device), scale.to(device), group, None, config)
     want = quant_gemv(*args).cpu()
-    got = quant_gemv(*args, tuning=replace(DEFAULT_TUNING, int8_convert="magic")).cpu()
+    got = quant_gemv(*args, tuning=replace(DEFAULT_TUNING, int8_convert=convert)).cpu()
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
