@@ -9,8 +9,9 @@ With ``--rows`` each shape of Qwen3-0.6B and Llama-3-8B at 32..256 rows is timed
 (what a bf16 model runs there), FP8 ``torch._scaled_mm`` with its activation quantization (what
 FP8 ran before quant_gemv took these rows), quant_gemv's pick, and the best row-block variants.
 With ``--int8`` each Llama-3-8B shape at one row is timed as FP8 and as INT8 with each conversion
-of ``CudaTuning.int8_convert`` at quant_gemv's pick (and the best of the one-row sweep per
-conversion, but with ``--quick``), each INT8 result checked bitwise against the plain conversion's.
+of ``CudaTuning.int8_convert`` at quant_gemv's pick (and the best of eight one-row shapes near
+it per conversion, but with ``--quick``), each INT8 result checked bitwise against the plain
+conversion's.
 
 Timed as ``bench.engine.skinny_gemm_sweep`` times (calls replayed in one CUDA graph, cycling
 through enough weight copies to overflow L2). GB/s counts the bytes each variant actually reads
@@ -139,6 +140,13 @@ def bench_rows(
             out(f"    {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  {config}")
 
 
+def _one_row_neighbours(k: int) -> list[SkinnyGemmConfig]:
+    # The one-row shapes near quant_gemv's picks (the full sweep per conversion outlasts a call).
+    grid = itertools.product((512, 1024), (1, 2), (4, 8))
+    return [SkinnyGemmConfig(block_n=16, block_k=bk, split_k=s, use_dot=False, num_warps=nw)
+            for bk, s, nw in grid if k // s >= bk]  # fmt: skip
+
+
 def bench_int8_conversions(quick: bool = False, out: Callable[[str], None] = print) -> None:
     """Llama-3-8B's shapes at one row: FP8, then INT8 with each conversion at quant_gemv's pick
     (and the best swept launch shape), and whether it gives the plain conversion's bits."""
@@ -158,8 +166,7 @@ def bench_int8_conversions(quick: bool = False, out: Callable[[str], None] = pri
                 continue
             line = f"    int8 {convert:9s} {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  same bits: {same}"
             if not quick:
-                configs = [c for c in _sweep(m, quick=True) if k // c.split_k >= c.block_k]
-                best = _timed(x, q, scale, want, configs, out, tuning)[:1]
+                best = _timed(x, q, scale, want, _one_row_neighbours(k), out, tuning)[:1]
                 line += "".join(f" | best {b:.2f} µs {b_config}" for b, b_config in best)
             out(line)
 
