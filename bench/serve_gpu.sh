@@ -11,14 +11,16 @@
 #   BUDGET_S=450 (whole script; rates that would not fit are skipped)  RUN_TIMEOUT_S=110 (per rate)
 #   READY_TIMEOUT_S=300  WARMUP_SCALE=0.25 (cpu: 0; a rate-inf pass first for CUDA graphs, Triton compiles)
 #   MAX_NUM_SEQS (engine default)  TPOT_P99_MS=50  INSTALL=auto|1|0  SITE=/tmp/site
-#   WORKERS=1: gateway processes ([server] workers). Above 1 the quotas need Redis: REDIS_SERVER
-#   (a redis-server binary; LD_LIBRARY_PATH for its libraries) is started on REDIS_PORT=16379, or
-#   REDIS_URL names a running one.
+#   WORKERS: gateway processes ([server] workers); 4 when Redis is at hand, else 1 (one worker's
+#   event loop is the bottleneck at saturation with every filter on). Above 1 the quotas need
+#   Redis: REDIS_SERVER (a redis-server binary; LD_LIBRARY_PATH for its libraries) is started on
+#   REDIS_PORT=16379, or REDIS_URL names a running one.
 #   FILTERS="default off": the policies served, one server each, in this order (default: the
 #   product's default policy, every control on; off: every detector off), side by side in the table.
 #   OFFLINE=1: then the same workload through the engine alone (`bench.engine.throughput`, ours,
 #   LLM's engine on the same checkpoint), its output tok/s beside every row (0: skip it).
-# Writes $OUT/<NAME>_filters-<F>_rate<R>.json per policy and rate, $OUT/<NAME>_filters-<F>_server.log,
+# Writes $OUT/<NAME>_filters-<F>_rate<R>.json per policy and rate (and its _stages.json: the gateway's
+# stage and engine histograms over that run, from /metrics), $OUT/<NAME>_filters-<F>_server.log,
 # $OUT/<NAME>_offline.json; prints the sweep table.
 # CPU smoke test: DEVICE=cpu SHAPE=tiny DTYPE=float32 PYTHON=.venv/bin/python bench/serve_gpu.sh 2
 set -euo pipefail
@@ -42,6 +44,10 @@ SITE=${SITE:-/tmp/site}
 rates=("$@"); [ ${#rates[@]} -gt 0 ] || rates=(4 8 16 32 64)
 mkdir -p "$OUT"
 log() { echo "[serve_gpu $((SECONDS - start_s))s] $*"; }
+# Kernels compiled while a rate is timed show up as TTFT tails; the count of Triton's on-disk cache
+# entries before and after each run says whether any were.
+triton_cache=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
+kernels() { find "$triton_cache" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l; }
 
 install=${INSTALL:-auto}
 if [ "$install" = auto ]; then
@@ -92,7 +98,7 @@ build_random_qwen3(Path('$model'), shape='$SHAPE', dtype='$DTYPE', device=device
 engine_extra=""
 [ -n "${MAX_NUM_SEQS:-}" ] && engine_extra="max_num_seqs = $MAX_NUM_SEQS"
 printf 'version = 1\ndefault_action = "off"\non_error = "block"\n' > "$work/filters-off.toml"
-WORKERS=${WORKERS:-1}
+WORKERS=${WORKERS:-$([ -n "${REDIS_SERVER:-}${REDIS_URL:-}" ] && echo 4 || echo 1)}
 redis_line=""
 if [ "$WORKERS" -gt 1 ]; then
   if [ -z "${REDIS_URL:-}" ]; then
@@ -157,10 +163,14 @@ start_server() {  # start_server <log>: serve, wait until ready, grant the model
   if [ $ready != 1 ]; then
     log "the server did not become ready; its log:"; tail -n 60 "$1"; return 1
   fi
-  log "server ready"
+  log "server ready; Triton kernels in the cache: $(kernels)"
   "${SR[@]}" admin grant analyst bench-qwen3 --action completion >/dev/null
   TOKEN=$("${SR[@]}" token --sub bench --role analyst --ttl 7200)
   sleep 1.5  # the gateway polls the policy version every 0.5 s
+}
+
+scrape() {  # scrape <file>: the gateway's /metrics (open on loopback)
+  "$PY" -c "import urllib.request as u, sys; open(sys.argv[1], 'wb').write(u.urlopen('http://127.0.0.1:$PORT/metrics', timeout=10).read())" "$1" 2>/dev/null
 }
 
 bench() {  # bench <seconds> <rate> <scale> <output> <label> [more bench serve options]
@@ -183,6 +193,7 @@ for filters in $FILTERS; do
   if [ "$WARMUP_SCALE" != 0 ]; then
     log "warm-up: scale $WARMUP_SCALE, all at once (CUDA graph buckets, Triton compiles; not reported)"
     bench 120 inf "$WARMUP_SCALE" "$work/warmup.json" "$label" >/dev/null || log "warm-up failed or timed out (rc $?)"
+    log "Triton kernels in the cache after the warm-up: $(kernels)"
   fi
   for rate in "${rates[@]}"; do
     left=$((BUDGET_S - (SECONDS - start_s) - 15))
@@ -191,10 +202,19 @@ for filters in $FILTERS; do
     output="$OUT/${NAME}_filters-${filters}_rate${rate}.json"
     rm -f "$output"
     log "filters $filters, rate $rate req/s, scale $SCALE (at most $limit s)"
+    before=$(kernels)
+    scrape "$work/metrics-before.txt"
     if bench "$limit" "$rate" "$SCALE" "$output" "$label" "${peer_args[@]}"; then
       results+=("$output")
     else
       log "filters $filters, rate $rate failed or ran past $limit s (rc $?); no result"
+    fi
+    log "Triton kernels compiled during that run: $(($(kernels) - before)) (cache: $triton_cache)"
+    sleep 1.2  # the other workers publish their series once a second
+    if scrape "$work/metrics-after.txt"; then
+      log "where that run's time went (gateway stages and engine histograms, mean per observation):"
+      "$PY" -m bench.serving.stage_delta "$work/metrics-before.txt" "$work/metrics-after.txt" \
+        --output "${output%.json}_stages.json" || true
     fi
   done
   stop_server  # the engine gives the GPU back before the next server or the offline run

@@ -96,17 +96,20 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     a share of available RAM. Never more blocks than max_num_seqs full-length sequences need."""
     block_size: int = 16
     """Tokens per KV block (a power of two)."""
-    max_num_seqs: int = 64
-    """Cap on sequences in the running batch, across all models."""
-    max_num_batched_tokens: int = 2048
+    max_num_seqs: int | None = None
+    """Cap on sequences in the running batch, across all models. Unset: 256 on CUDA (a GPU's
+    decode step costs about the same at 64 and at 256 rows, and a serving load of long answers
+    keeps more than 64 streams running: capped at 64, arrivals queue for a free slot), 64 on CPU."""
+    max_num_batched_tokens: int | None = None
     """Per-step token budget (decode tokens plus prefill chunks), across all models. Decodes are
     scheduled first and a longer prompt is prefilled in chunks over several steps, so this bounds
-    how long one step, and so one token of every running stream, can take when prompts arrive."""
+    how long one step, and so one token of every running stream, can take when prompts arrive.
+    Unset: 8,192 on CUDA, 2,048 on CPU."""
     long_prefill_token_threshold: int | None = 1024
     """Most tokens one prompt's prefill takes in a step while other sequences run or wait; the
     rest of the budget goes to other arrivals and the step stays short. A lone prompt takes the
     whole budget. The default leaves prompts up to 1,024 tokens one chunk (most chat turns), and
-    halves the default budget for longer ones. None: no cap but max_num_batched_tokens."""
+    a longer one takes 1,024 tokens a step while others are scheduled. None: no cap but max_num_batched_tokens."""
     enable_prefix_caching: bool = True
     """Reuse the KV of full blocks whose prefix was already computed (per model, and within each
     model's ``prefix_cache_scope``)."""
@@ -144,6 +147,13 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     pipeline parallel only); a rank that dies is noticed at once."""
 
     def __post_init__(self) -> None:
+        # Filled in here, so every reader sees the device's figure (and a config written back out
+        # names it).
+        cuda = self.device.startswith("cuda")
+        if self.max_num_seqs is None:
+            msgspec.structs.force_setattr(self, "max_num_seqs", 256 if cuda else 64)
+        if self.max_num_batched_tokens is None:
+            msgspec.structs.force_setattr(self, "max_num_batched_tokens", 8192 if cuda else 2048)
         if not self.models:
             raise EngineConfigError("engine needs at least one model")
         names = [m.name for m in self.models]
@@ -161,9 +171,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
         if not 0 < self.kv_cache_fraction <= 1:
             raise EngineConfigError("kv_cache_fraction must be in (0, 1]")
-        if self.max_num_seqs < 1:
+        if self.seq_limit < 1:
             raise EngineConfigError("max_num_seqs must be >= 1")
-        if self.max_num_batched_tokens < 1:
+        if self.token_budget < 1:
             raise EngineConfigError("max_num_batched_tokens must be >= 1")
         if self.long_prefill_token_threshold is not None and self.long_prefill_token_threshold < 1:
             raise EngineConfigError("long_prefill_token_threshold must be >= 1 (or unset)")
@@ -180,6 +190,18 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise EngineConfigError("distributed_timeout_s must be > 0")
         if self.num_threads is not None and self.num_threads < 1:
             raise EngineConfigError("num_threads must be >= 1")
+
+    @property
+    def seq_limit(self) -> int:
+        """``max_num_seqs``, the device's default filled in."""
+        assert self.max_num_seqs is not None  # __post_init__ fills it
+        return self.max_num_seqs
+
+    @property
+    def token_budget(self) -> int:
+        """``max_num_batched_tokens``, the device's default filled in."""
+        assert self.max_num_batched_tokens is not None  # __post_init__ fills it
+        return self.max_num_batched_tokens
 
     @property
     def world_size(self) -> int:

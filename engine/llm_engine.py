@@ -110,8 +110,8 @@ class LLMEngine:
         self.scheduler = Scheduler(
             self.kv_manager,
             [m.name for m in hosted],
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.seq_limit,
+            max_num_batched_tokens=config.token_budget,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
         )
         self.runners: dict[str, ModelRunner] = {
@@ -121,7 +121,7 @@ class LLMEngine:
                 self.device,
                 cuda_graphs=config.cuda_graphs and self.ranks is None,
                 fused=self.ranks is None,
-                max_num_seqs=config.max_num_seqs,
+                max_num_seqs=config.seq_limit,
                 tuning=tuning,
             )
             if config.pipeline_parallel_size == 1
@@ -132,7 +132,7 @@ class LLMEngine:
         self.embedder = Embedder(
             [m for m in self.models.values() if m.is_embedding],
             self.device,
-            max_batch_tokens=config.max_num_batched_tokens,
+            max_batch_tokens=config.token_budget,
         )
         self._cache_scopes = {spec.name: spec.prefix_cache_scope for spec in config.models}
         self.sampler = Sampler(torch.Generator(self.device).manual_seed(config.seed))

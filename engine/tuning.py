@@ -88,6 +88,13 @@ class CudaTuning:
     copies and the token's scatter off the step's stream; bigger batches mostly sample, and their
     host work hides behind longer steps. 0: off."""
 
+    split_mixed_max_prefills: int = 2
+    """A step of decodes and at most this many prefill chunks (each short enough for a prefill
+    graph) runs as the decode graph plus one prefill-graph replay per chunk, instead of eagerly:
+    eager, such a step is hundreds of launches and costs every running stream a token's delay
+    each time a prompt arrives. Each replay reads the weights again, so the split stops paying
+    with many chunks. 0: off."""
+
     gemv_block_n: int = 32
     """W rows per program of the layers' norm-and-GEMV. Every program recomputes the norm, so
     fewer, wider programs repeat less of it but stream W over fewer multiprocessors."""

@@ -130,7 +130,7 @@ def _replace_device_work(engine: Any, name: str) -> None:
     runner = engine.runners[name]
     graphs = CudaGraphRunner(
         runner.hosted.model,
-        max_num_seqs=engine.config.max_num_seqs,
+        max_num_seqs=engine.config.seq_limit,
         max_blocks=-(-runner.hosted.max_model_len // engine.config.block_size),
         block_size=engine.config.block_size,
         device=torch.device("cpu"),

@@ -268,8 +268,8 @@ def _engine_info(engines: list[LLMEngine]) -> dict[str, Any]:
     return {
         "engines": len(engines),
         "pool_blocks_per_engine": e.block_pool.num_blocks,
-        "max_num_seqs_per_engine": e.config.max_num_seqs,
-        "max_num_batched_tokens_per_engine": e.config.max_num_batched_tokens,
+        "max_num_seqs_per_engine": e.config.seq_limit,
+        "max_num_batched_tokens_per_engine": e.config.token_budget,
         "cuda_graphs": all(r.graphs is not None for x in engines for r in x.runners.values()),
         "async_scheduling": all(x.async_scheduling for x in engines),
     }

@@ -154,20 +154,26 @@ def _memory(path: Path, quantization: str | None, kv_cache_dtype: str) -> dict[s
     return out
 
 
-def run_throughputs(workdir: Path, scale: float) -> dict[str, Any]:
+def run_throughputs(
+    workdir: Path, scale: float, labels: tuple[str, ...] = (), *, memory: bool = True
+) -> dict[str, Any]:
     from bench.engine.random_model import build_random_qwen3
 
     path = workdir / "qwen3-0.6b"
     build_random_qwen3(path, shape="qwen3-0.6b", dtype="bfloat16", device="cuda")
     out: dict[str, Any] = {}
     for label, quantization, kv in THROUGHPUT_VARIANTS:
-        entry: dict[str, Any] = {"memory": _safe(lambda q=quantization, k=kv: _memory(path, q, k))}
+        if labels and label not in labels:
+            continue
+        entry: dict[str, Any] = {}
+        if memory:  # another load of the model: the same figures at every scale
+            entry["memory"] = _safe(lambda q=quantization, k=kv: _memory(path, q, k))
         entry.update(_safe(lambda q=quantization, k=kv: run_throughput(workdir, scale, variants=False,
                                                                         quantization=q, kv_cache_dtype=k,
                                                                         profile=False)))  # fmt: skip
         out[label] = entry
         _free_gpu()
-    base = out["bf16"].get("output_tok_s")
+    base = out.get("bf16", {}).get("output_tok_s")
     for entry in out.values():
         if base and "output_tok_s" in entry:
             entry["speedup_vs_bf16"] = entry["output_tok_s"] / base
@@ -177,17 +183,25 @@ def run_throughputs(workdir: Path, scale: float) -> dict[str, Any]:
 @click.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @click.option("--throughput-scale", type=float, default=1.0, show_default=True)
-@click.option("--skip", multiple=True, type=click.Choice(["decode", "throughput"]))
-@click.option("--decode-weights", multiple=True, type=click.Choice(["bf16", "fp8", "int8"]),
-              help="Weights timed in the decode stage (repeat; default: all).")  # fmt: skip
+@click.option("--skip", multiple=True, type=click.Choice(["decode", "throughput", "memory"]))
+@click.option(
+    "--decode-weights",
+    multiple=True,
+    type=click.Choice(["bf16", "fp8", "int8"]),
+    help="Weights timed in the decode stage (repeat; default: all).",
+)
 @click.option("--int8-convert", "int8_converts", multiple=True, type=click.Choice(get_args(Int8Convert)),
               help="Time INT8 decode once per conversion given (repeat; default: the tuning's).")  # fmt: skip
+@click.option("--throughput-variant", "throughput_variants", multiple=True,
+              type=click.Choice([label for label, _, _ in THROUGHPUT_VARIANTS]),
+              help="Variants of the throughput stage (repeat; default: all).")  # fmt: skip
 def main(
     out_dir: Path,
     throughput_scale: float,
     skip: tuple[str, ...],
     decode_weights: tuple[str, ...],
     int8_converts: tuple[str, ...],
+    throughput_variants: tuple[str, ...],
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"provenance": provenance(sys.argv, "cuda")}
@@ -196,7 +210,12 @@ def main(
         workdir = Path(tmp)
         for stage, fn in (
             ("decode", lambda w: run_decode(w, decode_weights, int8_converts)),
-            ("throughput", lambda w: run_throughputs(w, throughput_scale)),
+            (
+                "throughput",
+                lambda w: run_throughputs(
+                    w, throughput_scale, throughput_variants, memory="memory" not in skip
+                ),
+            ),
         ):
             if stage in skip:
                 continue

@@ -51,7 +51,10 @@ from engine.tuning import DEFAULT_TUNING, CudaTuning
 __all__ = ["NewTokenRope", "decode_attention", "paged_attention"]
 
 
-@triton.jit
+# The block tables' width and the query tiles per sequence change with every step; specialized
+# (Triton compiles a variant for an integer equal to 1 or divisible by 16) they compiled new variants
+# in the middle of serving, each a stall of the step loop. Neither feeds a vector access.
+@triton.jit(do_not_specialize=["stride_bt", "num_q_tiles"])
 def _attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, tables_ptr, ctx_ptr, starts_ptr,
     scale, window, k_scale, v_scale, inv_k_scale, inv_v_scale,

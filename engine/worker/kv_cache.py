@@ -68,7 +68,7 @@ class KVCache:
             num_blocks = config.kv_cache_bytes // block_bytes
         else:
             longest = max(m.max_model_len for m in models)
-            enough = config.max_num_seqs * -(-longest // config.block_size)
+            enough = config.seq_limit * -(-longest // config.block_size)
             free = int(KVCache.available_bytes(device) * config.kv_cache_fraction)
             num_blocks = min(enough, free // block_bytes)
         if num_blocks < 1:

@@ -5,7 +5,9 @@ Inputs are the scheduled sequences' new tokens laid end to end (see
 logits row, in the order they were scheduled. On CUDA the model runs as its fused step
 (``engine.fused_step``), with the engine's ``CudaTuning``; pure decode steps replay captured graphs
 (``engine.worker.cuda_graph_runner``), and so does a lone sequence's short prefill
-(``engine.worker.prefill_graphs``); every other step runs eagerly. A decode row whose input token
+(``engine.worker.prefill_graphs``). A step of decodes and a few short prefill chunks (a serving
+load's usual step when prompts arrive) is split: the decode graph for the decode rows, then one
+prefill-graph replay per chunk. Every other step runs eagerly. A decode row whose input token
 is still on the device (asynchronous scheduling) names its row in the previous step's sampled
 tokens, and the runner scatters those into its inputs on the device.
 """
@@ -27,7 +29,7 @@ from engine.worker.prefill_graphs import PrefillGraphs
 if TYPE_CHECKING:
     from engine.fused_step import FusedStep
 
-__all__ = ["ModelRunner", "RunnerOutput"]
+__all__ = ["ModelRunner", "RunnerOutput", "split_step"]
 
 
 class RunnerOutput(NamedTuple):
@@ -47,10 +49,11 @@ class ModelRunner:
         cuda_graphs: bool = False,
         fused: bool = True,
         max_num_seqs: int = 64,
-        max_prefill_graph_tokens: int = 512,
+        max_prefill_graph_tokens: int = 1024,
         tuning: CudaTuning = DEFAULT_TUNING,
     ) -> None:
         self.hosted = hosted
+        self.tuning = tuning
         self.block_size = block_size
         self.device = device
         self.fused: FusedStep | None = None
@@ -104,6 +107,12 @@ class ModelRunner:
                 item.seq.token_ids[item.start : end], item.start, item.seq.block_ids
             )
             return RunnerOutput(logits)
+        if self.graphs is not None and self.prefill_graphs is not None:
+            split = split_step(
+                items, sources, self.graphs, self.prefill_graphs, self.tuning.split_mixed_max_prefills
+            )
+            if split is not None:
+                return self._execute_split(self.graphs, self.prefill_graphs, items, split, pending, sources)
         token_ids, positions, meta = self._prepare(items)
         if pending is not None and sources is not None:
             dst = [meta.host_query_starts[i] for i, s in enumerate(sources) if s >= 0]
@@ -167,6 +176,35 @@ class ModelRunner:
         )
         return RunnerOutput(logits, graphs.greedy)
 
+    def _execute_split(
+        self,
+        graphs: CudaGraphRunner,
+        prefill_graphs: PrefillGraphs,
+        items: list[ScheduledSeq],
+        split: tuple[list[int], list[int]],
+        pending: torch.Tensor | None,
+        sources: list[int] | None,
+    ) -> RunnerOutput:
+        decodes, prefills = split
+        decode_sources = [sources[i] for i in decodes] if sources is not None else None
+        # The decode graph's rows are a view of its output, and a prefill replay's [1, vocab] may
+        # share memory with the next replay's: each is copied out (in stream order) before the next.
+        parts = [self._execute_graph(graphs, [items[i] for i in decodes], pending, decode_sources).logits]
+        order = list(decodes)
+        for i in prefills:
+            item = items[i]
+            end = item.start + item.num_new_tokens
+            logits = prefill_graphs.run(item.seq.token_ids[item.start : end], item.start, item.seq.block_ids)
+            if item.is_sampling:
+                parts.append(logits.clone())
+                order.append(i)
+        rows = torch.cat(parts)
+        sampling = [i for i, item in enumerate(items) if item.is_sampling]
+        if order != sampling:
+            at = {i: k for k, i in enumerate(order)}
+            rows = rows[to_device([at[i] for i in sampling], torch.long, self.device)]
+        return RunnerOutput(rows)
+
     def _prepare(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         bs = self.block_size
         token_ids: list[int] = []
@@ -211,3 +249,27 @@ def _decode_input_id(item: ScheduledSeq) -> int:
     """``_input_ids`` of a one-token item, without the lists (every decode step, every row)."""
     token_ids = item.seq.token_ids
     return token_ids[item.start] if item.start < len(token_ids) else 0
+
+
+def split_step(
+    items: list[ScheduledSeq],
+    sources: list[int] | None,
+    graphs: CudaGraphRunner,
+    prefill_graphs: PrefillGraphs,
+    max_prefills: int,
+) -> tuple[list[int], list[int]] | None:
+    """(decode rows, prefill chunks) as item indices, when a step of both runs as the decode graph
+    plus one prefill replay per chunk: at least one decode, 1..``max_prefills`` chunks of 2 to
+    ``prefill_graphs.max_tokens`` tokens read from the host, no other kind of item."""
+    decodes: list[int] = []
+    prefills: list[int] = []
+    for i, item in enumerate(items):
+        if item.num_new_tokens == 1 and item.is_sampling:
+            decodes.append(i)
+        elif 1 < item.num_new_tokens <= prefill_graphs.max_tokens and (sources is None or sources[i] < 0):
+            prefills.append(i)
+        else:
+            return None
+    if not decodes or not 0 < len(prefills) <= max_prefills or not graphs.fits(len(decodes)):
+        return None
+    return decodes, prefills

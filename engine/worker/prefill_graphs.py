@@ -34,7 +34,7 @@ __all__ = ["PrefillGraphs"]
 
 log = logging.getLogger(__name__)
 
-BUCKETS = (16, 32, 64, 128, 256, 512)
+BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
 """New-token counts captured; a prompt longer than the last is prefilled eagerly (where the
 arithmetic, not the launches, takes the time)."""
 
@@ -55,6 +55,9 @@ class PrefillGraphs:
         num_bytes = self._longs_bytes + (3 + max_blocks) * 4
         pinned = torch.cuda.is_available()
         self._host = [torch.zeros(num_bytes, dtype=torch.uint8, pin_memory=pinned) for _ in range(2)]
+        self._copied: list[torch.cuda.Event | None] = [None, None]
+        """Per staging set, its last copy to the device: a step that replays several prefills
+        (``ModelRunner``'s split steps) may come back to a set before that copy has run."""
         self._num_staged = 0
         self._staged = torch.zeros(num_bytes, dtype=torch.uint8, device=device)
         longs, ints = self._parts(self._staged)
@@ -85,13 +88,17 @@ class PrefillGraphs:
     def run(self, token_ids: list[int], start: int, block_ids: list[int]) -> torch.Tensor:
         """logits [1, vocab] float32 of the last of ``token_ids``, the new tokens at positions
         ``start ..``, whose K/V go into the sequence's ``block_ids`` (which already hold its
-        first ``start`` tokens)."""
+        first ``start`` tokens). The graph's own output: the next replay may overwrite it."""
         n = len(token_ids)
         bucket = self._bucket(n)
         if bucket not in self.graphs:
             self._capture(bucket)
-        host = self._host[self._num_staged % 2]
+        index = self._num_staged % 2
+        host = self._host[index]
         self._num_staged += 1
+        copied = self._copied[index]
+        if copied is not None:
+            copied.synchronize()  # its last copy has read it (long since, but for several a step)
         longs, ints = (t.numpy() for t in self._parts(host))
         bs = self.block_size
         end = start + n
@@ -105,6 +112,10 @@ class PrefillGraphs:
         ints[0], ints[1], ints[2] = end, 0, n
         ints[3 : 3 + len(block_ids)] = block_ids
         self._staged.copy_(host, non_blocking=True)
+        if self._staged.is_cuda:
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record()
+            self._copied[index] = event
         graph, logits = self.graphs[bucket]
         graph.replay()
         self.num_replays += 1

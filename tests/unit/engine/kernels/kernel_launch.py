@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -79,13 +79,19 @@ class KernelLaunch:
 
 
 @functools.cache
-def _parameters(fn: Callable[..., Any]) -> list[KernelParam]:
-    params: list[KernelParam] = JITFunction(fn).params  # each parameter as the compiler reads it
+def _parameters(kernel: InterpretedFunction) -> list[KernelParam]:
+    # Each parameter as the compiler reads it, with the kernel's own jit options (which arguments
+    # it leaves unspecialized).
+    options = {
+        k: v for k, v in kernel.kwargs.items() if k in ("do_not_specialize", "do_not_specialize_on_alignment")
+    }
+    params: list[KernelParam] = JITFunction(kernel.fn, **options).params
     return params
 
 
-def _launch(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> KernelLaunch:
-    parameters = _parameters(fn)
+def _launch(kernel: InterpretedFunction, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KernelLaunch:
+    fn = kernel.fn
+    parameters = _parameters(kernel)
     names = [p.name for p in parameters]
     values = {**dict(zip(names, args, strict=False)), **kwargs}
     signature, constexprs, attrs = [], {}, []
@@ -123,7 +129,7 @@ def recorded_launches() -> Iterator[list[KernelLaunch]]:
     launches: list[KernelLaunch] = []
 
     def run(self: InterpretedFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
-        launches.append(_launch(self.fn, args, kwargs))
+        launches.append(_launch(self, args, kwargs))
 
     original = InterpretedFunction.run
     InterpretedFunction.run = run
