@@ -13,8 +13,12 @@ no field changes a token; they change only time (measured in ``bench/BENCHMARKS.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Literal, get_args
 
-__all__ = ["DEFAULT_TUNING", "CudaTuning"]
+__all__ = ["DEFAULT_TUNING", "CudaTuning", "Int8Convert"]
+
+Int8Convert = Literal["cvt", "magic", "magic_asm"]
+"""How INT8 weights become float32 in a kernel (``kernels.int8``)."""
 
 _POWERS_OF_TWO = (
     "gemv_block_n",
@@ -47,6 +51,13 @@ class CudaTuning:
     """Quantized-weight matmuls of at most this many rows (decode batches) run ``kernels.quant_gemv``,
     which dequantizes in its loads: one launch per GEMM, as the bf16 path's. Above (prefill),
     ``fp8_scaled_mm`` for FP8 and a dequantized copy of the weight for INT8."""
+    int8_convert: Int8Convert = "cvt"
+    """How ``kernels.quant_gemv``'s one-row GEMV turns INT8 weights into float32
+    (``kernels.int8``; the same bits from each): "cvt", the int-to-float instruction, whose rate
+    bounds the GEMV below what memory gives; "magic", through a float's mantissa in Triton's
+    integer ops; "magic_asm", the same in PTX on four bytes per register (the interpreter, which
+    runs no assembly, takes "magic" for it). Tensor-core dots (2..16 rows and more) always take
+    "cvt", which the compiler lowers to bf16 pairs without the instruction."""
     fp8_scaled_mm: bool = True
     """FP8-weight matmuls of more than ``quant_gemv_max_rows`` rows (prefill) quantize the
     activations to FP8 per row and run ``torch._scaled_mm`` (``quantization.scaled_mm``), not a
@@ -140,6 +151,10 @@ class CudaTuning:
             value = getattr(self, f.name)
             if isinstance(value, int) and not isinstance(value, bool) and value < 0:
                 raise ValueError(f"CudaTuning.{f.name} must not be negative, got {value}")
+        if self.int8_convert not in get_args(Int8Convert):
+            raise ValueError(
+                f"CudaTuning.int8_convert must be cvt, magic or magic_asm, got {self.int8_convert!r}"
+            )
         if self.one_row_split_k < 1 or (self.merge_split_k is not None and self.merge_split_k < 1):
             raise ValueError("CudaTuning split counts must be positive")
 

@@ -11,6 +11,8 @@ the model's bytes on the GPU and the KV blocks the engine's default sizing (90 %
 left after the weights) gives it. One device call, JSON to ``--out``/quantization.json::
 
     python -m bench.engine.quantization --out $OUT [--throughput-scale 0.25] [--skip decode]
+    python -m bench.engine.quantization --out $OUT --skip throughput --decode-weights int8 \\
+        --int8-convert cvt --int8-convert magic --int8-convert magic_asm    # INT8 conversions A/B
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
 import click
 
@@ -38,7 +41,7 @@ from bench.gpu_engine import (
     run_throughput,
 )
 from bench.provenance import provenance
-from engine.tuning import DEFAULT_TUNING
+from engine.tuning import DEFAULT_TUNING, CudaTuning, Int8Convert
 
 QUANTIZATIONS: tuple[str | None, ...] = (None, "fp8", "int8")
 THROUGHPUT_VARIANTS: tuple[tuple[str, str | None, str], ...] = (
@@ -74,8 +77,30 @@ def _stored_weight_bytes(path: Path, quantization: str | None) -> dict[str, floa
     return {"weight_bytes": stored, "allocated_bytes": allocated}
 
 
-def run_decode(workdir: Path, weights: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``weights``: the labels to time (bf16, fp8, int8); all when empty."""
+def _decode_variants(
+    weights: tuple[str, ...], int8_converts: tuple[str, ...]
+) -> list[tuple[str, str | None, CudaTuning]]:
+    """(label, quantization, tuning) of each decode timed: the weights asked for (all when none),
+    INT8 once per conversion asked for (``int8-<conversion>``), the rest with the defaults."""
+    variants = []
+    for quantization in QUANTIZATIONS:
+        if weights and _label(quantization) not in weights:
+            continue
+        if quantization != "int8" or not int8_converts:
+            variants.append((_label(quantization), quantization, DEFAULT_TUNING))
+            continue
+        for c in int8_converts:
+            variants.append(
+                (f"int8-{c}", quantization, replace(DEFAULT_TUNING, int8_convert=cast(Int8Convert, c)))
+            )
+    return variants
+
+
+def run_decode(
+    workdir: Path, weights: tuple[str, ...] = (), int8_converts: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``weights``: the labels to time (bf16, fp8, int8); all when empty. ``int8_converts``: the
+    ``CudaTuning.int8_convert`` values INT8 is timed with, one decode each; the default when empty."""
     random.seed(0)
     prompt = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
     warm = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
@@ -86,12 +111,10 @@ def run_decode(workdir: Path, weights: tuple[str, ...] = ()) -> dict[str, Any]:
     del hf
     _free_gpu()
     result: dict[str, Any] = {"shape": "llama3-8b", "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS}
-    for quantization in QUANTIZATIONS:
-        if weights and _label(quantization) not in weights:
-            continue
+    for label, quantization, tuning in _decode_variants(weights, int8_converts):
         entry: dict[str, Any] = _safe(lambda q=quantization: _stored_weight_bytes(path, q))
-        timed = _safe(lambda q=quantization: _decode_variant(path, prompt, warm, DEFAULT_TUNING,
-                                                             profile=True, quantization=q))  # fmt: skip
+        timed = _safe(lambda q=quantization, t=tuning: _decode_variant(path, prompt, warm, t,
+                                                                       profile=True, quantization=q))  # fmt: skip
         _free_gpu()
         entry.update(timed)
         graphs = entry.get("ours_graphs", {})
@@ -100,7 +123,7 @@ def run_decode(workdir: Path, weights: tuple[str, ...] = ()) -> dict[str, Any]:
             graphs["ms_per_token"] = 1e3 / graphs["decode_tok_s"]
             graphs["floor_ms"] = floor_ms
             graphs["mbu"] = floor_ms / graphs["ms_per_token"]
-        result[_label(quantization)] = entry
+        result[label] = entry
     return result
 
 
@@ -167,6 +190,8 @@ def run_throughputs(
     type=click.Choice(["bf16", "fp8", "int8"]),
     help="Weights timed in the decode stage (repeat; default: all).",
 )
+@click.option("--int8-convert", "int8_converts", multiple=True, type=click.Choice(get_args(Int8Convert)),
+              help="Time INT8 decode once per conversion given (repeat; default: the tuning's).")  # fmt: skip
 @click.option("--throughput-variant", "throughput_variants", multiple=True,
               type=click.Choice([label for label, _, _ in THROUGHPUT_VARIANTS]),
               help="Variants of the throughput stage (repeat; default: all).")  # fmt: skip
@@ -175,6 +200,7 @@ def main(
     throughput_scale: float,
     skip: tuple[str, ...],
     decode_weights: tuple[str, ...],
+    int8_converts: tuple[str, ...],
     throughput_variants: tuple[str, ...],
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +209,7 @@ def main(
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         workdir = Path(tmp)
         for stage, fn in (
-            ("decode", lambda w: run_decode(w, decode_weights)),
+            ("decode", lambda w: run_decode(w, decode_weights, int8_converts)),
             (
                 "throughput",
                 lambda w: run_throughputs(

@@ -19,9 +19,15 @@ def test_frozen_with_the_production_defaults() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"gemv_block_n": 24}, {"step_warps": 0}, {"rope_in_attention_max_seqs": -1}, {"merge_split_k": 0}],
+    [
+        {"gemv_block_n": 24},
+        {"step_warps": 0},
+        {"rope_in_attention_max_seqs": -1},
+        {"merge_split_k": 0},
+        {"int8_convert": "i2f"},
+    ],
 )
-def test_bad_values_are_refused(bad: dict[str, int]) -> None:
+def test_bad_values_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="CudaTuning"):
         CudaTuning(**bad)  # type: ignore[arg-type]
 

@@ -48,6 +48,7 @@ from engine.kernels.step_advance import step_advance
 from engine.kernels.token_bitmask import apply_token_bitmask
 from engine.quantization.kv_quant import KVScales
 from engine.tuning import DEFAULT_TUNING
+from tests.unit.engine.kernels.bad_asm import bad_asm_kernel
 from tests.unit.engine.kernels.hopper_compiler import compile_for_hopper
 from tests.unit.engine.kernels.kernel_launch import KernelLaunch, covering, on_hopper, recorded_launches
 from tests.unit.engine.kernels.two_returns import store_kernel
@@ -174,6 +175,14 @@ def _quant_gemv(dtype: torch.dtype) -> None:
             x = _empty(m, 2 * MLP, dtype=dtype)
             quant_gemv(x, down, _empty(HIDDEN, 1), None, silu_mul=True)
             quant_gemv_deferred(x, down, _empty(HIDDEN, MLP // 128), 128, silu_mul=True)
+    # One row of INT8 through a float's mantissa, in Triton and in PTX (CudaTuning.int8_convert):
+    # whole slices, split K, grouped scales, ragged (masked) tiles.
+    for convert in ("magic", "magic_asm"):
+        tuning = replace(DEFAULT_TUNING, int8_convert=convert)
+        for n, k in (_GEMMS[1], _GEMMS[4], (1000, 1000)):
+            w, x = _empty(n, k, dtype=torch.int8), _empty(1, k, dtype=dtype)
+            quant_gemv(x, w, _empty(n, 1), None, tuning=tuning)
+        quant_gemv(x[:, :896], w[:, :896], _empty(1000, 7), 128, tuning=tuning)
 
 
 def _kv(cache_dtype: torch.dtype, num_blocks: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -313,3 +322,10 @@ def test_what_the_interpreter_runs_the_compiler_may_refuse() -> None:
         store_kernel[(1,)](x, out, FP8=True)
     (error,) = compile_for_hopper(launches, workers=1).values()
     assert error is not None and "Return type mismatch" in error
+
+
+def test_a_rejected_assembly_is_reported_as_its_error() -> None:
+    with recorded_launches() as launches:
+        bad_asm_kernel[(1,)](torch.zeros(16, dtype=torch.int32), torch.zeros(16, dtype=torch.int32))
+    (error,) = compile_for_hopper(launches, workers=1).values()
+    assert error is not None and "prmtx" in error
