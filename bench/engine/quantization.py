@@ -11,6 +11,12 @@ the model's bytes on the GPU and the KV blocks the engine's default sizing (90 %
 left after the weights) gives it. One device call, JSON to ``--out``/quantization.json::
 
     python -m bench.engine.quantization --out $OUT [--throughput-scale 0.25] [--skip decode]
+
+``--norm-in-gemv-max-k 1024`` times the decode weights a second time with the norms at hidden
+4,096 left to the norm kernel (before long rows were fused), for an A/B in one call::
+
+    python -m bench.engine.quantization --out $OUT --skip throughput --decode-weights fp8 \
+        --decode-weights int8 --norm-in-gemv-max-k 1024
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +81,24 @@ def _stored_weight_bytes(path: Path, quantization: str | None) -> dict[str, floa
     return {"weight_bytes": stored, "allocated_bytes": allocated}
 
 
-def run_decode(workdir: Path, weights: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``weights``: the labels to time (bf16, fp8, int8); all when empty."""
+def _with_floor(timed: dict[str, Any], weight_bytes: float | None, kv_bytes: float) -> dict[str, Any]:
+    """A decode timing with its ms per token, the weight-streaming floor and the MBU."""
+    graphs = timed.get("ours_graphs", {})
+    if "decode_tok_s" in graphs and weight_bytes is not None:
+        floor_ms = (weight_bytes + kv_bytes) / COPY_BANDWIDTH * 1e3
+        graphs["ms_per_token"] = 1e3 / graphs["decode_tok_s"]
+        graphs["floor_ms"] = floor_ms
+        graphs["mbu"] = floor_ms / graphs["ms_per_token"]
+    return timed
+
+
+def run_decode(
+    workdir: Path, weights: tuple[str, ...] = (), norm_max_ks: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """``weights``: the labels to time (bf16, fp8, int8); all when empty. ``norm_max_ks``: the
+    same weights timed again, in the same process, with ``CudaTuning.norm_in_gemv_max_k`` at each
+    value (1024: Llama-3-8B's 4,096-wide norms run the norm kernel), under
+    ``entry["norm_in_gemv_max_k"][value]``."""
     random.seed(0)
     prompt = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
     warm = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
@@ -85,21 +108,22 @@ def run_decode(workdir: Path, weights: tuple[str, ...] = ()) -> dict[str, Any]:
     kv_bytes = _floor(hf, PROMPT_LEN + NEW_TOKENS // 2)["kv_bytes_per_token"]
     del hf
     _free_gpu()
-    result: dict[str, Any] = {"shape": "llama3-8b", "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS}
+    result: dict[str, Any] = {"shape": "llama3-8b", "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS,
+                              "norm_in_gemv_max_k": DEFAULT_TUNING.norm_in_gemv_max_k}  # fmt: skip
     for quantization in QUANTIZATIONS:
         if weights and _label(quantization) not in weights:
             continue
         entry: dict[str, Any] = _safe(lambda q=quantization: _stored_weight_bytes(path, q))
-        timed = _safe(lambda q=quantization: _decode_variant(path, prompt, warm, DEFAULT_TUNING,
-                                                             profile=True, quantization=q))  # fmt: skip
-        _free_gpu()
-        entry.update(timed)
-        graphs = entry.get("ours_graphs", {})
-        if "decode_tok_s" in graphs and "weight_bytes" in entry:
-            floor_ms = (entry["weight_bytes"] + kv_bytes) / COPY_BANDWIDTH * 1e3
-            graphs["ms_per_token"] = 1e3 / graphs["decode_tok_s"]
-            graphs["floor_ms"] = floor_ms
-            graphs["mbu"] = floor_ms / graphs["ms_per_token"]
+        for max_k in (DEFAULT_TUNING.norm_in_gemv_max_k, *norm_max_ks):
+            tuning = replace(DEFAULT_TUNING, norm_in_gemv_max_k=max_k)
+            timed = _safe(lambda q=quantization, t=tuning: _decode_variant(path, prompt, warm, t, profile=True,
+                                                                           quantization=q))  # fmt: skip
+            _free_gpu()
+            timed = _with_floor(timed, entry.get("weight_bytes"), kv_bytes)
+            if max_k == DEFAULT_TUNING.norm_in_gemv_max_k:
+                entry.update(timed)
+            else:
+                entry.setdefault("norm_in_gemv_max_k", {})[str(max_k)] = timed
         result[_label(quantization)] = entry
     return result
 
@@ -167,6 +191,9 @@ def run_throughputs(
     type=click.Choice(["bf16", "fp8", "int8"]),
     help="Weights timed in the decode stage (repeat; default: all).",
 )
+@click.option("--norm-in-gemv-max-k", "norm_max_ks", multiple=True, type=click.IntRange(min=0),
+              help="Also time the decode stage with CudaTuning.norm_in_gemv_max_k at this value, in the "
+                   "same call (repeat; 1024: no norm fused at Llama-3-8B's hidden 4,096).")  # fmt: skip
 @click.option("--throughput-variant", "throughput_variants", multiple=True,
               type=click.Choice([label for label, _, _ in THROUGHPUT_VARIANTS]),
               help="Variants of the throughput stage (repeat; default: all).")  # fmt: skip
@@ -175,6 +202,7 @@ def main(
     throughput_scale: float,
     skip: tuple[str, ...],
     decode_weights: tuple[str, ...],
+    norm_max_ks: tuple[int, ...],
     throughput_variants: tuple[str, ...],
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +211,7 @@ def main(
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         workdir = Path(tmp)
         for stage, fn in (
-            ("decode", lambda w: run_decode(w, decode_weights)),
+            ("decode", lambda w: run_decode(w, decode_weights, norm_max_ks)),
             (
                 "throughput",
                 lambda w: run_throughputs(
