@@ -25,6 +25,9 @@ _POWERS_OF_TWO = (
     "gemv_warps",
     "lm_head_block_n",
     "lm_head_warps",
+    "long_row_block_n",
+    "long_row_chunk",
+    "long_row_warps",
     "one_row_block_n",
     "one_row_warps",
     "merge_block_n",
@@ -76,6 +79,11 @@ class CudaTuning:
     norm_in_gemv: bool = True
     """One row (batch-1 decode): the residual add and RMSNorm are computed by the GEMM that
     consumes them (``kernels.normed_gemv``) instead of a norm kernel of their own."""
+    norm_in_gemv_max_k: int = 8192
+    """Widest row (hidden size) whose norm is left to the GEMM after it (with ``norm_in_gemv``,
+    ``final_norm_in_lm_head``, ``gather_in_first_gemv``). Rows up to 1,024 are one register tile;
+    wider ones (Llama-3-8B: 4,096; 70B: 8,192) are walked in chunks (``long_row_*``). 1024: only
+    the one-tile rows, the others run the norm kernel."""
     final_norm_in_lm_head: bool = True
     """One row on one rank: the model's final RMSNorm runs inside the LM head's GEMV, which
     writes float32 logits directly."""
@@ -105,7 +113,17 @@ class CudaTuning:
     step (some 9,500 programs at a 152k vocabulary)."""
     lm_head_warps: int = 4
     """Warps per program of the LM head: with fewer warps more of its programs fit beside the
-    kernel ahead of it."""
+    kernel ahead of it. (``lm_head_block_n`` and ``lm_head_warps`` are those of rows of at most
+    1,024; a longer row's LM head takes the ``long_row_*`` shape.)"""
+    long_row_block_n: int = 32
+    """W rows per program of a norm-and-GEMV over a row longer than 1,024 (the LM head's too).
+    Every program reads the row twice from L2 (its sum of squares, then its norm), as many bytes
+    as the split-K partials and residual it sums: wider programs re-read it fewer times."""
+    long_row_chunk: int = 512
+    """Columns per loop step of a norm-and-GEMV over a row longer than 1,024; the first chunk of
+    W is loaded before the wait for the kernel ahead."""
+    long_row_warps: int = 8
+    """Warps per program of a norm-and-GEMV over a row longer than 1,024."""
 
     one_row_block_n: int = 16
     """W rows per program of a one-row skinny GEMM."""

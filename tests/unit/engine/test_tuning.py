@@ -25,6 +25,9 @@ def test_frozen_with_the_production_defaults() -> None:
         {"rope_in_attention_max_seqs": -1},
         {"merge_split_k": 0},
         {"int8_convert": "i2f"},
+        {"long_row_chunk": 300},
+        {"long_row_block_n": 48},
+        {"norm_in_gemv_max_k": -1},
     ],
 )
 def test_bad_values_are_refused(bad: dict[str, object]) -> None:

@@ -42,6 +42,7 @@ from engine.kernels import (
     skinny_gemm,
     skinny_gemm_deferred,
 )
+from engine.kernels.normed_gemv import ONE_TILE_MAX_K
 from engine.kernels.quant_gemv import quant_gemv, quant_gemv_deferred
 from engine.kernels.skinny_gemm import SplitKPartials
 from engine.kernels.step_advance import step_advance
@@ -107,27 +108,31 @@ def _silu_and_mul(dtype: torch.dtype) -> None:
 
 
 def _normed_gemv(dtype: torch.dtype) -> None:
-    norm_w, out = _empty(HIDDEN, dtype=dtype), _empty(1, HIDDEN, dtype=dtype)
-    row = _empty(1, HIDDEN, dtype=dtype)
-    embedding = TokenEmbedding(_empty(VOCAB, HIDDEN, dtype=dtype), _ints(1, dtype=torch.int64))
-    for x, residual in (
-        (row, row),
-        (SplitKPartials(_empty(4, 1, HIDDEN), None, dtype), row),
-        (SplitKPartials(_empty(4, 1, HIDDEN), _empty(HIDDEN, dtype=dtype), dtype), row),
-        (embedding, None),
-    ):
-        pending = PendingNorm(x, residual, norm_w, 1e-6, out)
-        normed_gemv(pending, _empty(QKV, HIDDEN, dtype=dtype), _empty(QKV, dtype=dtype))
-        normed_gemv(pending, _empty(2 * MLP, HIDDEN, dtype=dtype))
-        # FP8 / INT8 weights with per-row scales.
-        for weight_dtype in (FP8, torch.int8):
-            w = _empty(QKV, HIDDEN, dtype=weight_dtype)
-            normed_gemv(pending, w, _empty(QKV, dtype=dtype), scale=_empty(QKV, 1))
-            normed_gemv(pending, w, scale=_empty(QKV, 1))
-    # The LM head: float32 logits, its own tiles.
-    lm_head = PendingNorm(row, row, norm_w, 1e-6, out)
-    normed_gemv(lm_head, _empty(VOCAB, HIDDEN, dtype=dtype), out_dtype=torch.float32,
-                block_n=DEFAULT_TUNING.lm_head_block_n, num_warps=DEFAULT_TUNING.lm_head_warps)  # fmt: skip
+    # Qwen3-0.6B's rows (one tile) and Llama-3-8B's (hidden 4,096: walked in chunks).
+    for hidden, qkv, gate_up, vocab in ((HIDDEN, QKV, 2 * MLP, VOCAB), (4096, 6144, 28672, 128256)):
+        norm_w, out = _empty(hidden, dtype=dtype), _empty(1, hidden, dtype=dtype)
+        row = _empty(1, hidden, dtype=dtype)
+        embedding = TokenEmbedding(_empty(vocab, hidden, dtype=dtype), _ints(1, dtype=torch.int64))
+        for x, residual in (
+            (row, row),
+            (SplitKPartials(_empty(4, 1, hidden), None, dtype), row),
+            (SplitKPartials(_empty(4, 1, hidden), _empty(hidden, dtype=dtype), dtype), row),
+            (embedding, None),
+        ):
+            pending = PendingNorm(x, residual, norm_w, 1e-6, out)
+            normed_gemv(pending, _empty(qkv, hidden, dtype=dtype), _empty(qkv, dtype=dtype))
+            normed_gemv(pending, _empty(gate_up, hidden, dtype=dtype))
+            # FP8 / INT8 weights with per-row scales.
+            for weight_dtype in (FP8, torch.int8):
+                w = _empty(qkv, hidden, dtype=weight_dtype)
+                normed_gemv(pending, w, _empty(qkv, dtype=dtype), scale=_empty(qkv, 1))
+                normed_gemv(pending, w, scale=_empty(qkv, 1))
+        # The LM head: float32 logits, its own tiles for one-tile rows.
+        lm_head = PendingNorm(row, row, norm_w, 1e-6, out)
+        one_tile = hidden <= ONE_TILE_MAX_K
+        normed_gemv(lm_head, _empty(vocab, hidden, dtype=dtype), out_dtype=torch.float32,
+                    block_n=DEFAULT_TUNING.lm_head_block_n if one_tile else None,
+                    num_warps=DEFAULT_TUNING.lm_head_warps if one_tile else None)  # fmt: skip
 
 
 # (n, k) of the decode GEMMs: qkv, o_proj (narrow and long: split K), down (silu_mul: split K),
