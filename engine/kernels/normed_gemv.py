@@ -41,6 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.int8 import int8_to_float
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.skinny_gemm import SplitKPartials
 from engine.tuning import DEFAULT_TUNING, CudaTuning
@@ -121,13 +122,16 @@ def _row(x_ptr, tok_ptr, res_ptr, x_bias_ptr, kk, k_ok, stride_part, num_parts, 
 
 
 @triton.jit
-def _load_w(w_ptr, rn, kk, n_ok, k_ok, stride_wn, SCALED: tl.constexpr):
-    # [BLOCK_N, BLOCK_K] of W (FP8 / INT8 widened to float32, exact). W is read once: kept out of L2.
+def _load_w(w_ptr, rn, kk, n_ok, k_ok, stride_wn, SCALED: tl.constexpr, INT8_CONVERT: tl.constexpr,
+            INTERPRETED: tl.constexpr):  # fmt: skip
+    # [BLOCK_N, BLOCK_K] of W (FP8 / INT8 widened to float32, exact: INT8 as CudaTuning.int8_convert
+    # says, as quant_gemv's one row). W is read once: kept out of L2.
     mask = n_ok[:, None] & k_ok[None, :]
     ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + kk[None, :]
     # One return: the compiler types every return of a helper alike, taken or not.
     if SCALED:  # no ``other``: the interpreter cannot fill an fp8 tile; zeroed after the cast
-        w = tl.where(mask, tl.load(ptrs, mask=mask, eviction_policy="evict_first").to(tl.float32), 0.0)
+        raw = tl.load(ptrs, mask=mask, eviction_policy="evict_first")
+        w = tl.where(mask, int8_to_float(raw, INT8_CONVERT, INTERPRETED), 0.0)
     else:
         w = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
     return w
@@ -146,7 +150,7 @@ def _normed_gemv_kernel(
     n, k, stride_part, num_parts, stride_wn, stride_sn, eps,
     PARTS: tl.constexpr, GATHER: tl.constexpr, HAS_RES: tl.constexpr, X_HAS_BIAS: tl.constexpr,
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    CHUNKED: tl.constexpr, PDL: tl.constexpr,
+    CHUNKED: tl.constexpr, INT8_CONVERT: tl.constexpr, INTERPRETED: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # One tile (CHUNKED off): BLOCK_K covers the row. Chunked: BLOCK_K columns per loop step.
     pid = tl.program_id(0)
@@ -156,7 +160,7 @@ def _normed_gemv_kernel(
     dtype = res_out_ptr.dtype.element_ty
     # Weights before the wait (the first chunk's, or the whole tile): they stream in while the
     # kernel ahead finishes.
-    w = _load_w(w_ptr, rn, kk, n_ok, k_ok, stride_wn, SCALED)
+    w = _load_w(w_ptr, rn, kk, n_ok, k_ok, stride_wn, SCALED, INT8_CONVERT, INTERPRETED)
     norm_w = tl.load(norm_w_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
     pdl_wait(PDL)
     if CHUNKED:
@@ -180,7 +184,7 @@ def _normed_gemv_kernel(
         for k0 in range(BLOCK_K, k, BLOCK_K):
             cols = k0 + kk
             ok = cols < k
-            w = _load_w(w_ptr, rn, cols, n_ok, ok, stride_wn, SCALED)
+            w = _load_w(w_ptr, rn, cols, n_ok, ok, stride_wn, SCALED, INT8_CONVERT, INTERPRETED)
             x = _row(x_ptr, tok_ptr, res_ptr, x_bias_ptr, cols, ok, stride_part, num_parts, dtype, PARTS,
                      GATHER, HAS_RES, X_HAS_BIAS)  # fmt: skip
             norm_w = tl.load(norm_w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
@@ -255,7 +259,9 @@ def normed_gemv(
         n_out, k, stride_part, num_parts, weight.stride(0), scale.stride(0) if scale is not None else 0, pending.eps,
         PARTS=triton.next_power_of_2(num_parts) if num_parts else 0, GATHER=tokens is not None,
         HAS_RES=residual is not None, X_HAS_BIAS=x_bias is not None, HAS_BIAS=bias is not None,
-        SCALED=scale is not None, BLOCK_N=block_n, BLOCK_K=block_k, CHUNKED=chunked, num_warps=num_warps,
+        SCALED=scale is not None, BLOCK_N=block_n, BLOCK_K=block_k, CHUNKED=chunked,
+        INT8_CONVERT=tuning.int8_convert if weight.dtype == torch.int8 else "cvt",
+        INTERPRETED=weight.device.type == "cpu", num_warps=num_warps,
         **pdl_launch(out, tuning.pdl),
     )  # fmt: skip
     return y

@@ -127,6 +127,11 @@ def _normed_gemv(dtype: torch.dtype) -> None:
                 w = _empty(qkv, hidden, dtype=weight_dtype)
                 normed_gemv(pending, w, _empty(qkv, dtype=dtype), scale=_empty(qkv, 1))
                 normed_gemv(pending, w, scale=_empty(qkv, 1))
+            # INT8 through a float's mantissa, in Triton and in PTX (CudaTuning.int8_convert).
+            for convert in ("magic", "magic_asm"):
+                tuning = replace(DEFAULT_TUNING, int8_convert=convert)
+                w = _empty(qkv, hidden, dtype=torch.int8)
+                normed_gemv(pending, w, scale=_empty(qkv, 1), tuning=tuning)
         # The LM head: float32 logits, its own tiles for one-tile rows.
         lm_head = PendingNorm(row, row, norm_w, 1e-6, out)
         one_tile = hidden <= ONE_TILE_MAX_K

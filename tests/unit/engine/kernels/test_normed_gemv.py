@@ -29,6 +29,7 @@ from engine.layers.quantized_linear import QuantizedLinear, quantize_linears
 from engine.quantization.scheme import WeightQuant
 from engine.quantization.tensors import quantize
 from engine.tuning import DEFAULT_TUNING
+from tests.unit.engine.kernels.kernel_launch import recorded_launches
 
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -230,6 +231,25 @@ def test_quantized_weight_matches_norm_then_quant_gemv(
         normed_gemv(pending, q.to(device), b, scale=scale.repeat(1, 2).to(device))
 
 
+@pytest.mark.parametrize("convert", ["magic", "magic_asm"])
+@pytest.mark.parametrize(("n", "source"), [(96, "row"), (2600, "row"), (2600, "partials")])
+def test_int8_conversions_give_the_same_bits(device: str, convert: str, n: int, source: str) -> None:
+    # CudaTuning.int8_convert (engine.kernels.int8): every way of widening INT8 weights gives
+    # the I2F instruction's bits, in one tile and in chunks (ragged last one).
+    pending = _pending(_input(source, n, torch.bfloat16, device), n, torch.bfloat16, device)
+    q, scale = quantize(torch.randn(40, n) / n**0.5, "int8")
+    q[0, : min(n, 256)] = torch.arange(-128, 128, dtype=torch.int8)[: min(n, 256)]  # every value
+    q, scale = q.to(device), scale.to(device)
+    tuning = replace(DEFAULT_TUNING, int8_convert=convert)
+    want = normed_gemv(pending, q, scale=scale)
+    got = normed_gemv(pending, q, scale=scale, tuning=tuning)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    if device == "cpu":  # under the interpreter: and the kernel was asked for that conversion
+        with recorded_launches() as launches:
+            normed_gemv(pending, q, scale=scale, tuning=tuning)
+        assert dict(launches[0].constexprs)["INT8_CONVERT"] == convert
+
+
 @pytest.mark.parametrize("block", [None, (32, 64)])
 def test_fused_step_fuses_norms_into_per_row_quantized_layers(
     device: str, monkeypatch: pytest.MonkeyPatch, block: tuple[int, int] | None
@@ -374,6 +394,8 @@ def test_the_widest_fused_row_is_the_tunings_choice(device: str) -> None:
     assert isinstance(add_norm(layer, x, res, DEFAULT_TUNING)[0], PendingNorm)
     assert isinstance(add_norm(layer, x, res, narrow)[0], torch.Tensor)
     embedding = VocabParallelEmbedding(20, n).to(dtype).to(device)
+    with torch.no_grad():  # made with torch.empty: whatever the memory held, inf included
+        embedding.weight.normal_()
     token = torch.tensor([3], device=device)
     assert isinstance(embed_norm(embedding, layer, token, DEFAULT_TUNING)[0], PendingNorm)
     h, x0 = embed_norm(embedding, layer, token, narrow)
