@@ -79,11 +79,12 @@ class CudaTuning:
     norm_in_gemv: bool = True
     """One row (batch-1 decode): the residual add and RMSNorm are computed by the GEMM that
     consumes them (``kernels.normed_gemv``) instead of a norm kernel of their own."""
-    norm_in_gemv_max_k: int = 8192
+    norm_in_gemv_max_k: int = 1024
     """Widest row (hidden size) whose norm is left to the GEMM after it (with ``norm_in_gemv``,
     ``final_norm_in_lm_head``, ``gather_in_first_gemv``). Rows up to 1,024 are one register tile;
-    wider ones (Llama-3-8B: 4,096; 70B: 8,192) are walked in chunks (``long_row_*``). 1024: only
-    the one-tile rows, the others run the norm kernel."""
+    wider ones (Llama-3-8B: 4,096; 70B: 8,192) are walked in chunks (``long_row_*``) when this
+    allows them. 1024 until a GPU run shows the chunked rows beat the norm kernel at 8B
+    (``bench.engine.quantization --norm-in-gemv-max-k 8192``): not yet timed on a GPU."""
     final_norm_in_lm_head: bool = True
     """One row on one rank: the model's final RMSNorm runs inside the LM head's GEMV, which
     writes float32 logits directly."""

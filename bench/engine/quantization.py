@@ -14,11 +14,12 @@ left after the weights) gives it. One device call, JSON to ``--out``/quantizatio
     python -m bench.engine.quantization --out $OUT --skip throughput --decode-weights int8 \\
         --int8-convert cvt --int8-convert magic --int8-convert magic_asm    # INT8 conversions A/B
 
-``--norm-in-gemv-max-k 1024`` times the decode weights a second time with the norms at hidden
-4,096 left to the norm kernel (before long rows were fused), for an A/B in one call::
+``--norm-in-gemv-max-k 8192`` times the decode weights a second time with the norms at hidden
+4,096 fused into the GEMMs after them (long rows, chunked; the default leaves them to the norm
+kernel until this A/B has run on a GPU)::
 
     python -m bench.engine.quantization --out $OUT --skip throughput --decode-weights fp8 \\
-        --decode-weights int8 --norm-in-gemv-max-k 1024
+        --decode-weights int8 --norm-in-gemv-max-k 8192
 """
 
 from __future__ import annotations

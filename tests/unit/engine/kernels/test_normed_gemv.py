@@ -385,19 +385,21 @@ def test_long_row_lm_head_writes_the_rounded_logits_widened(device: str) -> None
 
 
 def test_the_widest_fused_row_is_the_tunings_choice(device: str) -> None:
-    # Llama-3-8B's hidden size: left to the GEMM after it by default; with the limit at 1,024
-    # (the one-tile rows only, as before long rows were chunked) the norm kernel runs at once.
+    # Llama-3-8B's hidden size: left to the GEMM after it with the limit at 8,192; at 1,024 (the
+    # one-tile rows only, the default until the chunked rows are timed on a GPU) the norm kernel
+    # runs at once.
     dtype, n = torch.bfloat16, 4096
     layer = RMSNorm(n).to(dtype).to(device)
     x, res = torch.randn(1, n).to(dtype).to(device), torch.randn(1, n).to(dtype).to(device)
-    narrow = replace(DEFAULT_TUNING, norm_in_gemv_max_k=1024)
-    assert isinstance(add_norm(layer, x, res, DEFAULT_TUNING)[0], PendingNorm)
+    wide, narrow = replace(DEFAULT_TUNING, norm_in_gemv_max_k=8192), DEFAULT_TUNING
+    assert DEFAULT_TUNING.norm_in_gemv_max_k == 1024
+    assert isinstance(add_norm(layer, x, res, wide)[0], PendingNorm)
     assert isinstance(add_norm(layer, x, res, narrow)[0], torch.Tensor)
     embedding = VocabParallelEmbedding(20, n).to(dtype).to(device)
     with torch.no_grad():  # made with torch.empty: whatever the memory held, inf included
         embedding.weight.normal_()
     token = torch.tensor([3], device=device)
-    assert isinstance(embed_norm(embedding, layer, token, DEFAULT_TUNING)[0], PendingNorm)
+    assert isinstance(embed_norm(embedding, layer, token, wide)[0], PendingNorm)
     h, x0 = embed_norm(embedding, layer, token, narrow)
     assert isinstance(h, torch.Tensor) and torch.equal(x0, embedding.weight[3:4])
 
