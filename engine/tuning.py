@@ -13,14 +13,21 @@ no field changes a token; they change only time (measured in ``bench/BENCHMARKS.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Literal, get_args
 
-__all__ = ["DEFAULT_TUNING", "CudaTuning"]
+__all__ = ["DEFAULT_TUNING", "CudaTuning", "Int8Convert"]
+
+Int8Convert = Literal["cvt", "magic", "magic_asm"]
+"""How INT8 weights become float32 in a kernel (``kernels.int8``)."""
 
 _POWERS_OF_TWO = (
     "gemv_block_n",
     "gemv_warps",
     "lm_head_block_n",
     "lm_head_warps",
+    "long_row_block_n",
+    "long_row_chunk",
+    "long_row_warps",
     "one_row_block_n",
     "one_row_warps",
     "merge_block_n",
@@ -47,6 +54,13 @@ class CudaTuning:
     """Quantized-weight matmuls of at most this many rows (decode batches) run ``kernels.quant_gemv``,
     which dequantizes in its loads: one launch per GEMM, as the bf16 path's. Above (prefill),
     ``fp8_scaled_mm`` for FP8 and a dequantized copy of the weight for INT8."""
+    int8_convert: Int8Convert = "cvt"
+    """How ``kernels.quant_gemv``'s one-row GEMV turns INT8 weights into float32
+    (``kernels.int8``; the same bits from each): "cvt", the int-to-float instruction, whose rate
+    bounds the GEMV below what memory gives; "magic", through a float's mantissa in Triton's
+    integer ops; "magic_asm", the same in PTX on four bytes per register (the interpreter, which
+    runs no assembly, takes "magic" for it). Tensor-core dots (2..16 rows and more) always take
+    "cvt", which the compiler lowers to bf16 pairs without the instruction."""
     fp8_scaled_mm: bool = True
     """FP8-weight matmuls of more than ``quant_gemv_max_rows`` rows (prefill) quantize the
     activations to FP8 per row and run ``torch._scaled_mm`` (``quantization.scaled_mm``), not a
@@ -65,6 +79,12 @@ class CudaTuning:
     norm_in_gemv: bool = True
     """One row (batch-1 decode): the residual add and RMSNorm are computed by the GEMM that
     consumes them (``kernels.normed_gemv``) instead of a norm kernel of their own."""
+    norm_in_gemv_max_k: int = 1024
+    """Widest row (hidden size) whose norm is left to the GEMM after it (with ``norm_in_gemv``,
+    ``final_norm_in_lm_head``, ``gather_in_first_gemv``). Rows up to 1,024 are one register tile;
+    wider ones (Llama-3-8B: 4,096; 70B: 8,192) are walked in chunks (``long_row_*``) when this
+    allows them. 1024 until a GPU run shows the chunked rows beat the norm kernel at 8B
+    (``bench.engine.quantization --norm-in-gemv-max-k 8192``): not yet timed on a GPU."""
     final_norm_in_lm_head: bool = True
     """One row on one rank: the model's final RMSNorm runs inside the LM head's GEMV, which
     writes float32 logits directly."""
@@ -94,7 +114,17 @@ class CudaTuning:
     step (some 9,500 programs at a 152k vocabulary)."""
     lm_head_warps: int = 4
     """Warps per program of the LM head: with fewer warps more of its programs fit beside the
-    kernel ahead of it."""
+    kernel ahead of it. (``lm_head_block_n`` and ``lm_head_warps`` are those of rows of at most
+    1,024; a longer row's LM head takes the ``long_row_*`` shape.)"""
+    long_row_block_n: int = 32
+    """W rows per program of a norm-and-GEMV over a row longer than 1,024 (the LM head's too).
+    Every program reads the row twice from L2 (its sum of squares, then its norm), as many bytes
+    as the split-K partials and residual it sums: wider programs re-read it fewer times."""
+    long_row_chunk: int = 512
+    """Columns per loop step of a norm-and-GEMV over a row longer than 1,024; the first chunk of
+    W is loaded before the wait for the kernel ahead."""
+    long_row_warps: int = 8
+    """Warps per program of a norm-and-GEMV over a row longer than 1,024."""
 
     one_row_block_n: int = 16
     """W rows per program of a one-row skinny GEMM."""
@@ -140,6 +170,10 @@ class CudaTuning:
             value = getattr(self, f.name)
             if isinstance(value, int) and not isinstance(value, bool) and value < 0:
                 raise ValueError(f"CudaTuning.{f.name} must not be negative, got {value}")
+        if self.int8_convert not in get_args(Int8Convert):
+            raise ValueError(
+                f"CudaTuning.int8_convert must be cvt, magic or magic_asm, got {self.int8_convert!r}"
+            )
         if self.one_row_split_k < 1 or (self.merge_split_k is not None and self.merge_split_k < 1):
             raise ValueError("CudaTuning split counts must be positive")
 

@@ -57,6 +57,12 @@ VARIANTS: dict[str, CudaTuning] = {
     "rope_kernel": replace(_DEFAULT, rope_in_attention_max_seqs=0),
     "gemv_block16": replace(_DEFAULT, gemv_block_n=16),
     "gemv_block64": replace(_DEFAULT, gemv_block_n=64),
+    "long_rows": replace(_DEFAULT, norm_in_gemv_max_k=8192),  # wider norms in the GEMM, chunked
+    "long_rows_b16": replace(_DEFAULT, norm_in_gemv_max_k=8192, long_row_block_n=16),
+    "long_rows_b64": replace(_DEFAULT, norm_in_gemv_max_k=8192, long_row_block_n=64),
+    "long_rows_chunk256": replace(_DEFAULT, norm_in_gemv_max_k=8192, long_row_chunk=256),
+    "long_rows_chunk1024": replace(_DEFAULT, norm_in_gemv_max_k=8192, long_row_chunk=1024),
+    "long_rows_w4": replace(_DEFAULT, norm_in_gemv_max_k=8192, long_row_warps=4),
     "skinny_block32": replace(_DEFAULT, one_row_block_n=32),
     "gemv_warps4": replace(_DEFAULT, gemv_warps=4),
     "skinny_warps4": replace(_DEFAULT, one_row_warps=4),

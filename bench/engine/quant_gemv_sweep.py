@@ -3,10 +3,15 @@ on the same shape (GPU only)::
 
     python -m bench.engine.quant_gemv_sweep [--quick] [--out results.txt]
     python -m bench.engine.quant_gemv_sweep --rows [--out results.txt]    # decode batches, 32..256 rows
+    python -m bench.engine.quant_gemv_sweep --int8 [--quick] [--out results.txt]  # INT8 conversions
 
 With ``--rows`` each shape of Qwen3-0.6B and Llama-3-8B at 32..256 rows is timed as bf16 cuBLAS
 (what a bf16 model runs there), FP8 ``torch._scaled_mm`` with its activation quantization (what
 FP8 ran before quant_gemv took these rows), quant_gemv's pick, and the best row-block variants.
+With ``--int8`` each Llama-3-8B shape at one row is timed as FP8 and as INT8 with each conversion
+of ``CudaTuning.int8_convert`` at quant_gemv's pick (and the best of eight one-row shapes near
+it per conversion, but with ``--quick``), each INT8 result checked bitwise against the plain
+conversion's.
 
 Timed as ``bench.engine.skinny_gemm_sweep`` times (calls replayed in one CUDA graph, cycling
 through enough weight copies to overflow L2). GB/s counts the bytes each variant actually reads
@@ -19,6 +24,8 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +35,7 @@ from engine.kernels import SkinnyGemmConfig, skinny_gemm
 from engine.kernels.quant_gemv import quant_gemv, quant_gemv_config
 from engine.quantization.scaled_mm import fp8_scaled_mm
 from engine.quantization.tensors import dequantize, quantize
+from engine.tuning import DEFAULT_TUNING, CudaTuning, Int8Convert
 
 
 def _sweep(m: int, quick: bool) -> list[SkinnyGemmConfig]:
@@ -43,9 +51,9 @@ def _sweep(m: int, quick: bool) -> list[SkinnyGemmConfig]:
 
 
 def _runner(
-    config: SkinnyGemmConfig, scale: torch.Tensor
+    config: SkinnyGemmConfig, scale: torch.Tensor, tuning: CudaTuning = DEFAULT_TUNING
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    return lambda a, wq: quant_gemv(a, wq, scale, None, config=config)
+    return lambda a, wq: quant_gemv(a, wq, scale, None, config=config, tuning=tuning)
 
 
 def _timed(
@@ -55,11 +63,12 @@ def _timed(
     want: torch.Tensor,
     configs: Iterable[SkinnyGemmConfig],
     out: Callable[[str], None],
+    tuning: CudaTuning = DEFAULT_TUNING,
 ) -> list[tuple[float, SkinnyGemmConfig]]:
     """(µs, config) of every launch shape that compiles and is right, fastest first."""
     results = []
     for config in configs:
-        run = _runner(config, scale)
+        run = _runner(config, scale, tuning)
         try:
             torch.testing.assert_close(run(x, q), want, atol=2e-2, rtol=2e-2)
             results.append((_time_us(run, x, q), config))
@@ -131,11 +140,45 @@ def bench_rows(
             out(f"    {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  {config}")
 
 
+def _one_row_neighbours(k: int) -> list[SkinnyGemmConfig]:
+    # The one-row shapes near quant_gemv's picks (the full sweep per conversion outlasts a call).
+    grid = itertools.product((512, 1024), (1, 2), (4, 8))
+    return [SkinnyGemmConfig(block_n=16, block_k=bk, split_k=s, use_dot=False, num_warps=nw)
+            for bk, s, nw in grid if k // s >= bk]  # fmt: skip
+
+
+def bench_int8_conversions(quick: bool = False, out: Callable[[str], None] = print) -> None:
+    """Llama-3-8B's shapes at one row: FP8, then INT8 with each conversion at quant_gemv's pick
+    (and the best swept launch shape), and whether it gives the plain conversion's bits."""
+    for _, name, m, n, k, x, w, q, scale, want in _shapes(("llama-3-8b",), (1,), "int8"):
+        pick = quant_gemv_config(m, n, k)
+        q8, scale8 = quantize(w.float(), "fp8")
+        fp8 = _time_us(_runner(pick, scale8), x, q8)
+        out(f"llama-3-8b {name} N={n} K={k} M={m}: fp8 {fp8:.2f} µs {q8.nbytes / 1e3 / fp8:.0f} GB/s {pick}")
+        plain = _runner(pick, scale)(x, q)
+        for convert in get_args(Int8Convert):
+            tuning = replace(DEFAULT_TUNING, int8_convert=convert)
+            try:
+                same = torch.equal(_runner(pick, scale, tuning)(x, q), plain)
+                us = _time_us(_runner(pick, scale, tuning), x, q)
+            except Exception as exc:  # a conversion that does not compile is reported, not fatal
+                out(f"    int8 {convert}: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            line = f"    int8 {convert:9s} {us:6.2f} µs {q.nbytes / 1e3 / us:5.0f} GB/s  same bits: {same}"
+            if not quick:
+                best = _timed(x, q, scale, want, _one_row_neighbours(k), out, tuning)[:1]
+                line += "".join(f" | best {b:.2f} µs {b_config}" for b, b_config in best)
+            out(line)
+
+
 def main() -> None:
     write = line_writer(sys.argv)
     quick = "--quick" in sys.argv
     if "--rows" in sys.argv:
         bench_rows(out=write)
+        return
+    if "--int8" in sys.argv:
+        bench_int8_conversions(quick=quick, out=write)
         return
     bench_quant_gemv(models=("llama-3-8b",), quick=quick, out=write)
     bench_quant_gemv(ms=(1,), models=("qwen3-0.6b",), quick=quick, out=write)

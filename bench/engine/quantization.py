@@ -11,6 +11,15 @@ the model's bytes on the GPU and the KV blocks the engine's default sizing (90 %
 left after the weights) gives it. One device call, JSON to ``--out``/quantization.json::
 
     python -m bench.engine.quantization --out $OUT [--throughput-scale 0.25] [--skip decode]
+    python -m bench.engine.quantization --out $OUT --skip throughput --decode-weights int8 \\
+        --int8-convert cvt --int8-convert magic --int8-convert magic_asm    # INT8 conversions A/B
+
+``--norm-in-gemv-max-k 8192`` times the decode weights a second time with the norms at hidden
+4,096 fused into the GEMMs after them (long rows, chunked; the default leaves them to the norm
+kernel until this A/B has run on a GPU)::
+
+    python -m bench.engine.quantization --out $OUT --skip throughput --decode-weights fp8 \\
+        --decode-weights int8 --norm-in-gemv-max-k 8192
 """
 
 from __future__ import annotations
@@ -20,8 +29,9 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
 import click
 
@@ -38,7 +48,7 @@ from bench.gpu_engine import (
     run_throughput,
 )
 from bench.provenance import provenance
-from engine.tuning import DEFAULT_TUNING
+from engine.tuning import DEFAULT_TUNING, CudaTuning, Int8Convert
 
 QUANTIZATIONS: tuple[str | None, ...] = (None, "fp8", "int8")
 THROUGHPUT_VARIANTS: tuple[tuple[str, str | None, str], ...] = (
@@ -74,8 +84,55 @@ def _stored_weight_bytes(path: Path, quantization: str | None) -> dict[str, floa
     return {"weight_bytes": stored, "allocated_bytes": allocated}
 
 
-def run_decode(workdir: Path, weights: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``weights``: the labels to time (bf16, fp8, int8); all when empty."""
+def _with_floor(timed: dict[str, Any], weight_bytes: float | None, kv_bytes: float) -> dict[str, Any]:
+    """A decode timing with its ms per token, the weight-streaming floor and the MBU."""
+    graphs = timed.get("ours_graphs", {})
+    if "decode_tok_s" in graphs and weight_bytes is not None:
+        floor_ms = (weight_bytes + kv_bytes) / COPY_BANDWIDTH * 1e3
+        graphs["ms_per_token"] = 1e3 / graphs["decode_tok_s"]
+        graphs["floor_ms"] = floor_ms
+        graphs["mbu"] = floor_ms / graphs["ms_per_token"]
+    return timed
+
+
+def _decode_variants(
+    weights: tuple[str, ...], int8_converts: tuple[str, ...], norm_max_ks: tuple[int, ...] = ()
+) -> list[tuple[str, str | None, CudaTuning]]:
+    """(label, quantization, tuning) of each decode timed: the weights asked for (all when none),
+    INT8 once per conversion asked for (``int8-<conversion>``), the rest with the defaults; then
+    each of those again with ``CudaTuning.norm_in_gemv_max_k`` at every value of ``norm_max_ks``
+    (``<label>-norm<value>``)."""
+    base = []
+    for quantization in QUANTIZATIONS:
+        if weights and _label(quantization) not in weights:
+            continue
+        if quantization != "int8" or not int8_converts:
+            base.append((_label(quantization), quantization, DEFAULT_TUNING))
+            continue
+        for c in int8_converts:
+            base.append(
+                (f"int8-{c}", quantization, replace(DEFAULT_TUNING, int8_convert=cast(Int8Convert, c)))
+            )
+    variants = []
+    for label, quantization, tuning in base:
+        variants.append((label, quantization, tuning))
+        variants += [
+            (f"{label}-norm{k}", quantization, replace(tuning, norm_in_gemv_max_k=k)) for k in norm_max_ks
+        ]
+    return variants
+
+
+def run_decode(
+    workdir: Path,
+    weights: tuple[str, ...] = (),
+    int8_converts: tuple[str, ...] = (),
+    norm_max_ks: tuple[int, ...] = (),
+) -> dict[str, Any]:
+    """``weights``: the labels to time (bf16, fp8, int8); all when empty. ``int8_converts``: the
+    ``CudaTuning.int8_convert`` values INT8 is timed with, one decode each; the default when empty.
+    ``norm_max_ks``: every variant timed again, in the same process, with
+    ``CudaTuning.norm_in_gemv_max_k`` at each value (1024: Llama-3-8B's 4,096-wide norms run the
+    norm kernel)."""
     random.seed(0)
     prompt = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
     warm = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
@@ -85,22 +142,18 @@ def run_decode(workdir: Path, weights: tuple[str, ...] = ()) -> dict[str, Any]:
     kv_bytes = _floor(hf, PROMPT_LEN + NEW_TOKENS // 2)["kv_bytes_per_token"]
     del hf
     _free_gpu()
-    result: dict[str, Any] = {"shape": "llama3-8b", "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS}
-    for quantization in QUANTIZATIONS:
-        if weights and _label(quantization) not in weights:
-            continue
-        entry: dict[str, Any] = _safe(lambda q=quantization: _stored_weight_bytes(path, q))
-        timed = _safe(lambda q=quantization: _decode_variant(path, prompt, warm, DEFAULT_TUNING,
-                                                             profile=True, quantization=q))  # fmt: skip
+    result: dict[str, Any] = {"shape": "llama3-8b", "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS,
+                              "norm_in_gemv_max_k": DEFAULT_TUNING.norm_in_gemv_max_k}  # fmt: skip
+    stored: dict[str | None, dict[str, Any]] = {}
+    for label, quantization, tuning in _decode_variants(weights, int8_converts, norm_max_ks):
+        if quantization not in stored:
+            stored[quantization] = _safe(lambda q=quantization: _stored_weight_bytes(path, q))
+        entry: dict[str, Any] = dict(stored[quantization])
+        timed = _safe(lambda q=quantization, t=tuning: _decode_variant(path, prompt, warm, t,
+                                                                       profile=True, quantization=q))  # fmt: skip
         _free_gpu()
-        entry.update(timed)
-        graphs = entry.get("ours_graphs", {})
-        if "decode_tok_s" in graphs and "weight_bytes" in entry:
-            floor_ms = (entry["weight_bytes"] + kv_bytes) / COPY_BANDWIDTH * 1e3
-            graphs["ms_per_token"] = 1e3 / graphs["decode_tok_s"]
-            graphs["floor_ms"] = floor_ms
-            graphs["mbu"] = floor_ms / graphs["ms_per_token"]
-        result[_label(quantization)] = entry
+        entry.update(_with_floor(timed, entry.get("weight_bytes"), kv_bytes))
+        result[label] = entry
     return result
 
 
@@ -167,6 +220,11 @@ def run_throughputs(
     type=click.Choice(["bf16", "fp8", "int8"]),
     help="Weights timed in the decode stage (repeat; default: all).",
 )
+@click.option("--int8-convert", "int8_converts", multiple=True, type=click.Choice(get_args(Int8Convert)),
+              help="Time INT8 decode once per conversion given (repeat; default: the tuning's).")  # fmt: skip
+@click.option("--norm-in-gemv-max-k", "norm_max_ks", multiple=True, type=click.IntRange(min=0),
+              help="Also time the decode stage with CudaTuning.norm_in_gemv_max_k at this value, in the "
+                   "same call (repeat; 1024: no norm fused at Llama-3-8B's hidden 4,096).")  # fmt: skip
 @click.option("--throughput-variant", "throughput_variants", multiple=True,
               type=click.Choice([label for label, _, _ in THROUGHPUT_VARIANTS]),
               help="Variants of the throughput stage (repeat; default: all).")  # fmt: skip
@@ -175,6 +233,8 @@ def main(
     throughput_scale: float,
     skip: tuple[str, ...],
     decode_weights: tuple[str, ...],
+    int8_converts: tuple[str, ...],
+    norm_max_ks: tuple[int, ...],
     throughput_variants: tuple[str, ...],
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +243,7 @@ def main(
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         workdir = Path(tmp)
         for stage, fn in (
-            ("decode", lambda w: run_decode(w, decode_weights)),
+            ("decode", lambda w: run_decode(w, decode_weights, int8_converts, norm_max_ks)),
             (
                 "throughput",
                 lambda w: run_throughputs(

@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 
 from engine.kernels import PendingNorm, SplitKPartials, TokenEmbedding, rms_norm, rms_norm_split_k
-from engine.kernels.normed_gemv import MAX_K
 from engine.layers import RMSNorm, VocabParallelEmbedding
 from engine.tuning import CudaTuning
 
@@ -23,10 +22,16 @@ def add_norm(
     layer: RMSNorm, x: torch.Tensor | SplitKPartials, residual: torch.Tensor, tuning: CudaTuning
 ) -> tuple[torch.Tensor | PendingNorm, torch.Tensor]:
     """(norm(x + residual), x + residual) in one launch; x may be a skinny GEMM's split-K partials,
-    whose sum joins it. One row (``tuning.norm_in_gemv``): the norm comes back pending, for the
-    GEMM after it; the returned sum is filled in by whichever kernel computes the norm."""
+    whose sum joins it. One row (``tuning.norm_in_gemv``, at most ``norm_in_gemv_max_k`` wide):
+    the norm comes back pending, for the GEMM after it; the returned sum is filled in by whichever
+    kernel computes the norm."""
     one_row = residual.dim() == 2 and residual.shape[0] == 1
-    if tuning.norm_in_gemv and one_row and residual.shape[1] <= MAX_K and residual.is_contiguous():
+    if (
+        tuning.norm_in_gemv
+        and one_row
+        and residual.shape[1] <= tuning.norm_in_gemv_max_k
+        and residual.is_contiguous()
+    ):
         out = torch.empty_like(residual)
         return PendingNorm(x, residual, layer.weight, layer.eps, out), out
     if isinstance(x, SplitKPartials):
@@ -45,10 +50,10 @@ def embed_norm(
     if tuning.gather_in_first_gemv and embedding.tp_size == 1 and token_ids.numel() == 1:
         token = TokenEmbedding(embedding.weight, token_ids.view(1))
         width = embedding.weight.shape[1]
-        if tuning.norm_in_gemv and width <= MAX_K:
+        if tuning.norm_in_gemv and width <= tuning.norm_in_gemv_max_k:
             out = torch.empty(1, width, dtype=embedding.weight.dtype, device=embedding.weight.device)
             return PendingNorm(token, None, layer.weight, layer.eps, out), out
-        x = F.embedding(token.token_ids, token.weight)  # too wide to fuse (Llama-3-8B)
+        x = F.embedding(token.token_ids, token.weight)  # wider than norm_in_gemv_max_k
     else:
         x = embedding(token_ids)
     return norm(layer, x, tuning), x

@@ -25,6 +25,7 @@ from engine.fused_step.attention import rope_attention
 from engine.fused_step.lazy import materialize
 from engine.fused_step.norm import add_norm, embed_norm, norm
 from engine.kernels import PendingNorm, SplitKPartials, normed_gemv, silu_and_mul
+from engine.kernels.normed_gemv import ONE_TILE_MAX_K
 from engine.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
 from engine.tuning import CudaTuning
 
@@ -66,12 +67,13 @@ class FusedStep:
         head, t = self.model.lm_head, self.tuning
         if isinstance(hidden, PendingNorm):
             if t.final_norm_in_lm_head and head.tp_size == 1 and gemm.fuses_into(hidden, head.weight, t):
+                one_tile = head.weight.shape[1] <= ONE_TILE_MAX_K  # else the long-row shape
                 return normed_gemv(
                     hidden,
                     head.weight,
                     out_dtype=torch.float32,
-                    block_n=t.lm_head_block_n,
-                    num_warps=t.lm_head_warps,
+                    block_n=t.lm_head_block_n if one_tile else None,
+                    num_warps=t.lm_head_warps if one_tile else None,
                     tuning=t,
                 )
             hidden = materialize(hidden, t)

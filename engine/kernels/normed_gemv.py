@@ -11,11 +11,22 @@ the form ``GEMM -> add + RMSNorm -> GEMM``; here the second GEMM computes the no
 
 The first layer's norm has no residual add: its programs gather the token's embedding row
 themselves (``TokenEmbedding``), so at one token no embedding or norm kernel runs before the qkv
-GEMM. Every program recomputes the row's norm (a row of at most 1,024 values, from L2) and multiplies
-its ``BLOCK_N`` rows of W, which it loaded before ``pdl_wait`` (the whole K in one tile). The
-rounding is rms_norm's then skinny_gemm's (one row), so results are those of the two kernels.
+GEMM. Every program recomputes the row's norm (from L2) and multiplies its ``BLOCK_N`` rows of W.
+A row of at most ``ONE_TILE_MAX_K`` values is one register tile, with the program's whole W tile
+loaded before ``pdl_wait``. A longer row (Llama-3-8B: 4,096) is walked in chunks, twice::
+
+    pass 1  for each chunk: x = sum(partials) + bias + residual, rounded   sum of squares (fp32)
+            (program 0 stores x: the next residual stream)
+    pass 2  for each chunk: x again, normed and rounded as rms_norm        y += W chunk . h chunk
+
+with W's first chunk loaded before the wait. The rounding is rms_norm's then skinny_gemm's (one
+row), so results are those of the two kernels; the chunked row sums its squares chunk-wise, in
+another order than rms_norm's one tile (last float32 bits of the norm's scale), and its product
+chunk by chunk as a one-row skinny GEMM of ``block_k`` = the chunk does. Each program re-reads
+the row, so long rows take wider programs (``CudaTuning.long_row_block_n``).
 ``PendingNorm`` is the norm not yet computed; a consumer that cannot fuse it gets the norm
-kernel's output instead (``engine.fused_step.lazy.materialize``).
+kernel's output instead (``engine.fused_step.lazy.materialize``). Which rows are fused at all is
+the fused step's choice (``CudaTuning.norm_in_gemv_max_k``).
 
 FP8 / INT8 weights with one scale per output row (``engine.quantization``) fuse the same way:
 the tile is widened to float32 (exact), and the row's sum is multiplied by its scale before the
@@ -30,14 +41,16 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.int8 import int8_to_float
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.skinny_gemm import SplitKPartials
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
-__all__ = ["MAX_K", "PendingNorm", "TokenEmbedding", "normed_gemv"]
+__all__ = ["ONE_TILE_MAX_K", "PendingNorm", "TokenEmbedding", "normed_gemv"]
 
-MAX_K = 1024
-"""Longest row fused: the row and a program's W tile stay in registers (8 warps)."""
+ONE_TILE_MAX_K = 1024
+"""Longest row taken as one tile: the row and a program's W tile stay in registers (8 warps).
+Longer rows are walked in ``CudaTuning.long_row_chunk``-column chunks."""
 
 _QUANTIZED = (torch.float8_e4m3fn, torch.int8)
 
@@ -80,34 +93,15 @@ class PendingNorm:
                 not isinstance(x, TokenEmbedding) or (x.weight.dtype == out.dtype and x.weight.stride(1) == 1)
             )
             and weight.shape[1] == n
-            and n <= MAX_K
             and (weight.dtype in _QUANTIZED if quantized else weight.dtype == out.dtype)
             and weight.stride(1) == 1
         )
 
 
 @triton.jit
-def _normed_gemv_kernel(
-    x_ptr, tok_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_bias_ptr, w_ptr, s_ptr, b_ptr, y_ptr,
-    n, k, stride_part, num_parts, stride_wn, stride_sn, eps,
-    PARTS: tl.constexpr, GATHER: tl.constexpr, HAS_RES: tl.constexpr, X_HAS_BIAS: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    PDL: tl.constexpr,
-):  # fmt: skip
-    pid = tl.program_id(0)
-    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    kk = tl.arange(0, BLOCK_K)
-    n_ok, k_ok = rn < n, kk < k
-    # Weights before the wait: they stream in while the kernel ahead finishes.
-    w_mask = n_ok[:, None] & k_ok[None, :]
-    w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + kk[None, :]
-    if SCALED:  # no ``other``: the interpreter cannot fill an fp8 tile; zeroed after the cast
-        w = tl.where(w_mask, tl.load(w_ptrs, mask=w_mask, eviction_policy="evict_first").to(tl.float32), 0.0)
-    else:
-        w = tl.load(w_ptrs, mask=w_mask, other=0.0, eviction_policy="evict_first")
-    norm_w = tl.load(norm_w_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
-    pdl_wait(PDL)
-    dtype = res_out_ptr.dtype.element_ty
+def _row(x_ptr, tok_ptr, res_ptr, x_bias_ptr, kk, k_ok, stride_part, num_parts, dtype: tl.constexpr,
+         PARTS: tl.constexpr, GATHER: tl.constexpr, HAS_RES: tl.constexpr, X_HAS_BIAS: tl.constexpr):  # fmt: skip
+    # Columns kk of x + residual, rounded to the activations' dtype as rms_norm rounds them.
     if GATHER:  # the token's embedding row (stride_part: the table's row stride)
         tok = tl.load(tok_ptr).to(tl.int64)
         x = tl.load(x_ptr + tok * stride_part + kk, mask=k_ok, other=0.0)
@@ -124,12 +118,85 @@ def _normed_gemv_kernel(
     if HAS_RES:
         r = tl.load(res_ptr + kk, mask=k_ok, other=0.0)
         x = (x.to(tl.float32) + r.to(tl.float32)).to(dtype)
-    if pid == 0:
-        tl.store(res_out_ptr + kk, x, mask=k_ok)
-    h = x.to(tl.float32)
-    h = h * tl.rsqrt(tl.sum(h * h, 0) / k + eps)
-    h = (h.to(dtype).to(tl.float32) * norm_w).to(dtype)
-    y = tl.sum(w.to(tl.float32) * h.to(tl.float32)[None, :], 1)  # [BLOCK_N], as skinny_gemm's one row
+    return x
+
+
+@triton.jit
+def _load_w(w_ptr, rn, kk, n_ok, k_ok, stride_wn, SCALED: tl.constexpr, INT8_CONVERT: tl.constexpr,
+            INTERPRETED: tl.constexpr):  # fmt: skip
+    # [BLOCK_N, BLOCK_K] of W (FP8 / INT8 widened to float32, exact: INT8 as CudaTuning.int8_convert
+    # says, as quant_gemv's one row). W is read once: kept out of L2.
+    mask = n_ok[:, None] & k_ok[None, :]
+    ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + kk[None, :]
+    # One return: the compiler types every return of a helper alike, taken or not.
+    if SCALED:  # no ``other``: the interpreter cannot fill an fp8 tile; zeroed after the cast
+        raw = tl.load(ptrs, mask=mask, eviction_policy="evict_first")
+        w = tl.where(mask, int8_to_float(raw, INT8_CONVERT, INTERPRETED), 0.0)
+    else:
+        w = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    return w
+
+
+@triton.jit
+def _normed(x, rstd, norm_w, dtype: tl.constexpr):
+    # rms_norm's two roundings: x * rstd to the dtype, times the norm weight to the dtype; as float32.
+    h = (x.to(tl.float32) * rstd).to(dtype).to(tl.float32) * norm_w
+    return h.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _normed_gemv_kernel(
+    x_ptr, tok_ptr, res_ptr, norm_w_ptr, res_out_ptr, x_bias_ptr, w_ptr, s_ptr, b_ptr, y_ptr,
+    n, k, stride_part, num_parts, stride_wn, stride_sn, eps,
+    PARTS: tl.constexpr, GATHER: tl.constexpr, HAS_RES: tl.constexpr, X_HAS_BIAS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    CHUNKED: tl.constexpr, INT8_CONVERT: tl.constexpr, INTERPRETED: tl.constexpr, PDL: tl.constexpr,
+):  # fmt: skip
+    # One tile (CHUNKED off): BLOCK_K covers the row. Chunked: BLOCK_K columns per loop step.
+    pid = tl.program_id(0)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    kk = tl.arange(0, BLOCK_K)
+    n_ok, k_ok = rn < n, kk < k
+    dtype = res_out_ptr.dtype.element_ty
+    # Weights before the wait (the first chunk's, or the whole tile): they stream in while the
+    # kernel ahead finishes.
+    w = _load_w(w_ptr, rn, kk, n_ok, k_ok, stride_wn, SCALED, INT8_CONVERT, INTERPRETED)
+    norm_w = tl.load(norm_w_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
+    pdl_wait(PDL)
+    if CHUNKED:
+        # Pass 1: the row's sum of squares; program 0 stores the residual stream.
+        sq = tl.zeros([BLOCK_K], dtype=tl.float32)
+        for k0 in range(0, k, BLOCK_K):
+            cols = k0 + kk
+            ok = cols < k
+            x = _row(x_ptr, tok_ptr, res_ptr, x_bias_ptr, cols, ok, stride_part, num_parts, dtype, PARTS,
+                     GATHER, HAS_RES, X_HAS_BIAS)  # fmt: skip
+            if pid == 0:
+                tl.store(res_out_ptr + cols, x, mask=ok)
+            xf = x.to(tl.float32)
+            sq += xf * xf
+        rstd = tl.rsqrt(tl.sum(sq, 0) / k + eps)
+        # Pass 2: the row again (from L2), normed, times W chunk by chunk; each chunk's products
+        # summed, then added, as the one-row skinny GEMM walks K.
+        x = _row(x_ptr, tok_ptr, res_ptr, x_bias_ptr, kk, k_ok, stride_part, num_parts, dtype, PARTS, GATHER,
+                 HAS_RES, X_HAS_BIAS)  # fmt: skip
+        y = tl.sum(w.to(tl.float32) * _normed(x, rstd, norm_w, dtype)[None, :], 1)
+        for k0 in range(BLOCK_K, k, BLOCK_K):
+            cols = k0 + kk
+            ok = cols < k
+            w = _load_w(w_ptr, rn, cols, n_ok, ok, stride_wn, SCALED, INT8_CONVERT, INTERPRETED)
+            x = _row(x_ptr, tok_ptr, res_ptr, x_bias_ptr, cols, ok, stride_part, num_parts, dtype, PARTS,
+                     GATHER, HAS_RES, X_HAS_BIAS)  # fmt: skip
+            norm_w = tl.load(norm_w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+            y += tl.sum(w.to(tl.float32) * _normed(x, rstd, norm_w, dtype)[None, :], 1)
+    else:
+        x = _row(x_ptr, tok_ptr, res_ptr, x_bias_ptr, kk, k_ok, stride_part, num_parts, dtype, PARTS, GATHER,
+                 HAS_RES, X_HAS_BIAS)  # fmt: skip
+        if pid == 0:
+            tl.store(res_out_ptr + kk, x, mask=k_ok)
+        xf = x.to(tl.float32)
+        h = _normed(x, tl.rsqrt(tl.sum(xf * xf, 0) / k + eps), norm_w, dtype)
+        y = tl.sum(w.to(tl.float32) * h[None, :], 1)  # [BLOCK_N], as skinny_gemm's one row
     if SCALED:
         y *= tl.load(s_ptr + rn * stride_sn, mask=n_ok, other=0.0)
     if HAS_BIAS:
@@ -153,8 +220,9 @@ def normed_gemv(
     ``pending.residual_out``. Needs ``pending.fuses_into(weight)``. Returns [1, n_out], in
     ``out_dtype`` if given (the result rounded to the activations' dtype, then widened).
     ``scale``: [n_out, 1] float32 per-row scales of an FP8 / INT8 ``weight``.
-    ``block_n`` and ``num_warps`` override ``tuning.gemv_block_n`` and ``gemv_warps`` (the LM
-    head's own)."""
+    ``block_n`` and ``num_warps`` override the tuning's program shape: ``gemv_block_n`` and
+    ``gemv_warps`` for a row of at most ``ONE_TILE_MAX_K``, else ``long_row_block_n`` and
+    ``long_row_warps`` (walking ``long_row_chunk`` columns at a time)."""
     if scale is not None and (
         scale.dtype != torch.float32 or scale.shape[0] != weight.shape[0] or scale.numel() != weight.shape[0]
     ):
@@ -176,7 +244,13 @@ def normed_gemv(
     else:
         x_ptr, stride_part, num_parts, x_bias = x.contiguous(), 0, 0, None
     residual = pending.residual
-    block_n = block_n or tuning.gemv_block_n
+    chunked = k > ONE_TILE_MAX_K
+    if chunked:
+        block_n, block_k = block_n or tuning.long_row_block_n, tuning.long_row_chunk
+        num_warps = num_warps or tuning.long_row_warps
+    else:
+        block_n, block_k = block_n or tuning.gemv_block_n, triton.next_power_of_2(k)
+        num_warps = num_warps or tuning.gemv_warps
     _normed_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         x_ptr, tokens if tokens is not None else y, residual if residual is not None else out,
         pending.weight, out,
@@ -185,8 +259,9 @@ def normed_gemv(
         n_out, k, stride_part, num_parts, weight.stride(0), scale.stride(0) if scale is not None else 0, pending.eps,
         PARTS=triton.next_power_of_2(num_parts) if num_parts else 0, GATHER=tokens is not None,
         HAS_RES=residual is not None, X_HAS_BIAS=x_bias is not None, HAS_BIAS=bias is not None,
-        SCALED=scale is not None,
-        BLOCK_N=block_n, BLOCK_K=triton.next_power_of_2(k), num_warps=num_warps or tuning.gemv_warps,
+        SCALED=scale is not None, BLOCK_N=block_n, BLOCK_K=block_k, CHUNKED=chunked,
+        INT8_CONVERT=tuning.int8_convert if weight.dtype == torch.int8 else "cvt",
+        INTERPRETED=weight.device.type == "cpu", num_warps=num_warps,
         **pdl_launch(out, tuning.pdl),
     )  # fmt: skip
     return y

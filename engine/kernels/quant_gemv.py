@@ -6,7 +6,9 @@ time — if enough of the GPU is streaming. The launch is ``skinny_gemm``'s: eac
 ``block_n`` rows of Wq and one of ``split_k`` slices of K, and walks its slice ``block_k``
 columns at a time; split partials are summed in fixed order by ``skinny_gemm.sum_splits``. The
 quantized tile is converted to float32 (exact: E4M3 and int8 values are bf16 values) and either
-multiplied and summed per row (one row) or cast to x's dtype for a tensor-core dot (2..16 rows);
+multiplied and summed per row (one row; INT8 as ``CudaTuning.int8_convert`` says,
+``engine.kernels.int8``) or cast to x's dtype for a tensor-core dot (2..16 rows; there the
+compiler already turns int8 into bf16 pairs without the int-to-float instruction);
 the product is scaled by the tile's scale, one per output row and K group
 (``engine.quantization.tensors``). More than 16 rows (decode batches; the fused step's
 ``CudaTuning.quant_gemv_max_rows``) take a third grid axis of ``block_m``-row blocks, each
@@ -32,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.int8 import int8_to_float
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.skinny_gemm import SkinnyGemmConfig, SplitKPartials, _load_x, sum_splits
 from engine.tuning import DEFAULT_TUNING, CudaTuning
@@ -48,14 +51,29 @@ _MIN_GROUP = 128
 
 
 @triton.jit
-def _load_wq(w_rows, kk, n_ok, k_ok, EVEN: tl.constexpr, EVICT: tl.constexpr):
+def _load_wq(
+    w_rows,
+    kk,
+    n_ok,
+    k_ok,
+    EVEN: tl.constexpr,
+    EVICT: tl.constexpr,
+    INT8_CONVERT: tl.constexpr,
+    INTERPRETED: tl.constexpr,
+):
     # [BN, BK] of Wq as float32. Read once per call (one row block): kept out of L2's way. No
     # ``other`` on the masked load: the interpreter cannot fill an fp8 tile; masked lanes are
     # zeroed after the cast.
     if EVEN:
-        return tl.load(w_rows + kk[None, :], eviction_policy=EVICT).to(tl.float32)
+        return int8_to_float(tl.load(w_rows + kk[None, :], eviction_policy=EVICT), INT8_CONVERT, INTERPRETED)
     ok = n_ok[:, None] & k_ok[None, :]
-    return tl.where(ok, tl.load(w_rows + kk[None, :], mask=ok, eviction_policy=EVICT).to(tl.float32), 0.0)
+    return tl.where(
+        ok,
+        int8_to_float(
+            tl.load(w_rows + kk[None, :], mask=ok, eviction_policy=EVICT), INT8_CONVERT, INTERPRETED
+        ),
+        0.0,
+    )
 
 
 @triton.jit
@@ -93,7 +111,7 @@ def _quant_gemv_kernel(
     HAS_BIAS: tl.constexpr, IS_PARTIAL: tl.constexpr, PER_CHANNEL: tl.constexpr, EVEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SILU_MUL: tl.constexpr,
-    EVICT: tl.constexpr, PDL: tl.constexpr,
+    EVICT: tl.constexpr, INT8_CONVERT: tl.constexpr, INTERPRETED: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     # Row blocks on the fastest axis: the programs sharing a Wq tile run together, so it is
     # streamed from memory once and re-read from L2.
@@ -112,7 +130,7 @@ def _quant_gemv_kernel(
     # Weights are never written: the first tile streams while the kernel ahead finishes.
     kk = k_lo + tl.arange(0, BLOCK_K)
     k_ok = kk < k
-    w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN, EVICT)
+    w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN, EVICT, INT8_CONVERT, INTERPRETED)
     pdl_wait(PDL)
     part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
                     PRECISION, UPCAST, SILU_MUL)  # fmt: skip
@@ -122,7 +140,7 @@ def _quant_gemv_kernel(
         k0 = k_lo + step * BLOCK_K
         kk = k0 + tl.arange(0, BLOCK_K)
         k_ok = kk < k
-        w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN, EVICT)
+        w = _load_wq(w_rows, kk, n_ok, k_ok, EVEN, EVICT, INT8_CONVERT, INTERPRETED)
         part = _product(w, x_ptr, kk, k_ok, rm, m_ok, m, k, stride_xm, EVEN, BLOCK_M, BLOCK_N, BLOCK_K, USE_DOT,
                     PRECISION, UPCAST, SILU_MUL)  # fmt: skip
         acc += _group_scaled(part, s_rows, k0, group, n_ok, PER_CHANNEL)
@@ -264,6 +282,8 @@ def _quant_gemv(
         BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_K=block_k, USE_DOT=config.use_dot,
         PRECISION="ieee" if x.dtype == torch.float32 or interpreted else "tf32", UPCAST=interpreted,
         SILU_MUL=silu_mul, EVICT="evict_first" if row_blocks == 1 else "evict_last",
+        INT8_CONVERT=tuning.int8_convert if weight.dtype == torch.int8 and not config.use_dot else "cvt",
+        INTERPRETED=interpreted,
         num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(x, tuning.pdl),
     )  # fmt: skip
     if num_splits > 1 and defer_sum:

@@ -19,9 +19,18 @@ def test_frozen_with_the_production_defaults() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"gemv_block_n": 24}, {"step_warps": 0}, {"rope_in_attention_max_seqs": -1}, {"merge_split_k": 0}],
+    [
+        {"gemv_block_n": 24},
+        {"step_warps": 0},
+        {"rope_in_attention_max_seqs": -1},
+        {"merge_split_k": 0},
+        {"int8_convert": "i2f"},
+        {"long_row_chunk": 300},
+        {"long_row_block_n": 48},
+        {"norm_in_gemv_max_k": -1},
+    ],
 )
-def test_bad_values_are_refused(bad: dict[str, int]) -> None:
+def test_bad_values_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="CudaTuning"):
         CudaTuning(**bad)  # type: ignore[arg-type]
 

@@ -101,6 +101,11 @@ def _main() -> None:
     from triton.backends.nvidia.compiler import CUDABackend, CUDAOptions
     from triton.compiler import ASTSource
 
+    # The answers go to the parent's pipe; anything else written to stdout (ptxas prints a
+    # rejected assembly's source there) goes to stderr, so the answers stay one JSON per line.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     options = set(CUDAOptions.__dataclass_fields__)
     for index, spec in enumerate(json.load(sys.stdin)):
         error = None
@@ -118,7 +123,7 @@ def _main() -> None:
             triton.compile(source, target=GPUTarget(*HOPPER), options=spec["options"])
         except Exception as exc:
             error = _error(exc)
-        print(json.dumps({"index": index, "error": error}), flush=True)
+        print(json.dumps({"index": index, "error": error}), file=answers, flush=True)
 
 
 if __name__ == "__main__":

@@ -144,13 +144,16 @@ def on_hopper(launch: KernelLaunch) -> list[KernelLaunch]:
 
     On CPU the wrappers ask for float32 dots (``UPCAST``, ``PRECISION="ieee"``) only because the
     interpreter's numpy dot has no bfloat16; on CUDA they pass ``UPCAST=False`` and "ieee" only
-    for float32 activations (the kernel's first pointer). ``pdl_launch`` turns PDL on only for
+    for float32 activations (the kernel's first pointer); ``INTERPRETED`` (inline assembly
+    replaced by Triton ops) is False there. ``pdl_launch`` turns PDL on only for
     CUDA tensors on Hopper, where the engine's default tuning takes it: both are compiled."""
     constexprs = dict(launch.constexprs)
     if constexprs.get("UPCAST"):
         activations = next(t for _, t in launch.signature if t.startswith("*"))
         constexprs["UPCAST"] = False
         constexprs["PRECISION"] = "ieee" if activations == "*fp32" else "tf32"
+    if constexprs.get("INTERPRETED"):  # what the interpreter cannot run it runs another way
+        constexprs["INTERPRETED"] = False
     launch = launch.with_constants(constexprs, {})
     if "PDL" not in constexprs:
         return [launch]

@@ -42,12 +42,14 @@ from engine.kernels import (
     skinny_gemm,
     skinny_gemm_deferred,
 )
+from engine.kernels.normed_gemv import ONE_TILE_MAX_K
 from engine.kernels.quant_gemv import quant_gemv, quant_gemv_deferred
 from engine.kernels.skinny_gemm import SplitKPartials
 from engine.kernels.step_advance import step_advance
 from engine.kernels.token_bitmask import apply_token_bitmask
 from engine.quantization.kv_quant import KVScales
 from engine.tuning import DEFAULT_TUNING
+from tests.unit.engine.kernels.bad_asm import bad_asm_kernel
 from tests.unit.engine.kernels.hopper_compiler import compile_for_hopper
 from tests.unit.engine.kernels.kernel_launch import KernelLaunch, covering, on_hopper, recorded_launches
 from tests.unit.engine.kernels.two_returns import store_kernel
@@ -106,27 +108,36 @@ def _silu_and_mul(dtype: torch.dtype) -> None:
 
 
 def _normed_gemv(dtype: torch.dtype) -> None:
-    norm_w, out = _empty(HIDDEN, dtype=dtype), _empty(1, HIDDEN, dtype=dtype)
-    row = _empty(1, HIDDEN, dtype=dtype)
-    embedding = TokenEmbedding(_empty(VOCAB, HIDDEN, dtype=dtype), _ints(1, dtype=torch.int64))
-    for x, residual in (
-        (row, row),
-        (SplitKPartials(_empty(4, 1, HIDDEN), None, dtype), row),
-        (SplitKPartials(_empty(4, 1, HIDDEN), _empty(HIDDEN, dtype=dtype), dtype), row),
-        (embedding, None),
-    ):
-        pending = PendingNorm(x, residual, norm_w, 1e-6, out)
-        normed_gemv(pending, _empty(QKV, HIDDEN, dtype=dtype), _empty(QKV, dtype=dtype))
-        normed_gemv(pending, _empty(2 * MLP, HIDDEN, dtype=dtype))
-        # FP8 / INT8 weights with per-row scales.
-        for weight_dtype in (FP8, torch.int8):
-            w = _empty(QKV, HIDDEN, dtype=weight_dtype)
-            normed_gemv(pending, w, _empty(QKV, dtype=dtype), scale=_empty(QKV, 1))
-            normed_gemv(pending, w, scale=_empty(QKV, 1))
-    # The LM head: float32 logits, its own tiles.
-    lm_head = PendingNorm(row, row, norm_w, 1e-6, out)
-    normed_gemv(lm_head, _empty(VOCAB, HIDDEN, dtype=dtype), out_dtype=torch.float32,
-                block_n=DEFAULT_TUNING.lm_head_block_n, num_warps=DEFAULT_TUNING.lm_head_warps)  # fmt: skip
+    # Qwen3-0.6B's rows (one tile) and Llama-3-8B's (hidden 4,096: walked in chunks).
+    for hidden, qkv, gate_up, vocab in ((HIDDEN, QKV, 2 * MLP, VOCAB), (4096, 6144, 28672, 128256)):
+        norm_w, out = _empty(hidden, dtype=dtype), _empty(1, hidden, dtype=dtype)
+        row = _empty(1, hidden, dtype=dtype)
+        embedding = TokenEmbedding(_empty(vocab, hidden, dtype=dtype), _ints(1, dtype=torch.int64))
+        for x, residual in (
+            (row, row),
+            (SplitKPartials(_empty(4, 1, hidden), None, dtype), row),
+            (SplitKPartials(_empty(4, 1, hidden), _empty(hidden, dtype=dtype), dtype), row),
+            (embedding, None),
+        ):
+            pending = PendingNorm(x, residual, norm_w, 1e-6, out)
+            normed_gemv(pending, _empty(qkv, hidden, dtype=dtype), _empty(qkv, dtype=dtype))
+            normed_gemv(pending, _empty(gate_up, hidden, dtype=dtype))
+            # FP8 / INT8 weights with per-row scales.
+            for weight_dtype in (FP8, torch.int8):
+                w = _empty(qkv, hidden, dtype=weight_dtype)
+                normed_gemv(pending, w, _empty(qkv, dtype=dtype), scale=_empty(qkv, 1))
+                normed_gemv(pending, w, scale=_empty(qkv, 1))
+            # INT8 through a float's mantissa, in Triton and in PTX (CudaTuning.int8_convert).
+            for convert in ("magic", "magic_asm"):
+                tuning = replace(DEFAULT_TUNING, int8_convert=convert)
+                w = _empty(qkv, hidden, dtype=torch.int8)
+                normed_gemv(pending, w, scale=_empty(qkv, 1), tuning=tuning)
+        # The LM head: float32 logits, its own tiles for one-tile rows.
+        lm_head = PendingNorm(row, row, norm_w, 1e-6, out)
+        one_tile = hidden <= ONE_TILE_MAX_K
+        normed_gemv(lm_head, _empty(vocab, hidden, dtype=dtype), out_dtype=torch.float32,
+                    block_n=DEFAULT_TUNING.lm_head_block_n if one_tile else None,
+                    num_warps=DEFAULT_TUNING.lm_head_warps if one_tile else None)  # fmt: skip
 
 
 # (n, k) of the decode GEMMs: qkv, o_proj (narrow and long: split K), down (silu_mul: split K),
@@ -174,6 +185,14 @@ def _quant_gemv(dtype: torch.dtype) -> None:
             x = _empty(m, 2 * MLP, dtype=dtype)
             quant_gemv(x, down, _empty(HIDDEN, 1), None, silu_mul=True)
             quant_gemv_deferred(x, down, _empty(HIDDEN, MLP // 128), 128, silu_mul=True)
+    # One row of INT8 through a float's mantissa, in Triton and in PTX (CudaTuning.int8_convert):
+    # whole slices, split K, grouped scales, ragged (masked) tiles.
+    for convert in ("magic", "magic_asm"):
+        tuning = replace(DEFAULT_TUNING, int8_convert=convert)
+        for n, k in (_GEMMS[1], _GEMMS[4], (1000, 1000)):
+            w, x = _empty(n, k, dtype=torch.int8), _empty(1, k, dtype=dtype)
+            quant_gemv(x, w, _empty(n, 1), None, tuning=tuning)
+        quant_gemv(x[:, :896], w[:, :896], _empty(1000, 7), 128, tuning=tuning)
 
 
 def _kv(cache_dtype: torch.dtype, num_blocks: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -313,3 +332,10 @@ def test_what_the_interpreter_runs_the_compiler_may_refuse() -> None:
         store_kernel[(1,)](x, out, FP8=True)
     (error,) = compile_for_hopper(launches, workers=1).values()
     assert error is not None and "Return type mismatch" in error
+
+
+def test_a_rejected_assembly_is_reported_as_its_error() -> None:
+    with recorded_launches() as launches:
+        bad_asm_kernel[(1,)](torch.zeros(16, dtype=torch.int32), torch.zeros(16, dtype=torch.int32))
+    (error,) = compile_for_hopper(launches, workers=1).values()
+    assert error is not None and "prmtx" in error

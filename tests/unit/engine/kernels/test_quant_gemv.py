@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,6 +11,7 @@ import torch.nn.functional as F
 from engine.kernels import SkinnyGemmConfig, SplitKPartials
 from engine.kernels.quant_gemv import quant_gemv, quant_gemv_deferred, quant_gemv_fits
 from engine.quantization.tensors import dequantize, quantize, quantize_blocks
+from engine.tuning import DEFAULT_TUNING, Int8Convert
 
 # The interpreter rounds float32 -> bfloat16 toward zero (the GPU to nearest): one ulp.
 _RTOL = {torch.float32: 1e-5, torch.bfloat16: 2**-7}
@@ -110,6 +113,33 @@ def test_row_blocks_with_split_partials(device: str, split_k: int) -> None:
     config = SkinnyGemmConfig(block_n=16, block_k=64, split_k=split_k, block_m=16)
     got = quant_gemv(x.to(device), q.to(device), scale.to(device), None, None, config).cpu()
     torch.testing.assert_close(got, F.linear(x, dequantize(q, scale)), atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        None,  # quant_gemv's pick: K unsplit
+        SkinnyGemmConfig(block_n=16, block_k=128, split_k=3, use_dot=False),  # ragged last split
+        SkinnyGemmConfig(block_n=32, block_k=256, num_warps=4, use_dot=False),  # ragged row block
+    ],
+)
+@pytest.mark.parametrize("group", [None, 128])
+@pytest.mark.parametrize("convert", ["magic", "magic_asm"])  # magic_asm: its Triton form on CPU
+def test_int8_conversions_give_the_same_bits(
+    device: str, convert: Int8Convert, config: SkinnyGemmConfig | None, group: int | None
+) -> None:
+    # The one-row GEMV (tensor-core dots always take "cvt"): every int8 value in every row, and a
+    # ragged N and K, so masked tiles convert too.
+    n, k = 70, 640 - 24
+    q = torch.stack(
+        [torch.arange(-128, 128, dtype=torch.int8).repeat(3)[torch.randperm(768)][:k] for _ in range(n)]
+    )
+    scale = torch.rand(n, 1 if group is None else -(-k // group)) / 64
+    x = torch.randn(1, k).to(torch.bfloat16)
+    args = (x.to(device), q.to(device), scale.to(device), group, None, config)
+    want = quant_gemv(*args).cpu()
+    got = quant_gemv(*args, tuning=replace(DEFAULT_TUNING, int8_convert=convert)).cpu()
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
 def test_refuses_what_it_cannot_take() -> None:
