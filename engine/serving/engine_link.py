@@ -7,12 +7,16 @@ in ``data_received``, with no reader task between the socket and the streams::
     socket bytes ─▶ WebSocket frames (websockets' sans-I/O protocol) ─▶ [[stream, raw frame], ...]
         ─▶ each LinkStream's pending list ─▶ its reader decodes what it takes, merged per index
 
-A stream's frames stay undecoded until its reader takes them, so a reader that fell behind
-decodes its backlog once and hands one merged frame downstream.
+Work is per socket read and per reader wake-up, not per frame: a read's messages are split into
+each stream's pending list first, then each stream that got frames is counted against its bound
+and woken once. A stream's frames stay undecoded until its reader takes them, so a reader that
+fell behind decodes its backlog in one call (the raw frames joined into one msgpack array) and
+hands one merged frame downstream.
 
 Backpressure: the link never waits for a stream's reader, so a slow client holds up no other
-stream. Instead each stream's undelivered bytes are bounded by ``max_stream_bytes``; a stream
-past it fails with ``RequestAbortedError`` and is aborted in the engine. Below the bound the
+stream. Instead each stream's undelivered bytes are bounded by ``max_stream_bytes`` (checked
+after each socket read, so it may overshoot by one read); a stream past it fails with
+``RequestAbortedError`` and is aborted in the engine. Below the bound the
 backlog costs one merge, not one downstream pass per frame.
 
 The link ending (EOF, reset, a close from the engine, ``reset`` after missed heartbeats) fails
@@ -74,8 +78,21 @@ _BY_CODE: dict[str, type[EngineError]] = {
 _encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(list[tuple[int, msgspec.Raw]])
 _frame_decoder = msgspec.msgpack.Decoder(DeltaFrame | ErrorEvent | Counted)
+_frames_decoder = msgspec.msgpack.Decoder(list[DeltaFrame | ErrorEvent | Counted])
 _MAX_MESSAGE_BYTES = 256 << 20
 """A message from the engine larger than this fails the link (the engine splits at far less)."""
+
+
+def _array_of(raws: list[msgspec.Raw]) -> bytes:
+    """``raws`` (each one msgpack value) as one msgpack array, so a backlog is one decode call."""
+    n = len(raws)
+    if n < 16:
+        head = bytes((0x90 | n,))
+    elif n < 1 << 16:
+        head = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        head = b"\xdd" + n.to_bytes(4, "big")
+    return head + b"".join(raws)
 
 
 def error_of(event: ErrorEvent) -> EngineError:
@@ -90,11 +107,11 @@ class LinkStream:
         "_error",
         "_link",
         "_max_bytes",
-        "_num_bytes",
         "_open",
-        "_pending",
         "_timeout_s",
         "_waiter",
+        "num_bytes",
+        "pending",
         "sid",
     )
 
@@ -102,8 +119,11 @@ class LinkStream:
         self.sid = sid
         self._link = link
         self._open = set(range(n))
-        self._pending: list[msgspec.Raw] = []
-        self._num_bytes = 0
+        self.pending: list[msgspec.Raw] = []
+        """Raw frames the reader has not taken: the link appends a whole socket read's worth (adding
+        their sizes to ``num_bytes``), then calls ``settle`` once: one bound check and one wake-up
+        per stream per read, not per frame."""
+        self.num_bytes = 0
         self._max_bytes = max_bytes
         self._timeout_s = timeout_s
         self._error: EngineError | None = None
@@ -114,11 +134,10 @@ class LinkStream:
         """Every completion finished or the stream failed: the engine sends it nothing more."""
         return not self._open or self._error is not None
 
-    def put(self, raw: msgspec.Raw) -> bool:
-        """Queue one frame; False when that put the stream past its bound (it has failed then)."""
-        self._pending.append(raw)
-        self._num_bytes += len(raw)
-        if self._num_bytes > self._max_bytes:
+    def settle(self) -> bool:
+        """Wake the reader for the frames appended to ``pending``; False when they put the stream
+        past its bound (it has failed then)."""
+        if self.num_bytes > self._max_bytes:
             self.fail(
                 RequestAbortedError(f"the stream's reader fell more than {self._max_bytes} bytes behind")
             )
@@ -129,32 +148,39 @@ class LinkStream:
     def fail(self, exc: EngineError) -> None:
         if self._error is None:
             self._error = exc
-            self._pending = []
+            self.pending = []
+            self.num_bytes = 0
         self._wake()
 
     async def frames(self) -> AsyncIterator[DeltaFrame]:
         """The engine's frames until every completion finished; several taken at once are merged."""
         while self._open:
-            if not self._pending:
+            if not self.pending:
                 await self._wait()
-            pending, self._pending = self._pending, []
-            self._num_bytes = 0
+            pending, self.pending = self.pending, []
+            self.num_bytes = 0
+            if not pending:
+                continue  # woken by a failure: ``_wait`` raised it, or by a settle of nothing
+            try:
+                if len(pending) == 1:  # a reader that keeps up: one frame per wake-up
+                    payloads = [_frame_decoder.decode(pending[0])]
+                else:
+                    payloads = _frames_decoder.decode(_array_of(pending))
+            except msgspec.DecodeError as exc:  # a ValueError: garbled, not a refusal
+                self._link.fail_all(f"unreadable frame ({exc})")
+                raise self._error or EngineUnavailableError("unreadable frame") from None
             events: list[DeltaEvent] = []
-            for raw in pending:
-                try:
-                    payload = _frame_decoder.decode(raw)
-                except msgspec.DecodeError as exc:  # a ValueError: garbled, not a refusal
-                    self._link.fail_all(f"unreadable frame ({exc})")
-                    raise self._error or EngineUnavailableError("unreadable frame") from None
-                if isinstance(payload, ErrorEvent):
+            for payload in payloads:
+                if type(payload) is list:
+                    events += payload
+                elif isinstance(payload, ErrorEvent):
                     self._error = error_of(payload)
                     if events:
                         break  # hand over what came before the error first
                     raise self._error
-                if isinstance(payload, Counted):
+                else:  # Counted
                     self._link.fail_all("a token count inside a generation's stream")
                     raise self._error or EngineUnavailableError("unexpected count")
-                events += payload
             if events:
                 for event in events:
                     if event.finish_reason is not None:
@@ -165,10 +191,10 @@ class LinkStream:
 
     async def answer(self) -> int:
         """A token count's answer (its stream's one frame)."""
-        if not self._pending:
+        if not self.pending:
             await self._wait()
         try:
-            payload = _frame_decoder.decode(self._pending[0])
+            payload = _frame_decoder.decode(self.pending[0])
         except msgspec.DecodeError as exc:
             self._link.fail_all(f"unreadable frame ({exc})")
             raise self._error or EngineUnavailableError("unreadable frame") from None
@@ -193,7 +219,7 @@ class LinkStream:
         finally:
             timer.cancel()
             self._waiter = None
-        if self._error is not None and not self._pending:
+        if self._error is not None and not self.pending:
             raise self._error
 
     def _wake(self) -> None:
@@ -338,8 +364,22 @@ class EngineLink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         ws = self._ws
         ws.receive_data(data)
+        touched: dict[int, LinkStream] = {}
         for event in ws.events_received():
-            if isinstance(event, Response):
+            if type(event) is Frame:
+                opcode = event.opcode
+                if opcode is Opcode.BINARY or opcode is Opcode.CONT:
+                    if not event.fin or self._fragments:
+                        self._fragments += event.data
+                        if not event.fin:
+                            continue
+                        message, self._fragments = bytes(self._fragments), bytearray()
+                        self._dispatch(message, touched)
+                    else:
+                        self._dispatch(event.data, touched)
+                elif opcode is Opcode.CLOSE:
+                    self.fail_all(f"the engine closed the link ({ws.close_code})")
+            elif isinstance(event, Response):
                 if ws.handshake_exc is not None:
                     self.reset(
                         f"the engine refused the link ({event.status_code}): is it older than the gateway?"
@@ -347,26 +387,16 @@ class EngineLink(asyncio.Protocol):
                     return
                 if not self._handshake.done():
                     self._handshake.set_result(None)
-            elif not isinstance(event, Frame):
-                continue  # a client receives no requests
-            elif event.opcode is Opcode.BINARY or event.opcode is Opcode.CONT:
-                if not event.fin or self._fragments:
-                    self._fragments += event.data
-                    if not event.fin:
-                        continue
-                    message, self._fragments = bytes(self._fragments), bytearray()
-                    self._dispatch(message)
-                else:
-                    self._dispatch(event.data)
-            elif event.opcode is Opcode.CLOSE:
-                self.fail_all(f"the engine closed the link ({ws.close_code})")
-        self._flush()  # pongs, the close handshake's answer
+            # a client receives no requests
+        self._settle(touched)
+        self._flush()  # pongs, the close handshake's answer, aborts of streams past their bound
         if ws.parser_exc is not None:
             self.reset(f"the engine broke the WebSocket protocol: {ws.parser_exc}")
         elif ws.state is State.CLOSED and self._transport is not None:
             self._transport.close()
 
-    def _dispatch(self, message: bytes | bytearray | memoryview) -> None:
+    def _dispatch(self, message: bytes | bytearray | memoryview, touched: dict[int, LinkStream]) -> None:
+        """Append each entry of ``message`` to its stream's pending frames (``_settle`` wakes them)."""
         try:
             entries = _batch_decoder.decode(message)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -375,9 +405,17 @@ class EngineLink(asyncio.Protocol):
         streams = self._streams
         for sid, raw in entries:
             stream = streams.get(sid)
-            if stream is not None and not stream.put(raw):  # its reader fell too far behind
-                del streams[sid]
-                self._send(_encoder.encode(LinkAbort(stream=sid)))
+            if stream is not None:
+                stream.pending.append(raw)
+                stream.num_bytes += len(raw)
+                touched[sid] = stream
+
+    def _settle(self, touched: dict[int, LinkStream]) -> None:
+        """Wake each stream that got frames in this read; abort those whose reader fell too far behind."""
+        streams = self._streams
+        for sid, stream in touched.items():
+            if not stream.settle() and streams.pop(sid, None) is not None:
+                self._ws.send_binary(_encoder.encode(LinkAbort(stream=sid)))
 
     def eof_received(self) -> bool:
         self._ws.receive_eof()

@@ -35,6 +35,9 @@ def coalesced(deltas: list[_Delta]) -> list[_Delta]:
     """``deltas`` with those of one completion index merged into one, in order of first arrival."""
     if len(deltas) < 2:
         return deltas
+    first = deltas[0].index
+    if all([d.index == first for d in deltas]):  # one completion (n = 1): no grouping to do
+        return [_merged(deltas)]
     by_index: dict[int, list[_Delta]] = {}
     for delta in deltas:
         by_index.setdefault(delta.index, []).append(delta)
@@ -46,11 +49,12 @@ def coalesced(deltas: list[_Delta]) -> list[_Delta]:
 def _merged(group: list[_Delta]) -> _Delta:
     last = group[-1]
     logprobs: list[Any] | None = None
-    if any(d.logprobs is not None for d in group):
-        logprobs = [lp for d in group for lp in d.logprobs or ()]
+    parts = [d.logprobs for d in group if d.logprobs is not None]
+    if parts:
+        logprobs = [lp for part in parts for lp in part]
     return type(last)(
         index=last.index,
-        text="".join(d.text for d in group),
+        text="".join([d.text for d in group]),
         token_ids=[t for d in group for t in d.token_ids],
         finish_reason=last.finish_reason,
         num_prompt_tokens=last.num_prompt_tokens,
