@@ -298,22 +298,20 @@ def run_engine_rank(settings: Settings) -> None:
     env.check(settings.engine)
     from engine.errors import EngineConfigError
 
-    # Each rank unwraps the data key itself; its key operations go to its log and to rank 0,
-    # whose EngineInfo carries them to the gateway's audit log.
-    key_operations: list[KeyOperationEvent] = []
-    sources, failed = model_sources(settings, key_operations)
-    _log_key_operations(key_operations)
-    models = tuple(m for m in settings.engine.models if m.name in sources)
+    # Each rank unwraps the data key itself, as a spawned one does; its key operations go to its
+    # log and to rank 0, whose EngineInfo carries them to the gateway's audit log.
+    opened = KeyProviderOpener.of(settings)(settings.engine)
+    models = tuple(m for m in settings.engine.models if m.name in opened.sources)
     if not models:  # (a config without models would fall back to reading the plain directories)
-        raise EngineConfigError(f"no model opens on this rank: {failed}")
+        raise EngineConfigError(f"no model opens on this rank: {opened.failed}")
     config = msgspec.structs.replace(settings.engine, models=models)
     log.info("engine rank %d of %d joining %s", env.rank, env.world_size, env.address)
     run_rank(
         env.rank,
         config,
         str(settings.data_path),
-        dict(sources),
+        dict(opened.sources),
         env.address,
         env.local_rank,
-        [msgspec.to_builtins(op) for op in key_operations],
+        opened.key_operations,
     )
