@@ -347,11 +347,10 @@ def run_throughput(
                 num_output += len(delta.token_ids)
         return num_output
 
-    # Warm-up: compiles the prefill variants (every decode bucket was captured at start-up). The
-    # whole prompts, reversed so the timed run finds none of their blocks in the prefix cache:
-    # 64-token prefixes left the attention variants of longer prefills to compile in the timed
-    # run of whichever variant came first in a process (bench/BENCHMARKS.md, 2026-12-04).
-    generate([p[::-1] for p in workload.prompt_token_ids], [8] * workload.num_requests, "warm")
+    # Warm-up: the prefill variants (every decode bucket was captured at start-up); 64-token
+    # prefixes left longer prefills' to compile in the timed run (bench/BENCHMARKS.md, 2026-12-04).
+    warm = workload.warm_up()
+    generate(warm.prompt_token_ids, warm.max_tokens, "warm")
     torch.cuda.synchronize()
     steps0, wait0 = engine.num_steps, engine.device_wait_s
     start = time.perf_counter()

@@ -98,10 +98,8 @@ def time_workload(llm: Any, workload: Workload, device: str, system: str = "ours
                 num_output += len(delta.token_ids)
         return num_output
 
-    # Warm-up: the workload's prefill shapes, untimed (a short prompt alone left attention variants
-    # to compile in the timed run). Reversed prompts: the timed run finds none of their blocks in
-    # the prefix cache.
-    generate([p[::-1] for p in workload.prompt_token_ids], [min(m, 8) for m in workload.max_tokens])
+    warm = workload.warm_up()
+    generate(warm.prompt_token_ids, warm.max_tokens)
     _synchronize(device)
     start = time.perf_counter()
     num_output = generate(workload.prompt_token_ids, workload.max_tokens)

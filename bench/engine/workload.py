@@ -59,6 +59,16 @@ class Workload:
             temperature=self.temperature,
         )
 
+    def warm_up(self, max_tokens: int = 8) -> Workload:
+        """An untimed pass with this workload's prefill shapes, so no kernel variant compiles in
+        the timed one (a short prompt alone left the attention variants of longer prefills to
+        it). Reversed prompts: the timed run finds none of their blocks in the prefix cache."""
+        return Workload(
+            prompt_token_ids=[prompt[::-1] for prompt in self.prompt_token_ids],
+            max_tokens=[min(m, max_tokens) for m in self.max_tokens],
+            temperature=self.temperature,
+        )
+
 
 def nano_vllm_workload(
     *, num_seqs: int = 256, max_input_len: int = 1024, max_output_len: int = 1024, seed: int = 0

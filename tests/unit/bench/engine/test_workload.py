@@ -42,3 +42,12 @@ def test_scaled_workload_is_a_prefix_of_the_full_one() -> None:
 def test_bad_scale_is_rejected(scale: float) -> None:
     with pytest.raises(ValueError, match="scale"):
         nano_vllm_workload().scaled(scale)
+
+
+def test_the_warm_up_has_every_prefill_shape_and_none_of_the_prompts_blocks() -> None:
+    work = nano_vllm_workload().scaled(0.05)
+    warm = work.warm_up()
+    assert [len(p) for p in warm.prompt_token_ids] == [len(p) for p in work.prompt_token_ids]
+    assert all(w == p[::-1] for w, p in zip(warm.prompt_token_ids, work.prompt_token_ids, strict=True))
+    assert warm.max_tokens == [min(m, 8) for m in work.max_tokens]
+    assert work.warm_up(2).num_output_tokens == 2 * work.num_requests
