@@ -55,7 +55,7 @@ class CudaTuning:
     which dequantizes in its loads: one launch per GEMM, as the bf16 path's. Above (prefill),
     ``fp8_scaled_mm`` for FP8 and a dequantized copy of the weight for INT8."""
     int8_convert: Int8Convert = "cvt"
-    """How ``kernels.quant_gemv``'s one-row GEMV turns INT8 weights into float32
+    """How the one-row GEMVs (``kernels.quant_gemv``, ``kernels.normed_gemv``) turn INT8 weights into float32
     (``kernels.int8``; the same bits from each): "cvt", the int-to-float instruction, whose rate
     bounds the GEMV below what memory gives; "magic", through a float's mantissa in Triton's
     integer ops; "magic_asm", the same in PTX on four bytes per register (the interpreter, which
