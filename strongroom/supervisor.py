@@ -47,6 +47,9 @@ class EngineSupervisor:
         self.token = os.environ.get(env_name) or secrets.token_urlsafe(32)
         os.environ[env_name] = self.token
         self._proc: subprocess.Popen[bytes] | None = None
+        self._replacing = False
+        """From a death until its replacement answers health: a process that only started is not
+        yet an engine (connections to the kept socket queue until it serves)."""
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="engine-supervisor", daemon=True)
 
@@ -66,10 +69,10 @@ class EngineSupervisor:
 
     def is_alive(self, url: str) -> bool:
         """False once the engine process at ``url`` (this supervisor's) has exited, before any probe
-        could tell: connections to the socket this supervisor keeps would only queue until the
-        replacement starts."""
+        could tell, and until its replacement answers health: connections to the socket this
+        supervisor keeps would only queue until the replacement serves."""
         proc = self._proc
-        return url != self.url or (proc is not None and proc.poll() is None)
+        return url != self.url or (proc is not None and proc.poll() is None and not self._replacing)
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -111,8 +114,24 @@ class EngineSupervisor:
             # a crash loop backs off.
             time.sleep(0.0 if restarts == 1 else min(2.0 ** (restarts - 1), 30.0))
             if not self._stopping.is_set():
+                self._replacing = True  # before the new process is seen: never alive in between
                 self._proc = self._spawn()
                 started = time.monotonic()
+                self._await_replacement()
+
+    def _await_replacement(self) -> None:
+        """Clear ``_replacing`` once the new process answers health; leave it to the next round of
+        the watch if the process dies first."""
+        headers = {"authorization": f"Bearer {self.token}"}
+        proc = self._proc
+        while not self._stopping.is_set() and proc is not None and proc.poll() is None:
+            try:
+                if httpx.get(f"{self.url}/engine/v1/health", headers=headers, timeout=1.0).status_code == 200:
+                    self._replacing = False
+                    return
+            except httpx.HTTPError:
+                pass
+            self._stopping.wait(0.1)
 
     def stop(self) -> None:
         self._stopping.set()
