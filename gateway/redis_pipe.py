@@ -1,14 +1,18 @@
 """The Redis commands every request makes (revocation lookup, quota reserve and release), over one
 pipelined connection per process.
 
-redis-py spends about 100 µs of CPU per command in its own layers (connection pool, retry and
-timeout wrappers, a pure-Python RESP parser); the round trip itself costs about 20 µs (figures in
-bench/BENCHMARKS.md). A streamed request makes three such commands. ``RedisPipe`` sends each
-command at once on a shared connection and matches replies to callers in order::
+redis-py spends several times a round trip's own CPU per command in its layers (connection pool,
+retry and timeout wrappers, a pure-Python RESP parser; figures in bench/BENCHMARKS.md), and a
+streamed request makes three such commands. ``RedisPipe`` sends each command at once on a shared
+connection and matches replies to callers in order::
 
-    caller A ─ MGET ──┐                        ┌─▶ reply 1 ─▶ A
-    caller B ─ EVALSHA ┼─▶ one connection ─▶ Redis ┼─▶ reply 2 ─▶ B     (RESP replies come in
-    caller C ─ ZREM ──┘   (FIFO of waiters)    └─▶ reply 3 ─▶ C      the order commands went)
+    caller A ─ MGET ─────┐                              ┌─▶ reply 1 ─▶ A
+    caller B ─ EVALSHA ──┼─▶ one connection ─▶ Redis ──┼─▶ reply 2 ─▶ B
+    caller C ─ ZREM ─────┘   (a FIFO of waiters)        └─▶ reply 3 ─▶ C
+
+Redis answers a connection's commands in the order they came, and runs one command at a time
+whatever the number of connections, so one connection loses no parallelism.
+Concurrent callers that find no connection share one attempt to open it.
 
 Failures keep redis-py's types (``redis.exceptions``), so callers still fail closed the same way:
 no connection within ``connect_timeout_s`` or a lost one is ``ConnectionError``; no reply within
@@ -59,7 +63,7 @@ class RedisPipe:
         self._connect_timeout_s = connect_timeout_s
         self._timeout_s = timeout_s
         self._replies: _Replies | None = None
-        self._connecting = asyncio.Lock()
+        self._opening: asyncio.Future[_Replies] | None = None
 
     def __repr__(self) -> str:  # never the password
         return f"RedisPipe({self._host}:{self._port}/{self._db})"
@@ -85,7 +89,11 @@ class RedisPipe:
         """Send one command and wait for its reply (bytes, int, None or a list of them)."""
         replies = self._replies
         if replies is None or replies.is_lost:
-            replies = await self._connect()
+            if self._opening is None or self._opening.done():
+                self._opening = asyncio.ensure_future(self._connect())
+                self._opening.add_done_callback(_retrieve)  # when every waiter left
+            # Shielded: a caller that leaves does not cancel the attempt the others wait on.
+            replies = await asyncio.shield(self._opening)
         return await self._send(replies, args)
 
     async def mget(self, *keys: str) -> list[bytes | None]:
@@ -106,6 +114,8 @@ class RedisPipe:
         return PipeScript(self, script)
 
     async def aclose(self) -> None:
+        if self._opening is not None:
+            self._opening.cancel()
         if self._replies is not None:
             self._replies.drop(RedisConnectionError("Redis pipe closed"))
             self._replies = None
@@ -119,25 +129,26 @@ class RedisPipe:
             timer.cancel()
 
     async def _connect(self) -> _Replies:
-        async with self._connecting:
-            if self._replies is not None and not self._replies.is_lost:
-                return self._replies
-            loop = asyncio.get_running_loop()
-            try:
-                _, replies = await asyncio.wait_for(
-                    loop.create_connection(_Replies, self._host, self._port), self._connect_timeout_s
-                )
-            except TimeoutError:
-                raise RedisTimeoutError("Timeout connecting to Redis") from None
-            except OSError as exc:
-                raise RedisConnectionError(f"Error connecting to Redis: {type(exc).__name__}") from None
+        loop = asyncio.get_running_loop()
+        try:
+            _, replies = await asyncio.wait_for(
+                loop.create_connection(_Replies, self._host, self._port), self._connect_timeout_s
+            )
+        except TimeoutError:
+            raise RedisTimeoutError("Timeout connecting to Redis") from None
+        except OSError as exc:
+            raise RedisConnectionError(f"Error connecting to Redis: {type(exc).__name__}") from None
+        try:
             if self._password is not None:
                 login = (self._username, self._password) if self._username else (self._password,)
                 await self._send(replies, ("AUTH", *login))
             if self._db:
                 await self._send(replies, ("SELECT", self._db))
-            self._replies = replies
-            return replies
+        except ResponseError as exc:  # Redis's words, never the password
+            replies.drop(RedisConnectionError("Redis refused the login or database"))
+            raise RedisConnectionError(f"Redis refused the login or database: {exc}") from None
+        self._replies = replies
+        return replies
 
 
 class PipeScript:
@@ -220,6 +231,11 @@ class _Replies(asyncio.Protocol):
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(error)
+
+
+def _retrieve(attempt: asyncio.Future[_Replies]) -> None:
+    if not attempt.cancelled():
+        attempt.exception()
 
 
 def _pack(args: Sequence[_Arg]) -> bytes:

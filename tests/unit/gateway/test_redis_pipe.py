@@ -93,6 +93,39 @@ async def test_no_server_is_a_connection_error() -> None:
         await pipe.mget("a")
 
 
+async def test_callers_without_a_connection_share_one_attempt(redis_prefix: str) -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def refuse_login(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        while data := await reader.read(1 << 16):
+            writer.write(b"-WRONGPASS no\r\n" * data.count(b"AUTH"))
+
+    server = await asyncio.start_server(refuse_login, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pipe = RedisPipe("127.0.0.1", port, password="pw", connect_timeout_s=1.0, timeout_s=1.0)
+    try:
+        failures = await asyncio.gather(
+            *(pipe.mget(redis_prefix + "a") for _ in range(10)), return_exceptions=True
+        )
+        assert all(isinstance(f, RedisConnectionError) for f in failures)
+        assert len(accepted) == 1  # one attempt failed all ten, not ten attempts one after another
+    finally:
+        await pipe.aclose()
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_wrong_password_is_a_connection_error() -> None:
+    pipe = RedisPipe.from_url("redis://nobody:wrong@127.0.0.1:6379/0", connect_timeout_s=1.0, timeout_s=1.0)
+    assert pipe is not None
+    with pytest.raises(RedisConnectionError) as refused:
+        await pipe.mget("a")
+    assert "wrong" not in str(refused.value)
+
+
 async def test_a_silent_server_is_a_timeout_and_every_waiter_fails() -> None:
     writers: list[asyncio.StreamWriter] = []
 
