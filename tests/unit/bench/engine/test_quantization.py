@@ -11,7 +11,7 @@ from engine.tuning import DEFAULT_TUNING
 def test_int8_decode_once_per_conversion_asked_for() -> None:
     variants = _decode_variants(("fp8", "int8"), ("cvt", "magic_asm"))
     assert [(label, q, t.int8_convert) for label, q, t in variants] == [
-        ("fp8", "fp8", "cvt"),
+        ("fp8", "fp8", DEFAULT_TUNING.int8_convert),
         ("int8-cvt", "int8", "cvt"),
         ("int8-magic_asm", "int8", "magic_asm"),
     ]
@@ -22,8 +22,8 @@ def test_int8_decode_once_per_conversion_asked_for() -> None:
 def test_every_variant_again_at_each_norm_limit_asked_for() -> None:
     variants = _decode_variants(("fp8", "int8"), ("magic",), (1024,))
     assert [(label, q, t.int8_convert, t.norm_in_gemv_max_k) for label, q, t in variants] == [
-        ("fp8", "fp8", "cvt", DEFAULT_TUNING.norm_in_gemv_max_k),
-        ("fp8-norm1024", "fp8", "cvt", 1024),
+        ("fp8", "fp8", DEFAULT_TUNING.int8_convert, DEFAULT_TUNING.norm_in_gemv_max_k),
+        ("fp8-norm1024", "fp8", DEFAULT_TUNING.int8_convert, 1024),
         ("int8-magic", "int8", "magic", DEFAULT_TUNING.norm_in_gemv_max_k),
         ("int8-magic-norm1024", "int8", "magic", 1024),
     ]
