@@ -14,6 +14,9 @@ left after the weights) gives it. One device call, JSON to ``--out``/quantizatio
     python -m bench.engine.quantization --out $OUT --skip throughput --decode-weights int8 \\
         --int8-convert cvt --int8-convert magic --int8-convert magic_asm    # INT8 conversions A/B
 
+``--throughput-shape llama3-8b`` runs the throughput stage on the Llama-3-8B shape (16 GB of bf16
+weights, where the Qwen3-0.6B shape's 1.2 GB are a small part of a 256-sequence step).
+
 ``--norm-in-gemv-max-k 8192`` times the decode weights a second time with the norms at hidden
 4,096 fused into the GEMMs after them (long rows, chunked; the default leaves them to the norm
 kernel until this A/B has run on a GPU)::
@@ -185,13 +188,24 @@ def _memory(path: Path, quantization: str | None, kv_cache_dtype: str) -> dict[s
 
 
 def run_throughputs(
-    workdir: Path, scale: float, labels: tuple[str, ...] = (), *, memory: bool = True
+    workdir: Path,
+    scale: float,
+    labels: tuple[str, ...] = (),
+    *,
+    memory: bool = True,
+    shape: str = "qwen3-0.6b",
 ) -> dict[str, Any]:
     from bench.engine.random_model import build_random_qwen3
 
-    path = workdir / "qwen3-0.6b"
-    build_random_qwen3(path, shape="qwen3-0.6b", dtype="bfloat16", device="cuda")
-    out: dict[str, Any] = {}
+    path = workdir / shape
+    if shape == "llama3-8b":  # weights 16 GB in bf16: what FP8 halves is a large part of a step
+        hf = _hf_model(shape)
+        _save(hf, path)
+        del hf
+        _free_gpu()
+    else:
+        build_random_qwen3(path, shape=shape, dtype="bfloat16", device="cuda")
+    out: dict[str, Any] = {"shape": shape}
     for label, quantization, kv in THROUGHPUT_VARIANTS:
         if labels and label not in labels:
             continue
@@ -200,12 +214,12 @@ def run_throughputs(
             entry["memory"] = _safe(lambda q=quantization, k=kv: _memory(path, q, k))
         entry.update(_safe(lambda q=quantization, k=kv: run_throughput(workdir, scale, variants=False,
                                                                         quantization=q, kv_cache_dtype=k,
-                                                                        profile=False)))  # fmt: skip
+                                                                        profile=False, model_dir=shape)))  # fmt: skip
         out[label] = entry
         _free_gpu()
     base = out.get("bf16", {}).get("output_tok_s")
     for entry in out.values():
-        if base and "output_tok_s" in entry:
+        if base and isinstance(entry, dict) and "output_tok_s" in entry:
             entry["speedup_vs_bf16"] = entry["output_tok_s"] / base
     return out
 
@@ -228,6 +242,8 @@ def run_throughputs(
 @click.option("--throughput-variant", "throughput_variants", multiple=True,
               type=click.Choice([label for label, _, _ in THROUGHPUT_VARIANTS]),
               help="Variants of the throughput stage (repeat; default: all).")  # fmt: skip
+@click.option("--throughput-shape", type=click.Choice(["qwen3-0.6b", "llama3-8b"]), default="qwen3-0.6b",
+              show_default=True, help="The model shape of the throughput stage (random weights).")  # fmt: skip
 def main(
     out_dir: Path,
     throughput_scale: float,
@@ -236,6 +252,7 @@ def main(
     int8_converts: tuple[str, ...],
     norm_max_ks: tuple[int, ...],
     throughput_variants: tuple[str, ...],
+    throughput_shape: str,
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"provenance": provenance(sys.argv, "cuda")}
@@ -247,7 +264,11 @@ def main(
             (
                 "throughput",
                 lambda w: run_throughputs(
-                    w, throughput_scale, throughput_variants, memory="memory" not in skip
+                    w,
+                    throughput_scale,
+                    throughput_variants,
+                    memory="memory" not in skip,
+                    shape=throughput_shape,
                 ),
             ),
         ):
