@@ -187,6 +187,21 @@ def _memory(path: Path, quantization: str | None, kv_cache_dtype: str) -> dict[s
     return out
 
 
+def _throughput_variants(
+    labels: tuple[str, ...], max_rows: tuple[int, ...] = ()
+) -> list[tuple[str, str | None, str, CudaTuning]]:
+    """(label, quantization, kv_cache_dtype, tuning) of each throughput run: the labels asked for
+    (all when none) with the default tuning, then each quantized one again with
+    ``CudaTuning.quant_gemv_max_rows`` at every value of ``max_rows`` (``<label>-rows<value>``:
+    batches above it take ``torch._scaled_mm``'s FP8 tensor cores instead of ``quant_gemv``)."""
+    chosen = [v for v in THROUGHPUT_VARIANTS if not labels or v[0] in labels]
+    out = [(label, q, kv, DEFAULT_TUNING) for label, q, kv in chosen]
+    for rows in max_rows:
+        out += [(f"{label}-rows{rows}", q, kv, replace(DEFAULT_TUNING, quant_gemv_max_rows=rows))
+                for label, q, kv in chosen if q is not None]  # fmt: skip
+    return out
+
+
 def run_throughputs(
     workdir: Path,
     scale: float,
@@ -194,6 +209,7 @@ def run_throughputs(
     *,
     memory: bool = True,
     shape: str = "qwen3-0.6b",
+    max_rows: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     from bench.engine.random_model import build_random_qwen3
 
@@ -206,15 +222,13 @@ def run_throughputs(
     else:
         build_random_qwen3(path, shape=shape, dtype="bfloat16", device="cuda")
     out: dict[str, Any] = {"shape": shape}
-    for label, quantization, kv in THROUGHPUT_VARIANTS:
-        if labels and label not in labels:
-            continue
+    for label, quantization, kv, tuning in _throughput_variants(labels, max_rows):
         entry: dict[str, Any] = {}
-        if memory:  # another load of the model: the same figures at every scale
+        if memory and tuning is DEFAULT_TUNING:  # another load of the model: the same at every scale
             entry["memory"] = _safe(lambda q=quantization, k=kv: _memory(path, q, k))
-        entry.update(_safe(lambda q=quantization, k=kv: run_throughput(workdir, scale, variants=False,
-                                                                        quantization=q, kv_cache_dtype=k,
-                                                                        profile=False, model_dir=shape)))  # fmt: skip
+        entry.update(_safe(lambda q=quantization, k=kv, t=tuning: run_throughput(
+            workdir, scale, variants=False, tuning=t, quantization=q, kv_cache_dtype=k, profile=False,
+            model_dir=shape)))  # fmt: skip
         out[label] = entry
         _free_gpu()
     base = out.get("bf16", {}).get("output_tok_s")
@@ -242,6 +256,9 @@ def run_throughputs(
 @click.option("--throughput-variant", "throughput_variants", multiple=True,
               type=click.Choice([label for label, _, _ in THROUGHPUT_VARIANTS]),
               help="Variants of the throughput stage (repeat; default: all).")  # fmt: skip
+@click.option("--quant-gemv-max-rows", "max_rows", multiple=True, type=click.IntRange(min=0),
+              help="Also run each quantized throughput variant with CudaTuning.quant_gemv_max_rows "
+                   "at this value (repeat).")  # fmt: skip
 @click.option("--throughput-shape", type=click.Choice(["qwen3-0.6b", "llama3-8b"]), default="qwen3-0.6b",
               show_default=True, help="The model shape of the throughput stage (random weights).")  # fmt: skip
 def main(
@@ -253,6 +270,7 @@ def main(
     norm_max_ks: tuple[int, ...],
     throughput_variants: tuple[str, ...],
     throughput_shape: str,
+    max_rows: tuple[int, ...],
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"provenance": provenance(sys.argv, "cuda")}
@@ -269,6 +287,7 @@ def main(
                     throughput_variants,
                     memory="memory" not in skip,
                     shape=throughput_shape,
+                    max_rows=max_rows,
                 ),
             ),
         ):
