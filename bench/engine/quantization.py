@@ -32,6 +32,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast, get_args
@@ -210,7 +211,9 @@ def run_throughputs(
     memory: bool = True,
     shape: str = "qwen3-0.6b",
     max_rows: tuple[int, ...] = (),
+    on_result: Callable[[dict[str, Any]], None] = lambda _: None,
 ) -> dict[str, Any]:
+    """``on_result(out)`` after every variant: a run cut short by its time limit keeps the rest."""
     from bench.engine.random_model import build_random_qwen3
 
     path = workdir / shape
@@ -231,11 +234,20 @@ def run_throughputs(
             model_dir=shape)))  # fmt: skip
         out[label] = entry
         _free_gpu()
-    base = out.get("bf16", {}).get("output_tok_s")
-    for entry in out.values():
-        if base and isinstance(entry, dict) and "output_tok_s" in entry:
-            entry["speedup_vs_bf16"] = entry["output_tok_s"] / base
+        base = out.get("bf16", {}).get("output_tok_s")
+        for entry in out.values():
+            if base and isinstance(entry, dict) and "output_tok_s" in entry:
+                entry["speedup_vs_bf16"] = entry["output_tok_s"] / base
+        on_result(out)
     return out
+
+
+def _progress(target: Path, report: dict[str, Any], throughput: dict[str, Any]) -> None:
+    """The report so far, on disk and one line per variant on stdout."""
+    target.write_text(json.dumps(report | {"throughput": throughput}, indent=2, default=str))
+    figures = {k: (v.get("output_tok_s"), v.get("speedup_vs_bf16"), v.get("error"))
+               for k, v in throughput.items() if isinstance(v, dict)}  # fmt: skip
+    click.echo(f"throughput so far: {figures}", err=True)
 
 
 @click.command()
@@ -288,6 +300,7 @@ def main(
                     memory="memory" not in skip,
                     shape=throughput_shape,
                     max_rows=max_rows,
+                    on_result=lambda partial: _progress(target, report, partial),
                 ),
             ),
         ):
