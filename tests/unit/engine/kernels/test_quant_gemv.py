@@ -261,6 +261,17 @@ def test_refuses_partials_it_cannot_merge() -> None:
         quant_gemv(pending, q, scale, None, config=SkinnyGemmConfig(block_n=16, block_k=64))  # tensor cores
     with pytest.raises(ValueError, match="one-row"):
         quant_gemv(pending, q[:, : k // 2], scale, None, silu_mul=True)
+    # The fused step's rule (engine.fused_step.gemm): quantized weights fuse as bf16 ones do, up
+    # to CudaTuning.merge_max_k columns (Llama-3-8B's 4,096 keep the merge kernel by default).
+    from engine.fused_step import gemm
+
+    assert gemm.fuses_into(pending, q, DEFAULT_TUNING, quantized=True)
+    assert not gemm.fuses_into(pending, q, DEFAULT_TUNING)  # taken for a bf16 weight: dtypes differ
+    assert not gemm.fuses_into(pending, q, replace(DEFAULT_TUNING, merge_max_k=k // 2), quantized=True)
+    wide = _pending_merge(2, torch.bfloat16, heads=32, head_dim=128)
+    wide_q = torch.empty(8, 32 * 128, dtype=torch.float8_e4m3fn)
+    assert not gemm.fuses_into(wide, wide_q, DEFAULT_TUNING, quantized=True)
+    assert gemm.fuses_into(wide, wide_q, replace(DEFAULT_TUNING, merge_max_k=4096), quantized=True)
 
 
 @pytest.mark.gpu
