@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.engine.quantization import _decode_variants
+from bench.engine.quantization import _decode_variants, _throughput_variants
 from engine.tuning import DEFAULT_TUNING
 
 
@@ -26,6 +26,23 @@ def test_every_variant_again_at_each_norm_limit_asked_for() -> None:
         ("fp8-norm1024", "fp8", DEFAULT_TUNING.int8_convert, 1024),
         ("int8-magic", "int8", "magic", DEFAULT_TUNING.norm_in_gemv_max_k),
         ("int8-magic-norm1024", "int8", "magic", 1024),
+    ]
+
+
+def test_quantized_throughput_variants_again_at_each_row_limit_asked_for() -> None:
+    variants = _throughput_variants(("bf16", "fp8+fp8-kv"), (64,))
+    assert [(label, q, kv, t.quant_gemv_max_rows) for label, q, kv, t in variants] == [
+        ("bf16", None, "auto", DEFAULT_TUNING.quant_gemv_max_rows),
+        ("fp8+fp8-kv", "fp8", "fp8", DEFAULT_TUNING.quant_gemv_max_rows),
+        ("fp8+fp8-kv-rows64", "fp8", "fp8", 64),
+    ]
+    assert variants[0][3] is DEFAULT_TUNING
+    assert [label for label, _, _, _ in _throughput_variants((), ())] == [
+        "bf16",
+        "fp8",
+        "int8",
+        "fp8-kv",
+        "fp8+fp8-kv",
     ]
 
 
