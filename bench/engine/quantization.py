@@ -23,6 +23,13 @@ kernel until this A/B has run on a GPU)::
 
     python -m bench.engine.quantization --out $OUT --skip throughput --decode-weights fp8 \\
         --decode-weights int8 --norm-in-gemv-max-k 8192
+
+``--merge-max-k 4096`` times them again with o_proj merging attention's split partials in its
+loads at Llama-3-8B's width (``CudaTuning.merge_max_k``; the default keeps the merge kernel
+there until this A/B has run on a GPU)::
+
+    python -m bench.engine.quantization --out $OUT --skip throughput --decode-weights fp8 \\
+        --decode-weights int8 --merge-max-k 4096
 """
 
 from __future__ import annotations
@@ -100,12 +107,16 @@ def _with_floor(timed: dict[str, Any], weight_bytes: float | None, kv_bytes: flo
 
 
 def _decode_variants(
-    weights: tuple[str, ...], int8_converts: tuple[str, ...], norm_max_ks: tuple[int, ...] = ()
+    weights: tuple[str, ...],
+    int8_converts: tuple[str, ...],
+    norm_max_ks: tuple[int, ...] = (),
+    merge_max_ks: tuple[int, ...] = (),
 ) -> list[tuple[str, str | None, CudaTuning]]:
     """(label, quantization, tuning) of each decode timed: the weights asked for (all when none),
     INT8 once per conversion asked for (``int8-<conversion>``), the rest with the defaults; then
     each of those again with ``CudaTuning.norm_in_gemv_max_k`` at every value of ``norm_max_ks``
-    (``<label>-norm<value>``)."""
+    (``<label>-norm<value>``) and with ``CudaTuning.merge_max_k`` at every value of
+    ``merge_max_ks`` (``<label>-merge<value>``)."""
     base = []
     for quantization in QUANTIZATIONS:
         if weights and _label(quantization) not in weights:
@@ -123,6 +134,9 @@ def _decode_variants(
         variants += [
             (f"{label}-norm{k}", quantization, replace(tuning, norm_in_gemv_max_k=k)) for k in norm_max_ks
         ]
+        variants += [
+            (f"{label}-merge{k}", quantization, replace(tuning, merge_max_k=k)) for k in merge_max_ks
+        ]
     return variants
 
 
@@ -131,12 +145,14 @@ def run_decode(
     weights: tuple[str, ...] = (),
     int8_converts: tuple[str, ...] = (),
     norm_max_ks: tuple[int, ...] = (),
+    merge_max_ks: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """``weights``: the labels to time (bf16, fp8, int8); all when empty. ``int8_converts``: the
     ``CudaTuning.int8_convert`` values INT8 is timed with, one decode each; the default when empty.
     ``norm_max_ks``: every variant timed again, in the same process, with
     ``CudaTuning.norm_in_gemv_max_k`` at each value (1024: Llama-3-8B's 4,096-wide norms run the
-    norm kernel)."""
+    norm kernel). ``merge_max_ks``: the same with ``CudaTuning.merge_max_k`` (4096: Llama-3-8B's
+    o_proj merges attention's partials in its loads)."""
     random.seed(0)
     prompt = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
     warm = [random.randint(2, 10000) for _ in range(PROMPT_LEN)]
@@ -149,7 +165,7 @@ def run_decode(
     result: dict[str, Any] = {"shape": "llama3-8b", "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS,
                               "norm_in_gemv_max_k": DEFAULT_TUNING.norm_in_gemv_max_k}  # fmt: skip
     stored: dict[str | None, dict[str, Any]] = {}
-    for label, quantization, tuning in _decode_variants(weights, int8_converts, norm_max_ks):
+    for label, quantization, tuning in _decode_variants(weights, int8_converts, norm_max_ks, merge_max_ks):
         if quantization not in stored:
             stored[quantization] = _safe(lambda q=quantization: _stored_weight_bytes(path, q))
         entry: dict[str, Any] = dict(stored[quantization])
@@ -265,6 +281,9 @@ def _progress(target: Path, report: dict[str, Any], throughput: dict[str, Any]) 
 @click.option("--norm-in-gemv-max-k", "norm_max_ks", multiple=True, type=click.IntRange(min=0),
               help="Also time the decode stage with CudaTuning.norm_in_gemv_max_k at this value, in the "
                    "same call (repeat; 1024: no norm fused at Llama-3-8B's hidden 4,096).")  # fmt: skip
+@click.option("--merge-max-k", "merge_max_ks", multiple=True, type=click.IntRange(min=0),
+              help="Also time the decode stage with CudaTuning.merge_max_k at this value, in the same "
+                   "call (repeat; 4096: Llama-3-8B's o_proj merges the attention partials).")  # fmt: skip
 @click.option("--throughput-variant", "throughput_variants", multiple=True,
               type=click.Choice([label for label, _, _ in THROUGHPUT_VARIANTS]),
               help="Variants of the throughput stage (repeat; default: all).")  # fmt: skip
@@ -280,6 +299,7 @@ def main(
     decode_weights: tuple[str, ...],
     int8_converts: tuple[str, ...],
     norm_max_ks: tuple[int, ...],
+    merge_max_ks: tuple[int, ...],
     throughput_variants: tuple[str, ...],
     throughput_shape: str,
     max_rows: tuple[int, ...],
@@ -290,7 +310,7 @@ def main(
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         workdir = Path(tmp)
         for stage, fn in (
-            ("decode", lambda w: run_decode(w, decode_weights, int8_converts, norm_max_ks)),
+            ("decode", lambda w: run_decode(w, decode_weights, int8_converts, norm_max_ks, merge_max_ks)),
             (
                 "throughput",
                 lambda w: run_throughputs(

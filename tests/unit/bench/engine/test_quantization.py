@@ -44,3 +44,12 @@ def test_quantized_throughput_variants_again_at_each_row_limit_asked_for() -> No
         "fp8-kv",
         "fp8+fp8-kv",
     ]
+
+
+def test_every_variant_again_at_each_merge_limit_asked_for() -> None:
+    variants = _decode_variants(("fp8",), (), (8192,), (4096,))
+    assert [(label, t.norm_in_gemv_max_k, t.merge_max_k) for label, _, t in variants] == [
+        ("fp8", DEFAULT_TUNING.norm_in_gemv_max_k, DEFAULT_TUNING.merge_max_k),
+        ("fp8-norm8192", 8192, DEFAULT_TUNING.merge_max_k),
+        ("fp8-merge4096", DEFAULT_TUNING.norm_in_gemv_max_k, 4096),
+    ]
