@@ -129,8 +129,6 @@ def _attention_kernel(
         )  # [M, D]
     if UPCAST:
         q = q.to(tl.float32)
-    elif FP8:  # dots in f16, which E4M3 widens to in one instruction per pair (bf16 takes two more)
-        q = q.to(tl.float16)
 
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
@@ -151,8 +149,8 @@ def _attention_kernel(
                             BLOCK_SIZE)  # fmt: skip
         t_ok = t < hi
         if FP8:  # E4M3 widens exactly; the scales are applied to the scores and the output
-            k = k.to(tl.float16)
-            v = v.to(tl.float16)
+            k = k.to(q_ptr.dtype.element_ty)
+            v = v.to(q_ptr.dtype.element_ty)
         if ROPE:
             is_new = (t == ctx - 1)[:, None]
             k = tl.where(is_new, k_new.to(k.dtype), k)
