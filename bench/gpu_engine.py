@@ -311,7 +311,9 @@ def run_throughput(
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
     profile: bool = True,
+    model_dir: str = "qwen3-0.6b",
 ) -> dict[str, Any]:
+    """The nano-vllm workload through ``LLM`` on the checkpoint in ``workdir / model_dir``."""
     import torch
 
     from bench.engine.throughput import _result
@@ -319,7 +321,7 @@ def run_throughput(
     from engine import LLM, SamplingParams
 
     workload = nano_vllm_workload().scaled(scale)
-    path = workdir / "qwen3-0.6b"
+    path = workdir / model_dir
     llm = LLM(
         str(path),
         dtype="bfloat16",

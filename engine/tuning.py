@@ -54,13 +54,14 @@ class CudaTuning:
     """Quantized-weight matmuls of at most this many rows (decode batches) run ``kernels.quant_gemv``,
     which dequantizes in its loads: one launch per GEMM, as the bf16 path's. Above (prefill),
     ``fp8_scaled_mm`` for FP8 and a dequantized copy of the weight for INT8."""
-    int8_convert: Int8Convert = "cvt"
+    int8_convert: Int8Convert = "magic_asm"
     """How the one-row GEMVs (``kernels.quant_gemv``, ``kernels.normed_gemv``) turn INT8 weights into float32
     (``kernels.int8``; the same bits from each): "cvt", the int-to-float instruction, whose rate
     bounds the GEMV below what memory gives; "magic", through a float's mantissa in Triton's
     integer ops; "magic_asm", the same in PTX on four bytes per register (the interpreter, which
-    runs no assembly, takes "magic" for it). Tensor-core dots (2..16 rows and more) always take
-    "cvt", which the compiler lowers to bf16 pairs without the instruction."""
+    runs no assembly, takes "magic" for it), the fastest of the three at every Llama-3-8B shape on
+    the H200 (``bench.engine.quant_gemv_sweep --int8``). Tensor-core dots (2..16 rows and more)
+    always take "cvt", which the compiler lowers to bf16 pairs without the instruction."""
     fp8_scaled_mm: bool = True
     """FP8-weight matmuls of more than ``quant_gemv_max_rows`` rows (prefill) quantize the
     activations to FP8 per row and run ``torch._scaled_mm`` (``quantization.scaled_mm``), not a
@@ -83,8 +84,9 @@ class CudaTuning:
     """Widest row (hidden size) whose norm is left to the GEMM after it (with ``norm_in_gemv``,
     ``final_norm_in_lm_head``, ``gather_in_first_gemv``). Rows up to 1,024 are one register tile;
     wider ones (Llama-3-8B: 4,096; 70B: 8,192) are walked in chunks (``long_row_*``) when this
-    allows them. 1024 until a GPU run shows the chunked rows beat the norm kernel at 8B
-    (``bench.engine.quantization --norm-in-gemv-max-k 8192``): not yet timed on a GPU."""
+    allows them. 1024: on the H200 the chunked rows made FP8 8B decode a third slower than the
+    norm kernel (every program re-reads and re-norms the whole row; ``bench.engine.quantization
+    --norm-in-gemv-max-k 8192``, bench/BENCHMARKS.md)."""
     final_norm_in_lm_head: bool = True
     """One row on one rank: the model's final RMSNorm runs inside the LM head's GEMV, which
     writes float32 logits directly."""

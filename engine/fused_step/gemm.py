@@ -3,7 +3,9 @@ rows, taking a lazy input into its loads where it can.
 
     input             consumer                    what runs
     PendingNorm       any GEMM                    normed_gemv: the norm, then one row of the GEMM
-    PendingMerge      o_proj                      skinny_gemm merging attention's partials
+    PendingMerge      o_proj                      skinny_gemm (quant_gemv for an FP8 / INT8
+                                                  weight of per-row scales) merging attention's
+                                                  partials; up to CudaTuning.merge_max_k columns
     2-D, <= 16 rows   o_proj, down (one rank)     skinny_gemm_deferred: split-K partials left
                                                   to the next norm (SplitKPartials)
     [gate | up] row   down                        skinny_gemm with silu(gate) * up in its loads
@@ -12,12 +14,13 @@ A lazy input a GEMM cannot take is materialized first (``lazy.materialize``). Ro
 layers on more than one rank all-reduce a summed output, so only one rank leaves partials.
 
 Quantized layers (``engine.layers.quantized_linear``) with one scale per output row take a
-pending norm into ``normed_gemv`` as bf16 layers do; no quantized layer takes a pending merge.
-Otherwise their input is materialized, and decode batches (``CudaTuning.quant_gemv_max_rows``)
-run ``quant_gemv`` (the weight read in its one byte; like the skinny GEMM it makes
-silu(gate) * up in its loads and leaves split-K partials to the next norm on one rank); more
-rows run FP8 x FP8 ``torch._scaled_mm`` for FP8 per-channel weights (activations quantized per
-row: ``engine.quantization.scaled_mm``), else dequantize the weight and run cuBLAS.
+pending norm into ``normed_gemv`` and a pending merge into ``quant_gemv``'s one-row path, as
+bf16 layers take them into ``normed_gemv`` and ``skinny_gemm``. Otherwise their input is
+materialized, and decode batches (``CudaTuning.quant_gemv_max_rows``) run ``quant_gemv`` (the
+weight read in its one byte; like the skinny GEMM it makes silu(gate) * up in its loads and
+leaves split-K partials to the next norm on one rank); more rows run FP8 x FP8
+``torch._scaled_mm`` for FP8 per-channel weights (activations quantized per row:
+``engine.quantization.scaled_mm``), else dequantize the weight and run cuBLAS.
 """
 
 from __future__ import annotations
@@ -90,7 +93,9 @@ def row_deferred(
     """``row``, or, for a skinny 2-D x on one rank, possibly the GEMM's split-K partials for the
     next norm to sum. x may be attention's unmerged partials (o_proj at one decode token)."""
     if isinstance(layer, QuantizedLinear):
-        if layer.tp_size == 1 and isinstance(x, torch.Tensor) and _quant_skinny(layer, x, tuning):
+        if isinstance(x, PendingMerge) and not _quant_merges(layer, x, tuning):
+            x = materialize(x, tuning)  # merged by its own kernel, as below for bf16
+        if layer.tp_size == 1 and (isinstance(x, PendingMerge) or _quant_skinny(layer, x, tuning)):
             return quant_gemv_deferred(
                 x, layer.weight, layer.weight_scale, layer.group, layer.bias, tuning=tuning
             )
@@ -140,11 +145,9 @@ def fuses_into(
     x: PendingNorm | PendingMerge, weight: torch.Tensor, tuning: CudaTuning, *, quantized: bool = False
 ) -> bool:
     """Whether the GEMM with ``weight`` takes the pending norm or merge into its own loads;
-    ``quantized``: an FP8 / INT8 weight with per-row scales (a pending norm only)."""
-    if isinstance(x, PendingMerge):
-        if quantized or weight.shape[1] > tuning.merge_max_k:
-            return False
-        return tuning.skinny_gemm and x.fuses_into(weight)
+    ``quantized``: an FP8 / INT8 weight with per-row scales (``normed_gemv``, ``quant_gemv``)."""
+    if isinstance(x, PendingMerge) and weight.shape[1] > tuning.merge_max_k:
+        return False
     return tuning.skinny_gemm and x.fuses_into(weight, quantized=quantized)
 
 
@@ -187,6 +190,8 @@ def _quantized_matmul(
         and fuses_into(x, layer.weight, tuning, quantized=True)
     ):
         return normed_gemv(x, layer.weight, bias, scale=layer.weight_scale, tuning=tuning)
+    if isinstance(x, PendingMerge) and _quant_merges(layer, x, tuning):
+        return quant_gemv(x, layer.weight, layer.weight_scale, None, bias, tuning=tuning)
     if not isinstance(x, torch.Tensor):
         x = materialize(x, tuning)
     if _quant_skinny(layer, x, tuning):
@@ -194,6 +199,16 @@ def _quantized_matmul(
     if tuning.fp8_scaled_mm and fp8_scaled_mm_fits(x, layer.weight, layer.group):
         return fp8_scaled_mm(x, layer.weight, layer.weight_scale, bias)
     return F.linear(x, layer.dequantized(x.dtype), bias)
+
+
+def _quant_merges(layer: QuantizedLinear, x: PendingMerge, tuning: CudaTuning) -> bool:
+    # Whether quant_gemv merges the quantized layer's pending attention partials in its loads:
+    # per-row scales, and one row within the rows quant_gemv takes.
+    return (
+        layer.group is None
+        and tuning.quant_gemv_max_rows >= 1
+        and fuses_into(x, layer.weight, tuning, quantized=True)
+    )
 
 
 def _quant_skinny(layer: QuantizedLinear, x: torch.Tensor, tuning: CudaTuning) -> bool:

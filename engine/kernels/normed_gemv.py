@@ -43,7 +43,7 @@ import triton.language as tl
 
 from engine.kernels.int8 import int8_to_float
 from engine.kernels.pdl import pdl_launch, pdl_wait
-from engine.kernels.skinny_gemm import SplitKPartials
+from engine.kernels.skinny_gemm import SplitKPartials, add_splits
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["ONE_TILE_MAX_K", "PendingNorm", "TokenEmbedding", "normed_gemv"]
@@ -106,10 +106,7 @@ def _row(x_ptr, tok_ptr, res_ptr, x_bias_ptr, kk, k_ok, stride_part, num_parts, 
         tok = tl.load(tok_ptr).to(tl.int64)
         x = tl.load(x_ptr + tok * stride_part + kk, mask=k_ok, other=0.0)
     elif PARTS > 0:  # summed as rms_norm_split_k sums them
-        s = tl.arange(0, PARTS)
-        part = tl.load(x_ptr + s[:, None] * stride_part + kk[None, :],
-                       mask=(s[:, None] < num_parts) & k_ok[None, :], other=0.0)  # fmt: skip
-        acc = tl.sum(part, 0)
+        acc = add_splits(x_ptr, kk, k_ok, num_parts, stride_part, PARTS)
         if X_HAS_BIAS:
             acc += tl.load(x_bias_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
         x = acc.to(dtype)

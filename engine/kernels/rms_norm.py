@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from engine.kernels.pdl import pdl_launch, pdl_wait
-from engine.kernels.skinny_gemm import SplitKPartials
+from engine.kernels.skinny_gemm import SplitKPartials, add_splits
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["rms_norm", "rms_norm_split_k"]
@@ -36,11 +36,8 @@ def _rms_norm_kernel(
     pdl_wait(PDL)
     if PARTS > 0:
         # x is a split-K GEMM's float32 partials [num_parts, rows, n]: summed as _split_sum_kernel
-        # sums them (the same tree), plus the bias, rounded to the residual's dtype.
-        s = tl.arange(0, PARTS)
-        ok = (s[:, None] < num_parts) & mask[None, :]
-        part = tl.load(x_ptr + s[:, None] * stride_part + i0 * stride_x0 + cols[None, :], mask=ok, other=0.0)
-        acc = tl.sum(part, 0)
+        # sums them (the same order), plus the bias, rounded to the residual's dtype.
+        acc = add_splits(x_ptr + i0 * stride_x0, cols, mask, num_parts, stride_part, PARTS)
         if HAS_BIAS:
             acc += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         x = acc.to(res_ptr.dtype.element_ty)

@@ -190,6 +190,20 @@ def _skinny_gemm_kernel(
 
 
 @triton.jit
+def add_splits(ptr, offsets, mask, num_splits, stride_split, SPLITS: tl.constexpr):
+    """The sum over splits of the float32 partials at ``ptr + s * stride_split + offsets``, one
+    split at a time from the first. ``tl.sum`` over a [SPLITS, BLOCK] tile is not a fixed order:
+    its tree follows how the compiler lays the tile over threads, which differs between kernels
+    of other block sizes (three splits of a 4,096 row: fused and unfused residuals one bit apart
+    on the H200). Every reader of ``SplitKPartials`` sums through this, so they round alike."""
+    acc = tl.load(ptr + offsets, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLITS):
+        ok = mask & (offsets * 0 + s < num_splits)  # a tensor compare: one mask dtype everywhere
+        acc += tl.load(ptr + s * stride_split + offsets, mask=ok, other=0.0)
+    return acc
+
+
+@triton.jit
 def _split_sum_kernel(
     part_ptr, b_ptr, y_ptr, n, num_splits, stride_ps, stride_pm, stride_ym,
     HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
@@ -197,10 +211,7 @@ def _split_sum_kernel(
     pdl_wait(PDL)
     row = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    s = tl.arange(0, SPLITS)
-    mask = (s[:, None] < num_splits) & (cols[None, :] < n)
-    part = tl.load(part_ptr + s[:, None] * stride_ps + row * stride_pm + cols[None, :], mask=mask, other=0.0)
-    acc = tl.sum(part, 0)  # [BLOCK], the same tree for every row and call
+    acc = add_splits(part_ptr + row * stride_pm, cols, cols < n, num_splits, stride_ps, SPLITS)
     if HAS_BIAS:
         acc += tl.load(b_ptr + cols, mask=cols < n, other=0.0).to(tl.float32)
     tl.store(y_ptr + row * stride_ym + cols, acc.to(y_ptr.dtype.element_ty), mask=cols < n)

@@ -9,10 +9,10 @@ head ``h`` leaves a partial output ``o[h, s]`` (normalised over its own keys) an
 
 At one sequence the merge is a whole dependent launch per layer for a few kilobytes, so
 ``PendingMerge`` hands the partials to o_proj, whose one-row GEMM merges the values it loads
-(``skinny_gemm``; ``CudaTuning.merge_in_gemm``). Every o_proj program re-reads its K slice's
-partials, so that GEMM runs fewer, wider programs than a plain one-row GEMM. Both paths call
-``merge_splits``, which sums the splits one at a time in a fixed order, so the fused and unfused
-results agree bit for bit.
+(``skinny_gemm``, or ``quant_gemv`` for FP8 / INT8 weights; ``CudaTuning.merge_in_gemm``).
+Every o_proj program re-reads its K slice's partials, so that GEMM runs fewer, wider programs
+than a plain one-row GEMM. All paths call ``merge_splits``, which sums the splits one at a time
+in a fixed order, so the fused and unfused results agree bit for bit.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.tuning import DEFAULT_TUNING, CudaTuning
 
 __all__ = ["PendingMerge", "merge_splits"]
+
+_QUANTIZED = (torch.float8_e4m3fn, torch.int8)
+_ACTIVATIONS = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
@@ -91,11 +94,13 @@ class PendingMerge:
         )  # fmt: skip
         return out
 
-    def fuses_into(self, weight: torch.Tensor) -> bool:
-        """Whether the one-row skinny GEMM with ``weight`` [n, num_heads * head_dim] can merge these."""
+    def fuses_into(self, weight: torch.Tensor, *, quantized: bool = False) -> bool:
+        """Whether the one-row GEMM with ``weight`` [n, num_heads * head_dim] can merge these:
+        ``skinny_gemm``, or with ``quantized`` ``quant_gemv`` (an FP8 / INT8 weight)."""
         return (
             self.partials.shape[0] == 1
             and weight.shape[1] == self.shape[1]
-            and weight.dtype == self.dtype
+            and (weight.dtype in _QUANTIZED if quantized else weight.dtype == self.dtype)
+            and self.dtype in _ACTIVATIONS
             and self.partials.stride(3) == 1
         )

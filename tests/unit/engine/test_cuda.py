@@ -66,6 +66,21 @@ def test_batch_one_fusions_change_no_token(model_dirs: dict[str, Path]) -> None:
         assert tokens(tuning) == fused
 
 
+@pytest.mark.parametrize("quantization", ["fp8", "int8"])
+def test_quantized_o_proj_merge_changes_no_token(model_dirs: dict[str, Path], quantization: str) -> None:
+    # One sequence with FP8 / INT8 weights: o_proj's quant_gemv merges attention's split
+    # partials in its loads; the same greedy tokens as the merge kernel before it.
+    prompt = [0, *range(10, 40)]
+    params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+
+    def tokens(tuning: CudaTuning) -> list[int]:
+        llm = LLM(str(model_dirs["qwen3"]), device="cuda", dtype="bfloat16", kv_cache_bytes=1 << 22,
+                  quantization=quantization, tuning=tuning)  # fmt: skip
+        return llm.generate([prompt], params)[0].token_ids
+
+    assert tokens(DEFAULT_TUNING) == tokens(replace(DEFAULT_TUNING, merge_in_gemm=False))
+
+
 def test_greedy_steps_on_the_device_change_no_token(model_dirs: dict[str, Path]) -> None:
     # One sequence greedy: its steps run on the device's inputs (engine.kernels.step_advance),
     # staged again where a block is added; two sequences, the shorter ending, leave one that the

@@ -81,6 +81,55 @@ def test_decode_fusions_change_no_token(model_dirs: dict[str, Path], monkeypatch
     assert _tokens(llm, _UNFUSED) == fused
 
 
+@pytest.mark.parametrize("quantization", ["fp8", "int8"])
+def test_quantized_o_proj_merges_the_attention_partials(
+    model_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch, quantization: str
+) -> None:
+    # A lone sequence's decode: o_proj's FP8 / INT8 GEMV merges attention's split partials as it
+    # loads them, so no merge kernel runs for one token, and the logits are the merge kernel's bits.
+    from engine.fused_step import FusedStep, gemm
+    from engine.kernels import PendingMerge
+
+    merged_tokens: list[int] = []  # tokens of each merge-kernel launch
+    real_merge = PendingMerge.merge_into
+
+    def merge_spy(self: PendingMerge, *args: object, **kwargs: object) -> torch.Tensor:
+        merged_tokens.append(self.partials.shape[0])
+        return real_merge(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    fused_merges: list[bool] = []  # whether o_proj's GEMV took the partials unmerged
+    real_gemv = gemm.quant_gemv_deferred
+
+    def gemv_spy(x: object, *args: object, **kwargs: object) -> object:
+        fused_merges.append(isinstance(x, PendingMerge))
+        return real_gemv(x, *args, **kwargs)  # type: ignore[arg-type]
+
+    logits: list[torch.Tensor] = []
+    real_logits = FusedStep.logits
+
+    def logits_spy(self: FusedStep, *args: object, **kwargs: object) -> torch.Tensor:
+        out = real_logits(self, *args, **kwargs)  # type: ignore[arg-type]
+        logits.append(out.clone())
+        return out
+
+    monkeypatch.setattr(PendingMerge, "merge_into", merge_spy)
+    monkeypatch.setattr(gemm, "quant_gemv_deferred", gemv_spy)
+    monkeypatch.setattr(FusedStep, "logits", logits_spy)
+    # (No prefix caching: the second run prefills the same rows, so every step's logits compare.)
+    llm = LLM(str(model_dirs["qwen3"]), dtype="bfloat16", quantization=quantization, kv_cache_bytes=1 << 20,
+              block_size=4, max_num_batched_tokens=16, enable_prefix_caching=False)  # fmt: skip
+    fused = _tokens(llm, _FUSED)
+    assert any(fused_merges) and 1 not in merged_tokens
+    fused_logits = logits[:]
+    merged_tokens.clear()
+    fused_merges.clear()
+    logits.clear()
+    assert _tokens(llm, replace(_FUSED, merge_in_gemm=False)) == fused
+    assert not any(fused_merges) and 1 in merged_tokens  # the lone decode's partials: the merge kernel
+    assert len(logits) == len(fused_logits)
+    assert all(torch.equal(a, b) for a, b in zip(logits, fused_logits, strict=True))
+
+
 def test_a_cpu_engine_never_imports_the_kernels(model_dirs: dict[str, Path]) -> None:
     # The plain model is the CPU path: generating imports neither this package nor Triton (so a
     # test run's TRITON_INTERPRET, set before the first kernel import, always holds).

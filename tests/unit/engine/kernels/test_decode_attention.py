@@ -170,6 +170,9 @@ def test_fp8_cache_same_bits_as_the_rope_kernel_then_attention(
         assert (got[-1] == 0).all()
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="records interpreted launches: on a GPU no kernel is interpreted"
+)
 def test_an_fp8_cache_with_rope_inside_always_prefetches() -> None:
     # The H200 disagreed with the unfused kernels for this variant without the early tile (2 of 96
     # CUDA kernel tests, 2026-12-04): until that is understood it is never launched. A plain cache

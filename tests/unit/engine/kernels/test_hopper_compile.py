@@ -193,6 +193,18 @@ def _quant_gemv(dtype: torch.dtype) -> None:
             w, x = _empty(n, k, dtype=torch.int8), _empty(1, k, dtype=dtype)
             quant_gemv(x, w, _empty(n, 1), None, tuning=tuning)
         quant_gemv(x[:, :896], w[:, :896], _empty(1000, 7), 128, tuning=tuning)
+    # One decode token's attention partials merged as o_proj loads them: Qwen3-0.6B's heads and
+    # Llama-3-8B's (32 of 128: its K slices with CudaTuning.merge_split_k), every INT8 conversion.
+    for heads, splits in ((HEADS, 16), (32, 4)):
+        k = heads * HEAD_DIM
+        merge = PendingMerge(_empty(1, heads, splits, HEAD_DIM), _empty(1, heads, splits), dtype)
+        for weight_dtype in (FP8, torch.int8):
+            quant_gemv(merge, _empty(HIDDEN, k, dtype=weight_dtype), _empty(HIDDEN, 1), None)
+        quant_gemv_deferred(merge, _empty(4096, k, dtype=FP8), _empty(4096, 1), None, _empty(4096, dtype=dtype),
+                            tuning=replace(DEFAULT_TUNING, merge_split_k=4))  # fmt: skip
+        for convert in ("cvt", "magic"):
+            tuning = replace(DEFAULT_TUNING, int8_convert=convert)
+            quant_gemv(merge, _empty(HIDDEN, k, dtype=torch.int8), _empty(HIDDEN, 1), None, tuning=tuning)
 
 
 def _kv(cache_dtype: torch.dtype, num_blocks: int = 64) -> tuple[torch.Tensor, torch.Tensor]:

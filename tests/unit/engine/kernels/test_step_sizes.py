@@ -12,6 +12,7 @@ recorded under the interpreter and turned into what a CUDA launch specializes on
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine.kernels import (
@@ -24,6 +25,10 @@ from engine.kernels import (
 from engine.kernels.step_advance import step_advance
 from engine.quantization.kv_quant import KVScales
 from tests.unit.engine.kernels.kernel_launch import KernelLaunch, recorded_launches
+
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="records interpreted launches: on a GPU no kernel is interpreted"
+)
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, BLOCK = 1024, 16, 8, 128, 3072, 151936, 16
 DTYPE = torch.bfloat16
