@@ -12,6 +12,7 @@ signed checkpoint over the head hash vouches for everything before it.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 from typing import Any, Literal, NamedTuple
 
@@ -190,8 +191,15 @@ def seal_row(encoded: EncodedEvent, seq: int, prev_hash: str, content: StoredCon
 
 
 def us_to_iso(time_us: int) -> str:
-    moment = _EPOCH + dt.timedelta(microseconds=time_us)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    seconds, micros = divmod(time_us, 1_000_000)
+    return f"{_second_prefix(seconds)}.{micros:06d}Z"
+
+
+@functools.lru_cache(maxsize=8)
+def _second_prefix(seconds: int) -> str:
+    """``%Y-%m-%dT%H:%M:%S`` of a second: records written in the same second share it, so
+    ``strftime`` (slow, and a ``tzset`` per call) runs once a second, not once a record."""
+    return (_EPOCH + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def iso_to_us(text: str) -> int:

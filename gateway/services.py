@@ -24,6 +24,7 @@ from gateway.errors import ConfigError
 from gateway.inference import InferenceService
 from gateway.metrics_access import MetricsAccess
 from gateway.quota import Quotas
+from gateway.redis_pipe import RedisPipe
 from gateway.settings import GatewaySettings
 from gateway.telemetry import Telemetry
 from gateway.tls_context import engine_client_context
@@ -45,6 +46,11 @@ def _redis_client(url: str) -> Redis:
         retry=Retry(NoBackoff(), 0),
         health_check_interval=10,
     )
+
+
+def _redis_pipe(url: str) -> RedisPipe | None:
+    # The same fail-fast timeouts as the client's, for the commands every request makes.
+    return RedisPipe.from_url(url, connect_timeout_s=0.5, timeout_s=1.0)
 
 
 async def open_authorizer(settings: GatewaySettings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
@@ -82,7 +88,10 @@ class Services:
         inference: InferenceService,
         authenticator: Authenticator,
         writer_socket: WriterSocket | None = None,
+        redis_pipe: RedisPipe | None = None,
     ) -> None:
+        """``redis_pipe``: the connection of the per-request Redis commands (revocation lookup,
+        quota reserve and release), where the URL allows one; ``redis`` serves the rest."""
         self.settings = settings
         self.telemetry = telemetry
         self.redis = redis
@@ -98,6 +107,7 @@ class Services:
         )
         self.authenticator = authenticator
         self.writer_socket = writer_socket
+        self.redis_pipe = redis_pipe
 
     @classmethod
     async def create(
@@ -116,6 +126,7 @@ class Services:
         data_dir = settings.data_path
         telemetry = Telemetry.install(settings.telemetry)
         redis = _redis_client(settings.redis_url) if settings.redis_url else None
+        pipe = _redis_pipe(settings.redis_url) if settings.redis_url else None
         token = os.environ.get(settings.server.engine_token_env, "")
         urls = engine_urls if engine_urls is not None else settings.server.engine_urls
         if not urls:
@@ -132,10 +143,10 @@ class Services:
             # Operator commands beside this gateway append through it: it holds the writer lock.
             db_path = settings.audit.resolve(data_dir, settings.audit.sqlite_path)
             writer_socket = await WriterSocket.start(audit_log, db_path, data_dir)
-        verifier = TokenVerifier.create(settings.auth, data_dir, redis=redis)
+        verifier = TokenVerifier.create(settings.auth, data_dir, redis=pipe or redis)
         authorizer = await open_authorizer(settings, audit_log, redis)
         await authorizer.start()
-        quotas = Quotas(settings.quota, redis=redis)
+        quotas = Quotas(settings.quota, redis=redis, per_request=pipe)
         filters = FilterPipeline.from_config(settings.filters, data_dir)
         is_tls = any(url.startswith("https://") for url in urls)
         engine_tls = engine_client_context(settings.server.engine_tls, settings.resolve) if is_tls else None
@@ -187,6 +198,7 @@ class Services:
             inference=inference,
             authenticator=Authenticator(verifier, metrics_access, auditor, telemetry.serving.stages),
             writer_socket=writer_socket,
+            redis_pipe=pipe,
         )
 
     async def readiness(self) -> dict[str, bool | None]:
@@ -211,5 +223,7 @@ class Services:
         if self.writer_socket is not None:
             await self.writer_socket.close()
         await self.audit_log.close()
+        if self.redis_pipe is not None:
+            await self.redis_pipe.aclose()
         if self.redis is not None:
             await self.redis.aclose()

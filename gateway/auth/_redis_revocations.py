@@ -11,6 +11,8 @@ import math
 
 from redis.asyncio import Redis
 
+from gateway.redis_pipe import RedisPipe
+
 __all__ = ["RedisRevocations"]
 
 # Keep the later cut-off and the longer TTL, atomically, when two admins revoke the same subject.
@@ -30,9 +32,9 @@ return 1
 
 
 class RedisRevocations:
-    """``RevocationStore`` over a ``redis.asyncio.Redis`` client owned by the caller."""
+    """``RevocationStore`` over a ``redis.asyncio.Redis`` client or a ``RedisPipe``, owned by the caller."""
 
-    def __init__(self, redis: Redis, *, key_prefix: str) -> None:
+    def __init__(self, redis: Redis | RedisPipe, *, key_prefix: str) -> None:
         self._redis = redis
         self._prefix = key_prefix
 

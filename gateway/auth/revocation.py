@@ -23,6 +23,7 @@ from gateway.auth._sqlite_revocations import SqliteRevocations
 from gateway.auth.config import AuthConfig
 from gateway.auth.errors import RevocationUnavailableError
 from gateway.auth.revocation_store import RevocationStore
+from gateway.redis_pipe import RedisPipe
 
 __all__ = ["RevocationHit", "RevocationList"]
 
@@ -60,7 +61,7 @@ class RevocationList:
         cfg: AuthConfig,
         data_dir: Path | str,
         *,
-        redis: Redis | None,
+        redis: Redis | RedisPipe | None,
         clock: Callable[[], float] = time.time,
         meter: metrics.Meter | None = None,
     ) -> RevocationList:

@@ -36,6 +36,7 @@ from gateway.auth.errors import AuthConfigError, AuthenticationError, Revocation
 from gateway.auth.issuer_keys import IssuerKeys
 from gateway.auth.revocation import RevocationList
 from gateway.auth.verified_tokens import VerifiedTokens
+from gateway.redis_pipe import RedisPipe
 
 __all__ = ["TokenVerifier"]
 
@@ -79,7 +80,7 @@ class TokenVerifier:
         cfg: AuthConfig,
         data_dir: Path | str,
         *,
-        redis: Redis | None,
+        redis: Redis | RedisPipe | None,
         http: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.time,
     ) -> TokenVerifier:

@@ -44,14 +44,20 @@ class Quotas:
         config: QuotaConfig | None = None,
         redis: Any | None = None,
         clock: Callable[[], float] = time.time,
+        *,
+        per_request: Any | None = None,
     ) -> None:
+        """``per_request``: where reserve, release and renew go instead of ``redis`` (a
+        ``gateway.redis_pipe.RedisPipe``); overrides always read through ``redis``."""
         self.config = config or QuotaConfig()
         self._clock = clock
         # Lease ids need only be unique among every replica's leases: a random per-process
         # prefix and a counter are, without a system call for randomness on every request.
         self._lease_prefix = secrets.token_hex(8)
         self._lease_numbers = itertools.count(1)
-        self._backend: QuotaBackend = MemoryQuotaBackend(clock) if redis is None else RedisQuotaBackend(redis)
+        self._backend: QuotaBackend = (
+            MemoryQuotaBackend(clock) if redis is None else RedisQuotaBackend(per_request or redis)
+        )
         self._keeper = LeaseKeeper(self._backend, lease_ttl_s=self.config.lease_ttl_s, clock=clock)
         self.overrides = QuotaOverrides(
             redis, key_prefix=self.config.key_prefix, refresh_s=self.config.overrides_refresh_s

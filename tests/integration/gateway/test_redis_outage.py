@@ -16,14 +16,16 @@ import pytest
 from common.principal import Principal
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.quota import QuotaConfig, QuotaExceededError, QuotaLimits, Quotas, QuotaUnavailableError
-from gateway.services import _redis_client
+from gateway.services import _redis_client, _redis_pipe
 
 pytestmark = pytest.mark.integration
 
 ALICE = Principal(subject="alice", roles=(), issuer="https://idp")
 
 
-def _quotas(url: str, *, concurrent: int, lease_ttl_s: float = 30.0, clock: Any = None) -> tuple[Quotas, Any]:
+def _quotas(
+    url: str, *, concurrent: int, lease_ttl_s: float = 30.0, clock: Any = None, pipe: bool = False
+) -> tuple[Quotas, Any, Any]:
     limits = QuotaLimits(
         requests_per_minute=1000,
         tokens_per_minute=10**6,
@@ -31,13 +33,20 @@ def _quotas(url: str, *, concurrent: int, lease_ttl_s: float = 30.0, clock: Any 
         max_tokens_ceiling=100,
     )
     client = _redis_client(url)
-    kw = {"clock": clock} if clock is not None else {}
-    return Quotas(QuotaConfig(default=limits, lease_ttl_s=lease_ttl_s), client, **kw), client
+    kw: dict[str, Any] = {"clock": clock} if clock is not None else {}
+    per_request = _redis_pipe(url) if pipe else None  # reserve, release and renew over the pipe
+    quotas = Quotas(
+        QuotaConfig(default=limits, lease_ttl_s=lease_ttl_s), client, per_request=per_request, **kw
+    )
+    return quotas, client, per_request
 
 
-def test_slots_of_requests_that_ended_during_a_stall_are_freed_on_recovery(private_redis: Any) -> None:
+@pytest.mark.parametrize("pipe", [False, True], ids=["redis-py", "pipe"])
+def test_slots_of_requests_that_ended_during_a_stall_are_freed_on_recovery(
+    private_redis: Any, pipe: bool
+) -> None:
     async def go() -> None:
-        quotas, client = _quotas(private_redis.url, concurrent=2)
+        quotas, client, per_request = _quotas(private_redis.url, concurrent=2, pipe=pipe)
         try:
             leases = [await quotas.reserve(ALICE, "m", 10) for _ in range(2)]
             private_redis.stall()
@@ -69,15 +78,20 @@ def test_slots_of_requests_that_ended_during_a_stall_are_freed_on_recovery(priva
         finally:
             await quotas.aclose()
             await client.aclose()
+            if per_request is not None:
+                await per_request.aclose()
 
     asyncio.run(go())
 
 
-def test_a_long_request_keeps_its_slot_past_the_lease_ttl(private_redis: Any) -> None:
+@pytest.mark.parametrize("pipe", [False, True], ids=["redis-py", "pipe"])
+def test_a_long_request_keeps_its_slot_past_the_lease_ttl(private_redis: Any, pipe: bool) -> None:
     now = [2_000_000.0]
 
     async def go() -> None:
-        quotas, client = _quotas(private_redis.url, concurrent=1, lease_ttl_s=0.3, clock=lambda: now[0])
+        quotas, client, per_request = _quotas(
+            private_redis.url, concurrent=1, lease_ttl_s=0.3, clock=lambda: now[0], pipe=pipe
+        )
         try:
             lease = await quotas.reserve(ALICE, "m", 10)
             [(key, first_expiry)] = [
@@ -100,6 +114,8 @@ def test_a_long_request_keeps_its_slot_past_the_lease_ttl(private_redis: Any) ->
         finally:
             await quotas.aclose()
             await client.aclose()
+            if per_request is not None:
+                await per_request.aclose()
 
     asyncio.run(go())
 
