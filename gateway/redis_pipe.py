@@ -1,10 +1,11 @@
 """The Redis commands every request makes (revocation lookup, quota reserve and release), over one
 pipelined connection per process.
 
-redis-py spends several times a round trip's own CPU per command in its layers (connection pool,
-retry and timeout wrappers, a pure-Python RESP parser; figures in bench/BENCHMARKS.md), and a
-streamed request makes three such commands. ``RedisPipe`` sends each command at once on a shared
-connection and matches replies to callers in order::
+redis-py's asyncio client spends several times a round trip's own CPU per command in its layers
+(connection pool, retry and timeout wrappers; with or without hiredis, figures in
+bench/BENCHMARKS.md), and a streamed request makes three such commands. ``RedisPipe`` sends each
+command at once on a shared connection and matches replies to callers in order; the protocol
+itself (packing commands, parsing replies) is hiredis, Redis's own C library::
 
     caller A ─ MGET ─────┐                              ┌─▶ reply 1 ─▶ A
     caller B ─ EVALSHA ──┼─▶ one connection ─▶ Redis ──┼─▶ reply 2 ─▶ B
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -121,7 +123,8 @@ class RedisPipe:
             self._replies = None
 
     async def _send(self, replies: _Replies, args: Sequence[_Arg]) -> Any:
-        waiter = replies.send(_pack(args))
+        # hiredis's stub types the argument as a one-element tuple; it takes any length.
+        waiter = replies.send(hiredis.pack_command(tuple(args)))  # type: ignore[arg-type]
         timer = asyncio.get_running_loop().call_later(self._timeout_s, replies.time_out, waiter)
         try:
             return await waiter
@@ -173,7 +176,9 @@ class _Replies(asyncio.Protocol):
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        # Redis's own RESP parser (the one redis-py uses when installed): error replies come
+        # back as ResponseError values, a malformed stream raises RedisConnectionError.
+        self._reader = hiredis.Reader(protocolError=RedisConnectionError, replyError=ResponseError)
         self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         self.is_lost = False
 
@@ -189,17 +194,15 @@ class _Replies(asyncio.Protocol):
         return waiter
 
     def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        pos = 0
+        self._reader.feed(data)
         while True:
             try:
-                parsed = _parse(self._buffer, pos)
-            except (RedisConnectionError, ValueError) as exc:
+                value = self._reader.gets()
+            except RedisConnectionError as exc:
                 self.drop(RedisConnectionError(f"Unreadable reply from Redis: {exc}"))
                 return
-            if parsed is None:
-                break
-            value, pos = parsed
+            if value is False:  # no whole reply buffered yet
+                return
             if not self._waiters:  # a reply nobody asked for: the stream is out of step
                 self.drop(RedisConnectionError("Unexpected reply from Redis"))
                 return
@@ -210,7 +213,6 @@ class _Replies(asyncio.Protocol):
                 waiter.set_exception(value)
             else:
                 waiter.set_result(value)
-        del self._buffer[:pos]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(RedisConnectionError("Connection to Redis lost"))
@@ -236,52 +238,3 @@ class _Replies(asyncio.Protocol):
 def _retrieve(attempt: asyncio.Future[_Replies]) -> None:
     if not attempt.cancelled():
         attempt.exception()
-
-
-def _pack(args: Sequence[_Arg]) -> bytes:
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, float):
-            data = repr(arg).encode()
-        else:
-            data = str(arg).encode()
-        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(parts)
-
-
-def _parse(buffer: bytearray, pos: int) -> tuple[Any, int] | None:
-    """One RESP2 reply at ``pos`` and the offset after it, or None while it is incomplete."""
-    end = buffer.find(b"\r\n", pos)
-    if end == -1:
-        return None
-    kind, line, after = buffer[pos], bytes(buffer[pos + 1 : end]), end + 2
-    if kind == 0x2B:  # + simple string
-        return line, after
-    if kind == 0x2D:  # - error
-        return ResponseError(line.decode(errors="replace")), after
-    if kind == 0x3A:  # : integer
-        return int(line), after
-    if kind == 0x24:  # $ bulk string
-        size = int(line)
-        if size < 0:
-            return None, after
-        if len(buffer) < after + size + 2:
-            return None
-        return bytes(buffer[after : after + size]), after + size + 2
-    if kind == 0x2A:  # * array
-        count = int(line)
-        if count < 0:
-            return None, after
-        items = []
-        for _ in range(count):
-            parsed = _parse(buffer, after)
-            if parsed is None:
-                return None
-            item, after = parsed
-            items.append(item)
-        return items, after
-    raise ValueError(f"type byte {kind}")

@@ -16,7 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.auth._redis_revocations import RedisRevocations
 from gateway.quota.redis_backend import RedisQuotaBackend
-from gateway.redis_pipe import RedisPipe, _pack, _parse
+from gateway.redis_pipe import RedisPipe, _Replies
 
 pytestmark = pytest.mark.anyio
 
@@ -165,13 +165,29 @@ async def test_revocations_and_quotas_run_over_the_pipe(pipe: RedisPipe, redis_p
     await backend.release(redis_prefix + "inflight", "lease-1")
 
 
-def test_pack_and_parse() -> None:
-    assert _pack(["MGET", b"k", 3, 1.5]) == b"*4\r\n$4\r\nMGET\r\n$1\r\nk\r\n$1\r\n3\r\n$3\r\n1.5\r\n"
-    whole = bytearray(b"*3\r\n$1\r\na\r\n$-1\r\n:7\r\n+OK\r\n")
-    assert _parse(whole, 0) == ([b"a", None, 7], 20)
-    assert _parse(whole, 20) == (b"OK", 25)
-    for cut in range(1, 20):
-        assert _parse(bytearray(whole[:cut]), 0) is None
+async def test_replies_split_across_reads_reach_their_callers_in_order() -> None:
+    # Every cut of three replies (an array holding a nil, an integer, an error) into two reads.
+    whole = b"*3\r\n$1\r\na\r\n$-1\r\n:7\r\n:5\r\n-ERR no\r\n"
+    for cut in range(len(whole) + 1):
+        replies = _Replies()
+        loop = asyncio.get_running_loop()
+        waiters = [loop.create_future() for _ in range(3)]
+        replies._waiters.extend(waiters)
+        replies.data_received(whole[:cut])
+        replies.data_received(whole[cut:])
+        assert waiters[0].result() == [b"a", None, 7] and waiters[1].result() == 5
+        with pytest.raises(ResponseError, match="ERR no"):
+            waiters[2].result()
+
+
+async def test_a_malformed_reply_fails_every_waiter_and_drops_the_connection() -> None:
+    replies = _Replies()
+    waiter = asyncio.get_running_loop().create_future()
+    replies._waiters.append(waiter)
+    replies.data_received(b"?what\r\n")
+    assert replies.is_lost
+    with pytest.raises(RedisConnectionError, match="Unreadable reply"):
+        waiter.result()
 
 
 def test_only_plain_redis_urls_get_a_pipe() -> None:
