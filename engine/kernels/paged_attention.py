@@ -24,8 +24,11 @@ from registers, never from the cache it may still be writing::
     after:   qkv GEMM -> attention (RoPE, KV write inside) -> merge
 
 An FP8 cache (float8_e4m3fn, ``engine.quantization.kv_quant``) holds K / k_scale and V / v_scale:
-each tile widens to the activations' dtype (exact), k_scale folds into the softmax scale and
-v_scale into the output, so the loop does no more arithmetic than with a bf16 cache. The fused
+each tile widens exactly, k_scale folds into the softmax scale and v_scale into the output. With
+16-bit activations the tiles widen to f16 and both dots run in f16 (q and the probabilities
+converted once a tile): Hopper widens E4M3 pairs to f16 in one instruction, and bf16 would take
+one more per element, which made the loop slower than a bf16 cache's although it reads half the
+bytes (bench/BENCHMARKS.md). float32 activations widen to float32, as a float32 cache's loop. The fused
 decode stores its new key and value rounded as the RoPE kernel does, and joins them to the keys
 rounded too, so it sees what a later step will read back.
 
@@ -66,7 +69,7 @@ def _attention_kernel(
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, M: tl.constexpr, HEAD_DIM: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
     HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr,
-    ROPE: tl.constexpr, NORM: tl.constexpr, FP8: tl.constexpr, PDL: tl.constexpr,
+    ROPE: tl.constexpr, NORM: tl.constexpr, FP8: tl.constexpr, DOT_F16: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0) // num_q_tiles
     q_tile = tl.program_id(0) % num_q_tiles
@@ -129,6 +132,8 @@ def _attention_kernel(
         )  # [M, D]
     if UPCAST:
         q = q.to(tl.float32)
+    elif DOT_F16:  # an FP8 cache under 16-bit activations (module docstring)
+        q = q.to(tl.float16)
 
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
@@ -148,7 +153,10 @@ def _attention_kernel(
                             stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                             BLOCK_SIZE)  # fmt: skip
         t_ok = t < hi
-        if FP8:  # E4M3 widens exactly; the scales are applied to the scores and the output
+        if DOT_F16:  # E4M3 widens exactly; the scales are applied to the scores and the output
+            k = k.to(tl.float16)
+            v = v.to(tl.float16)
+        elif FP8:
             k = k.to(q_ptr.dtype.element_ty)
             v = v.to(q_ptr.dtype.element_ty)
         if ROPE:
@@ -412,6 +420,7 @@ def _attend(
     # early tile disagreed with the unfused kernels (bench/BENCHMARKS.md, the FP8 KV cache on the
     # GPU). Not understood yet, so not offered.
     prefetch = small_decode and (tuning.prefetch_small_batch or (fp8 and new is not None))
+    dot_f16 = fp8 and q.dtype != torch.float32
     _attention_kernel[grid](
         q, k_cache, v_cache, part, lse, block_tables, context_lens, query_starts,
         scale, sliding_window or 0, *kv_scales, 1.0 / kv_scales[0], 1.0 / kv_scales[1],
@@ -424,9 +433,10 @@ def _attend(
         TILE_N=tile_n, NUM_SPLITS=num_splits,
         HAS_WINDOW=sliding_window is not None,
         PRECISION="ieee" if q.dtype == torch.float32 or interpreted else "tf32",
-        UPCAST=interpreted,
+        # The interpreter's numpy has no bfloat16 dot but an f16 one: the f16 path runs as on a GPU.
+        UPCAST=interpreted and not dot_f16,
         PREFETCH=prefetch,
-        ROPE=new is not None, NORM=new is not None and new.qk_norm is not None, FP8=fp8,
+        ROPE=new is not None, NORM=new is not None and new.qk_norm is not None, FP8=fp8, DOT_F16=dot_f16,
         **launch, **pdl_launch(q, tuning.pdl),
     )  # fmt: skip
     return PendingMerge(part, lse, q.dtype) if num_splits > 1 else out

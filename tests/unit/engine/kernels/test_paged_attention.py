@@ -12,6 +12,7 @@ from engine.attention_backends.triton_backend import num_splits_for
 from engine.kernels import paged_attention
 from engine.quantization.kv_quant import KVScales, quantize_kv
 from engine.tuning import DEFAULT_TUNING
+from tests.unit.engine.kernels.kernel_launch import recorded_launches
 
 _TOL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 
@@ -169,6 +170,26 @@ def test_fp8_cache_matches_the_torch_backend(device: str, dtype: torch.dtype, sc
                 max_query_len=max(q_lens), scale=0.25, num_splits=num_splits, scales=scales,
             )  # fmt: skip
             _check(got, want, dtype)
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="records interpreted launches: on a GPU no kernel is interpreted"
+)
+def test_an_fp8_cache_dots_in_f16_under_16_bit_activations_only() -> None:
+    # f16 dots lose float32 activations' precision (1.7e-4 relative error against the torch
+    # backend, over its 1e-4 bound, on the H200 and under the interpreter alike).
+    for dtype, f16 in ((torch.bfloat16, True), (torch.float16, True), (torch.float32, False)):
+        q, k_cache, v_cache, meta = _case(
+            "cpu", dtype, heads=(4, 2, 16), block_size=4, q_lens=[1, 1], ctx_lens=[5, 9], seed=3
+        )
+        k8, v8 = _fp8(k_cache, v_cache, KVScales())
+        with recorded_launches() as launches:
+            paged_attention(q, k8, v8, meta.block_tables, meta.context_lens, meta.query_starts,
+                            max_query_len=1, scale=0.25)  # fmt: skip
+        (launch,) = [launch for launch in launches if launch.name == "_attention_kernel"]
+        constexprs = dict(launch.constexprs)
+        # Under the interpreter the f16 dots run too (numpy has them), not a float32 stand-in.
+        assert constexprs["DOT_F16"] is f16 and constexprs["UPCAST"] is not f16
 
 
 def test_a_plain_cache_ignores_kv_scales(device: str) -> None:
