@@ -37,20 +37,26 @@ _REDIS_PROBE_TIMEOUT_S = 0.5
 """A readiness probe answers within this even when Redis hangs."""
 
 
+# Fail fast: a dead Redis must turn into a quick, fail-closed answer, not a stalled request.
+# The client and the pipe of the per-request commands share these.
+_REDIS_CONNECT_TIMEOUT_S = 0.5
+_REDIS_REPLY_TIMEOUT_S = 1.0
+
+
 def _redis_client(url: str) -> Redis:
-    # Fail fast: a dead Redis must turn into a quick, fail-closed answer, not a stalled request.
     return Redis.from_url(
         url,
-        socket_connect_timeout=0.5,
-        socket_timeout=1.0,
+        socket_connect_timeout=_REDIS_CONNECT_TIMEOUT_S,
+        socket_timeout=_REDIS_REPLY_TIMEOUT_S,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=10,
     )
 
 
 def _redis_pipe(url: str) -> RedisPipe | None:
-    # The same fail-fast timeouts as the client's, for the commands every request makes.
-    return RedisPipe.from_url(url, connect_timeout_s=0.5, timeout_s=1.0)
+    return RedisPipe.from_url(
+        url, connect_timeout_s=_REDIS_CONNECT_TIMEOUT_S, timeout_s=_REDIS_REPLY_TIMEOUT_S
+    )
 
 
 async def open_authorizer(settings: GatewaySettings, audit_log: AuditLog, redis: Redis | None) -> Authorizer:
