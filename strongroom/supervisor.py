@@ -76,19 +76,22 @@ class EngineSupervisor:
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        headers = {"authorization": f"Bearer {self.token}"}
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 raise RuntimeError(
                     f"the engine process exited with code {self._proc.returncode} while starting"
                 )
-            try:
-                if httpx.get(f"{self.url}/engine/v1/health", headers=headers, timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            if self._answers_health():
+                return
             time.sleep(0.1)
         raise RuntimeError(f"the engine did not become ready within {timeout_s:.0f} s")
+
+    def _answers_health(self) -> bool:
+        headers = {"authorization": f"Bearer {self.token}"}
+        try:
+            return httpx.get(f"{self.url}/engine/v1/health", headers=headers, timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def _watch(self) -> None:
         restarts = 0
@@ -122,15 +125,11 @@ class EngineSupervisor:
     def _await_replacement(self) -> None:
         """Clear ``_replacing`` once the new process answers health; leave it to the next round of
         the watch if the process dies first."""
-        headers = {"authorization": f"Bearer {self.token}"}
         proc = self._proc
         while not self._stopping.is_set() and proc is not None and proc.poll() is None:
-            try:
-                if httpx.get(f"{self.url}/engine/v1/health", headers=headers, timeout=1.0).status_code == 200:
-                    self._replacing = False
-                    return
-            except httpx.HTTPError:
-                pass
+            if self._answers_health():
+                self._replacing = False
+                return
             self._stopping.wait(0.1)
 
     def stop(self) -> None:
