@@ -10,7 +10,7 @@ event loop) and divided by the tokens streamed. cProfile inflates Python-heavy c
 so read the shares, not the absolute figures; ``strongroom bench gateway`` gives the uninflated
 CPU per token.
 
-    python -m bench.gateway.stream_profile [--filters] [--seconds 10] [--concurrency 32] [--max-tokens 64]
+    python -m bench.gateway.stream_profile [--filters] [--redis] [--seconds 10] [--concurrency 32] [--max-tokens 64]
         [--keep-stats gateway.prof]
 """
 
@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from bench.gateway.overhead import (
     _Samples,
     _wait,
     bench_env,
+    redis_env,
     write_record,
 )
 
@@ -74,11 +76,14 @@ def _part(filename: str, name: str) -> str:
 
 
 def profile(
-    seconds: float, concurrency: int, max_tokens: int, filters: bool, data_dir: Path
+    seconds: float, concurrency: int, max_tokens: int, filters: bool, data_dir: Path, *, redis: bool = False
 ) -> dict[str, Any]:
     engine_token = secrets.token_urlsafe(24)
     engine_port, gw_port = _free_port(), _free_port()
     env = bench_env(data_dir, engine_token, engine_port, filters=filters)
+    if redis:  # quotas and revocations in Redis, as `strongroom bench gateway --workers` runs them
+        env.update(redis_env(f"bench-{uuid.uuid4().hex}"))
+        env["STRONGROOM_SERVER__WORKERS"] = "1"  # with Redis the default is one per core
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
     cmd = [sys.executable, "-m", "strongroom"]
     out = data_dir / "gateway.prof"
@@ -174,6 +179,7 @@ def profile(
 @click.option("--concurrency", type=int, default=32, show_default=True)
 @click.option("--max-tokens", type=int, default=64, show_default=True)
 @click.option("--filters/--no-filters", default=False, show_default=True)
+@click.option("--redis/--no-redis", default=False, show_default=True, help="Quotas and revocations in Redis.")
 @click.option("--output", type=click.Path(path_type=Path), default=None)
 @click.option(
     "--keep-stats",
@@ -186,12 +192,13 @@ def main(
     concurrency: int,
     max_tokens: int,
     filters: bool,
+    redis: bool,
     output: Path | None,
     keep_stats: Path | None,
 ) -> None:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-profile-") as tmp:
-        result = profile(seconds, concurrency, max_tokens, filters, Path(tmp))
+        result = profile(seconds, concurrency, max_tokens, filters, Path(tmp), redis=redis)
         if keep_stats is not None:
             shutil.copyfile(Path(tmp) / "gateway.prof", keep_stats)
     click.echo(
@@ -206,7 +213,13 @@ def main(
             f"  {row['us_per_token']:7.2f} µs/token  {row['calls_per_token']:5.2f} calls/token"
             f"  {row['function']}  [{row['part']}]"
         )
-    config = {"seconds": seconds, "concurrency": concurrency, "max_tokens": max_tokens, "filters": filters}
+    config = {
+        "seconds": seconds,
+        "concurrency": concurrency,
+        "max_tokens": max_tokens,
+        "filters": filters,
+        "redis": redis,
+    }
     click.echo(f"wrote {write_record('gateway_stream_profile', load_before, config, result, output)}")
 
 
