@@ -250,7 +250,9 @@ class EngineLink(asyncio.Protocol):
         self._next_sid = 0
         self._fragments = bytearray()
         self._transport: asyncio.Transport | None = None
-        self._handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._handshake: asyncio.Future[None] = self._loop.create_future()
+        self._is_flush_due = False
         self.error: EngineUnavailableError | None = None
         """Set once the link ended: it carries nothing more."""
 
@@ -317,6 +319,7 @@ class EngineLink(asyncio.Protocol):
         """The reader is done with ``stream``; unless the engine has finished it, abort it there."""
         if self._streams.pop(stream.sid, None) is not None and not stream.is_done and self.error is None:
             self._send(_encoder.encode(LinkAbort(stream=stream.sid)))
+            self._flush()  # at once: every step until the engine hears it is wasted work there
 
     def reset(self, reason: str) -> None:
         """End the link now: every stream on it fails at once instead of at its read timeout."""
@@ -344,10 +347,15 @@ class EngineLink(asyncio.Protocol):
             self._transport.close()
 
     def _send(self, data: bytes) -> None:
+        """Frame ``data``; the frames of one turn of the event loop leave in one write at its end
+        (a loopback write costs the sender CPU of its own; under load many requests send in a turn)."""
         self._ws.send_binary(data)
-        self._flush()
+        if not self._is_flush_due:
+            self._is_flush_due = True
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
+        self._is_flush_due = False
         writes = self._ws.data_to_send()
         if self._transport is not None and writes:
             self._transport.write(b"".join(writes))  # the empty SEND_EOF adds nothing

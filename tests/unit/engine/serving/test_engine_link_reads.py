@@ -187,6 +187,24 @@ async def test_a_stream_past_its_bound_in_one_read_fails_and_is_aborted_alone() 
     assert slow.pending == [], "a late frame of an aborted stream is dropped"
 
 
+async def test_the_messages_of_one_turn_of_the_loop_leave_in_one_write() -> None:
+    engine = Engine()
+    first, second = engine.link.open(request()), engine.link.open(request())
+    assert engine.transport.written == []
+    await asyncio.sleep(0)
+    assert len(engine.transport.written) == 1
+    assert [m.stream for m in engine.from_link()] == [first.sid, second.sid]
+
+
+async def test_an_abort_leaves_at_once() -> None:
+    engine = Engine()
+    stream = engine.link.open(request())
+    await asyncio.sleep(0)
+    engine.from_link()
+    engine.link.close_stream(stream)
+    assert engine.from_link() == [LinkAbort(stream=stream.sid)]
+
+
 async def test_a_reader_waiting_on_an_empty_stream_wakes_for_the_next_read() -> None:
     engine = Engine()
     stream = engine.link.open(request())
