@@ -17,8 +17,14 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from gateway.auth import AuthConfig, AuthConfigError, AuthenticationError, IssuerConfig, TokenVerifier
-from gateway.auth import token_verifier
+from gateway.auth import (
+    AuthConfig,
+    AuthConfigError,
+    AuthenticationError,
+    IssuerConfig,
+    TokenVerifier,
+    token_verifier,
+)
 from gateway.auth.verification_key import VerificationKey
 
 pytestmark = pytest.mark.anyio
