@@ -28,7 +28,9 @@ each tile widens exactly, k_scale folds into the softmax scale and v_scale into 
 16-bit activations the tiles widen to f16 and both dots run in f16 (q and the probabilities
 converted once a tile): Hopper widens E4M3 pairs to f16 in one instruction, and bf16 would take
 one more per element, which made the loop slower than a bf16 cache's although it reads half the
-bytes (bench/BENCHMARKS.md). float32 activations widen to float32, as a float32 cache's loop. The fused
+bytes (bench/BENCHMARKS.md). Where a row is whole 64-byte-aligned int32 words the tiles load as
+words and widen in registers (``CudaTuning.fp8_kv_widen_asm``): a cast of the FP8 tile is moved
+by the compiler into the dot's operand loads, one byte-wise shared load per value. float32 activations widen to float32, as a float32 cache's loop. The fused
 decode stores its new key and value rounded as the RoPE kernel does, and joins them to the keys
 rounded too, so it sees what a later step will read back.
 
