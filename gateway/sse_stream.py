@@ -17,6 +17,7 @@ gateway's CPU at one token (bench/BENCHMARKS.md). ``SseStream`` answers the same
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any
@@ -91,16 +92,17 @@ class _SseResponse(ASGIStreamingResponse):
         listener.add_done_callback(on_leave)
         events: AsyncGenerator[bytes, None] = self.iterator  # type: ignore[assignment]
         try:
-            ended = False
-            async for data in events:
-                ended = data.endswith(DONE)
-                await send({"type": "http.response.body", "body": data, "more_body": not ended})
-            is_sending = False
-            if not ended:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            # Closed however this ends: cancelled or failing in ``send``, they are still open at
+            # their last yield, and closing them runs their clean-up now, not at collection.
+            async with contextlib.aclosing(events):
+                ended = False
+                async for data in events:
+                    ended = data.endswith(DONE)
+                    await send({"type": "http.response.body", "body": data, "more_body": not ended})
+                is_sending = False
+                if not ended:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            is_sending = False
-            await events.aclose()  # cancelled in ``send``, they are still open at their last yield
             if not left or task.uncancel() > 0:
                 raise
             # The client left and the events are closed: nothing more is owed.

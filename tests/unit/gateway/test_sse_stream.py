@@ -122,3 +122,23 @@ async def test_the_end_of_the_response_cancels_nothing() -> None:
     await asyncio.sleep(0)
     task = asyncio.current_task()
     assert task is not None and task.cancelling() == 0
+
+
+async def test_a_send_that_fails_closes_the_events_at_once() -> None:
+    closed = asyncio.Event()
+
+    async def events() -> AsyncGenerator[bytes, None]:
+        try:
+            yield b"data: {}\n\n"
+            yield DONE
+        finally:
+            closed.set()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            raise OSError("the socket broke")
+
+    response = SseStream(events(), headers={}).to_asgi_response(None, None)  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="socket broke"):
+        await response.send_body(send, _receive_until(asyncio.Event()))  # type: ignore[arg-type]
+    assert closed.is_set()
