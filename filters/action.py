@@ -19,7 +19,10 @@ class Action(enum.StrEnum):
 
     @property
     def rewrites(self) -> bool:
-        return self in (Action.BLOCK, Action.REDACT, Action.MASK)
+        return self in _REWRITING  # a set: read per detector each time a stream is set up
+
+
+_REWRITING = frozenset({Action.BLOCK, Action.REDACT, Action.MASK})
 
 
 class Direction(enum.StrEnum):

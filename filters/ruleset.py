@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 
 from filters.action import Action, Direction
 from filters.context import FilterContext
@@ -23,7 +24,10 @@ class Ruleset:
         key = (direction, tuple(sorted(set(ctx.roles))), ctx.model)
         actions = self._actions.get(key)
         if actions is None:
-            actions = self.policy.actions_for(direction, key[1], ctx.model, self.scanner.names)
+            # Read-only: the scanner keeps figures per mapping it is handed (``max_match_len``).
+            actions = MappingProxyType(
+                self.policy.actions_for(direction, key[1], ctx.model, self.scanner.names)
+            )
             if len(self._actions) < 4096:
                 self._actions[key] = actions
         return actions

@@ -46,18 +46,29 @@ class Scanner:
             "filter.detector.failures", description="Detectors that raised (fail closed)"
         )
         self.names = tuple(d.name for d in self.detectors)
+        self._match_lens: dict[tuple[int, bool], tuple[Mapping[str, Action], int]] = {}
+        """``max_match_len`` per read-only actions mapping (kept, so its id is not reused) and
+        kind: the ruleset hands out one per role set and model, and every stream asks twice. A
+        plain dict, which its owner may still change, is worked out each time."""
 
     def __repr__(self) -> str:
         return f"Scanner(detectors={self.names!r})"
 
     def max_match_len(self, actions: Mapping[str, Action], *, rewriting_only: bool) -> int:
         """Longest match among the detectors that are on (or that rewrite text)."""
+        key = (id(actions), rewriting_only)
+        known = self._match_lens.get(key)
+        if known is not None and known[0] is actions:
+            return known[1]
         lengths = [
             d.max_match_len
             for d in self.detectors
             if actions[d.name] is not Action.OFF and (actions[d.name].rewrites or not rewriting_only)
         ]
-        return max(lengths, default=1)
+        longest = max(lengths, default=1)
+        if not isinstance(actions, dict) and len(self._match_lens) < 4096:
+            self._match_lens[key] = (actions, longest)
+        return longest
 
     def scan(self, text: str, actions: Mapping[str, Action]) -> ScanOutcome:
         found: list[tuple[int, int, int, str, Action]] = []

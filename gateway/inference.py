@@ -366,11 +366,12 @@ class InferenceService:
         serving, model = self.telemetry.serving, prep.body.model
         ttft_s: float | None = None
         last_s = 0.0
+        inter_token = serving.inter_token_latency.labels(model)  # once, not per frame
         try:
             for chunk in writer.start():
                 yield chunk
-            pending = [first] if first is not None else []
-            async for frame in _chain(pending, frames):
+            frame = first
+            while frame is not None:  # the first frame, then the rest (no generator in between)
                 for event in frame:  # a frame: one engine step's deltas, one per choice
                     for chunk in writer.add(event):
                         yield chunk
@@ -383,10 +384,11 @@ class InferenceService:
                     ttft_s = now_s
                     serving.time_to_first_token.labels(model).observe(now_s)
                 elif num_tokens:
-                    serving.inter_token_latency.labels(model).observe((now_s - last_s) / num_tokens)
+                    inter_token.observe((now_s - last_s) / num_tokens)
                 last_s = now_s
                 if writer.blocked:
                     break
+                frame = await anext(frames, None)
             for chunk in writer.finish():
                 yield chunk
             is_finished = True
@@ -448,13 +450,6 @@ class InferenceService:
             content=content_of(prep.body, writer.texts()),
             served=True,
         )
-
-
-async def _chain(first: list[DeltaFrame], rest: AsyncIterator[DeltaFrame]) -> AsyncIterator[DeltaFrame]:
-    for frame in first:
-        yield frame
-    async for frame in rest:
-        yield frame
 
 
 def _filter_context(prep: Prepared) -> FilterContext:

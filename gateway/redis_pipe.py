@@ -12,7 +12,10 @@ itself (packing commands, parsing replies) is hiredis, Redis's own C library::
     caller C ─ ZREM ─────┘   (a FIFO of waiters)        └─▶ reply 3 ─▶ C
 
 Redis answers a connection's commands in the order they came, and runs one command at a time
-whatever the number of connections, so one connection loses no parallelism.
+whatever the number of connections, so one connection loses no parallelism. The commands callers
+send during one turn of the event loop leave in one write at the end of it: on loopback a write's
+system call costs the sender about as much CPU as Redis's reply (the kernel delivers it in the
+writer's time), and under load many requests send in the same turn (bench/BENCHMARKS.md).
 Concurrent callers that find no connection share one attempt to open it.
 
 Failures keep redis-py's types (``redis.exceptions``), so callers still fail closed the same way:
@@ -180,6 +183,8 @@ class _Replies(asyncio.Protocol):
         # back as ResponseError values, a malformed stream raises RedisConnectionError.
         self._reader = hiredis.Reader(protocolError=RedisConnectionError, replyError=ResponseError)
         self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self._unsent: list[bytes] = []
+        """Commands sent this turn of the event loop, written together by ``_write``."""
         self.is_lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -188,10 +193,18 @@ class _Replies(asyncio.Protocol):
     def send(self, command: bytes) -> asyncio.Future[Any]:
         if self.is_lost or self._transport is None:
             raise RedisConnectionError("Connection to Redis lost")
-        waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
         self._waiters.append(waiter)
-        self._transport.write(command)
+        if not self._unsent:
+            loop.call_soon(self._write)
+        self._unsent.append(command)
         return waiter
+
+    def _write(self) -> None:
+        unsent, self._unsent = self._unsent, []
+        if self._transport is not None and not self.is_lost:  # else their waiters have failed
+            self._transport.write(b"".join(unsent))
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
@@ -229,6 +242,7 @@ class _Replies(asyncio.Protocol):
 
     def _fail(self, error: Exception) -> None:
         self.is_lost = True
+        self._unsent = []
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():

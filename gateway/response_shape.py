@@ -3,6 +3,7 @@ read only this, never the request, the lease or the engine client behind it."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import msgspec
@@ -10,6 +11,7 @@ import msgspec
 __all__ = ["ResponseShape", "fingerprint_of"]
 
 
+@functools.lru_cache(maxsize=256)  # one per model card; every request of a stream asks
 def fingerprint_of(*parts: object) -> str:
     """OpenAI's ``fp_`` + a short hash: here of the model card that served the request."""
     digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()

@@ -14,7 +14,7 @@ are the same; only how they are split into writes changes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 
 import msgspec
 
@@ -22,10 +22,11 @@ from gateway.errors import error_body
 from gateway.openai_types import ChatCompletionChunk
 from gateway.stream_events import StreamChunk, StreamError, StreamEvent
 
-__all__ = ["server_sent_events"]
+__all__ = ["DONE", "server_sent_events"]
 
 _encoder = msgspec.json.Encoder()
-_DONE = b"data: [DONE]\n\n"
+DONE = b"data: [DONE]\n\n"
+"""The end of a stream whose answer is whole and on the record: always the last bytes sent."""
 
 
 def _sse(payload: bytes) -> bytes:
@@ -41,7 +42,7 @@ def _is_bare(chunk: StreamChunk) -> bool:
     return all(not c.text and c.logprobs is None for c in chunk.choices)
 
 
-async def server_sent_events(events: AsyncGenerator[StreamEvent, None]) -> AsyncIterator[bytes]:
+async def server_sent_events(events: AsyncGenerator[StreamEvent, None]) -> AsyncGenerator[bytes, None]:
     held = b""
     # Closing this closes ``events``: its clean-up (engine abort, quota, audit) runs at once.
     async with contextlib.aclosing(events):
@@ -50,7 +51,7 @@ async def server_sent_events(events: AsyncGenerator[StreamEvent, None]) -> Async
                 err = event.error
                 yield held + _sse(error_body(err.message, err.type, err.code, err.param))
                 if event.completes:
-                    yield _DONE
+                    yield DONE
                 return
             data = _sse(_encoder.encode(event))
             if _is_bare(event):
@@ -58,4 +59,4 @@ async def server_sent_events(events: AsyncGenerator[StreamEvent, None]) -> Async
                 continue
             yield held + data
             held = b""
-    yield held + _DONE
+    yield held + DONE

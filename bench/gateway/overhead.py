@@ -303,6 +303,16 @@ def bench_env(data_dir: Path, engine_token: str, engine_port: int, *, filters: b
     return env
 
 
+def redis_env(prefix: str) -> dict[str, str]:
+    """Quotas, revocations and policy reloads in the local Redis, under keys of their own."""
+    return {
+        "STRONGROOM_REDIS_URL": "redis://127.0.0.1:6379/0",
+        "STRONGROOM_QUOTA__KEY_PREFIX": f"{prefix}:quota",
+        "STRONGROOM_AUTH__REVOCATION_KEY_PREFIX": f"{prefix}:revoked:",
+        "STRONGROOM_ACCESS__CHANNEL": f"{prefix}:policy",
+    }
+
+
 def filters_off_policy(data_dir: Path) -> Path:
     """The packaged policy with every detector off, as bench/serve_gpu.sh uses it."""
     policy = data_dir / "filters-off.toml"

@@ -39,13 +39,12 @@ from bench.gateway.overhead import (
     _Samples,
     _wait,
     bench_env,
+    redis_env,
     write_record,
 )
 from strongroom.progress_bar import ProgressBar
 
 __all__ = ["format_scaling", "run_scaling", "scaling"]
-
-_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def _children(pid: int) -> list[int]:
@@ -101,14 +100,7 @@ def run_scaling(
     engine_port = _free_port()
     prefix = f"bench-{uuid.uuid4().hex}"
     env = bench_env(data_dir, engine_token, engine_port, filters=filters)
-    env.update(
-        {
-            "STRONGROOM_REDIS_URL": _REDIS_URL,
-            "STRONGROOM_QUOTA__KEY_PREFIX": f"{prefix}:quota",
-            "STRONGROOM_AUTH__REVOCATION_KEY_PREFIX": f"{prefix}:revoked:",
-            "STRONGROOM_ACCESS__CHANNEL": f"{prefix}:policy",
-        }
-    )
+    env.update(redis_env(prefix))
     cmd = [sys.executable, "-m", "strongroom"]
     engine = subprocess.Popen(
         [*cmd, "engine", "--stub", "--port", str(engine_port)],

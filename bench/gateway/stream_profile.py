@@ -10,7 +10,10 @@ event loop) and divided by the tokens streamed. cProfile inflates Python-heavy c
 so read the shares, not the absolute figures; ``strongroom bench gateway`` gives the uninflated
 CPU per token.
 
-    python -m bench.gateway.stream_profile [--filters] [--seconds 10] [--concurrency 32] [--max-tokens 64]
+With ``--sampled`` the gateway is sampled instead (``bench.gateway.cpu_sampler``: CPU time of
+the whole process, no per-call cost): shares only, per part and per function.
+
+    python -m bench.gateway.stream_profile [--filters] [--redis] [--sampled] [--seconds 10] [--concurrency 32] [--max-tokens 64]
         [--keep-stats gateway.prof]
 """
 
@@ -27,12 +30,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import click
 import msgspec
 
+from bench.gateway.cpu_sampler import CpuSampler, Key, load_samples
 from bench.gateway.overhead import (
     _chat_body,
     _check_gateway_answer,
@@ -43,10 +48,12 @@ from bench.gateway.overhead import (
     _Samples,
     _wait,
     bench_env,
+    redis_env,
     write_record,
 )
 
 _SERVE_PROFILED = "--serve-profiled"
+_SERVE_SAMPLED = "--serve-sampled"
 
 _PARTS = (
     ("engine link", ("engine/serving/",)),
@@ -74,11 +81,21 @@ def _part(filename: str, name: str) -> str:
 
 
 def profile(
-    seconds: float, concurrency: int, max_tokens: int, filters: bool, data_dir: Path
+    seconds: float,
+    concurrency: int,
+    max_tokens: int,
+    filters: bool,
+    data_dir: Path,
+    *,
+    redis: bool = False,
+    sampled: bool = False,
 ) -> dict[str, Any]:
     engine_token = secrets.token_urlsafe(24)
     engine_port, gw_port = _free_port(), _free_port()
     env = bench_env(data_dir, engine_token, engine_port, filters=filters)
+    if redis:  # quotas and revocations in Redis, as `strongroom bench gateway --workers` runs them
+        env.update(redis_env(f"bench-{uuid.uuid4().hex}"))
+        env["STRONGROOM_SERVER__WORKERS"] = "1"  # with Redis the default is one per core
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
     cmd = [sys.executable, "-m", "strongroom"]
     out = data_dir / "gateway.prof"
@@ -90,7 +107,13 @@ def profile(
         log = data_dir / "gateway.log"
         with log.open("wb") as log_file:
             gateway = subprocess.Popen(
-                [sys.executable, "-m", "bench.gateway.stream_profile", _SERVE_PROFILED, str(out)],
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.gateway.stream_profile",
+                    _SERVE_SAMPLED if sampled else _SERVE_PROFILED,
+                    str(out),
+                ],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=log_file,
@@ -131,8 +154,10 @@ def profile(
     finally:
         engine.terminate()
         engine.wait(timeout=20)
-    stats = pstats.Stats(str(out))
     num_tokens = len(samples.latencies) * max_tokens
+    if sampled:
+        return {"num_requests": len(samples.latencies), "num_tokens": num_tokens, **_sampled_shares(out)}
+    stats = pstats.Stats(str(out))
     by_part: dict[str, float] = {}
     top = []
     for (filename, _, name), (_, num_calls, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
@@ -169,11 +194,43 @@ def profile(
     }
 
 
+def _sampled_shares(out: Path) -> dict[str, Any]:
+    """Shares of the CPU samples: per part (own time) and the top functions, own and inclusive."""
+    num_samples, own, inclusive = load_samples(out)
+    by_part: dict[str, int] = {}
+    for (filename, _, name), count in own.items():
+        part = _part(filename, name)
+        by_part[part] = by_part.get(part, 0) + count
+
+    def top(counts: dict[Key, int]) -> list[dict[str, Any]]:
+        rows = sorted(counts.items(), key=lambda kv: -kv[1])[:40]
+        return [
+            {"function": f"{Path(f).name}:{line}:{name}", "part": _part(f, name), "share": c / num_samples}
+            for (f, line, name), c in rows
+        ]
+
+    return {
+        "num_samples": num_samples,
+        "parts": {
+            part: {"share": c / max(1, num_samples)}
+            for part, c in sorted(by_part.items(), key=lambda kv: -kv[1])
+        },
+        "top_own": top(own),
+        "top_inclusive": top(inclusive),
+    }
+
+
 @click.command()
 @click.option("--seconds", type=float, default=10.0, show_default=True)
 @click.option("--concurrency", type=int, default=32, show_default=True)
 @click.option("--max-tokens", type=int, default=64, show_default=True)
 @click.option("--filters/--no-filters", default=False, show_default=True)
+@click.option(
+    "--sampled",
+    is_flag=True,
+    help="Sample the process's CPU time (SIGPROF) instead of cProfile: shares only.",
+)
+@click.option("--redis/--no-redis", default=False, show_default=True, help="Quotas and revocations in Redis.")
 @click.option("--output", type=click.Path(path_type=Path), default=None)
 @click.option(
     "--keep-stats",
@@ -186,14 +243,45 @@ def main(
     concurrency: int,
     max_tokens: int,
     filters: bool,
+    sampled: bool,
+    redis: bool,
     output: Path | None,
     keep_stats: Path | None,
 ) -> None:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="strongroom-profile-") as tmp:
-        result = profile(seconds, concurrency, max_tokens, filters, Path(tmp))
+        result = profile(seconds, concurrency, max_tokens, filters, Path(tmp), redis=redis, sampled=sampled)
         if keep_stats is not None:
             shutil.copyfile(Path(tmp) / "gateway.prof", keep_stats)
+    if sampled:
+        _echo_shares(result)
+    else:
+        _echo_profile(result)
+    config = {
+        "seconds": seconds,
+        "concurrency": concurrency,
+        "max_tokens": max_tokens,
+        "filters": filters,
+        "redis": redis,
+        "profiler": "CPU-time samples (SIGPROF)" if sampled else "cProfile (thread CPU time)",
+    }
+    click.echo(f"wrote {write_record('gateway_stream_profile', load_before, config, result, output)}")
+
+
+def _echo_shares(result: dict[str, Any]) -> None:
+    click.echo(
+        f"{result['num_tokens']} tokens in {result['num_requests']} streams; "
+        f"{result['num_samples']} CPU samples of the gateway"
+    )
+    for part, row in result["parts"].items():
+        click.echo(f"  {part:32} {row['share']:6.1%}")
+    for title, key in (("own time", "top_own"), ("inclusive", "top_inclusive")):
+        click.echo(f"top functions ({title}):")
+        for row in result[key][:20]:
+            click.echo(f"  {row['share']:6.1%}  {row['function']}  [{row['part']}]")
+
+
+def _echo_profile(result: dict[str, Any]) -> None:
     click.echo(
         f"{result['num_tokens']} tokens in {result['num_requests']} streams; profiled gateway CPU "
         f"{result['profiled_us_per_token']:.1f} µs/token (cProfile-inflated)"
@@ -206,8 +294,6 @@ def main(
             f"  {row['us_per_token']:7.2f} µs/token  {row['calls_per_token']:5.2f} calls/token"
             f"  {row['function']}  [{row['part']}]"
         )
-    config = {"seconds": seconds, "concurrency": concurrency, "max_tokens": max_tokens, "filters": filters}
-    click.echo(f"wrote {write_record('gateway_stream_profile', load_before, config, result, output)}")
 
 
 def _serve_profiled(out: str) -> None:
@@ -226,8 +312,21 @@ def _serve_profiled(out: str) -> None:
     strongroom()
 
 
+def _serve_sampled(out: str) -> None:
+    """``strongroom serve`` (one worker) with a sampler of the process's CPU time behind signals."""
+    sampler = CpuSampler()
+    signal.signal(signal.SIGUSR1, lambda *_: sampler.start())
+    signal.signal(signal.SIGUSR2, lambda *_: sampler.stop(Path(out)))
+    from strongroom.cli import main as strongroom
+
+    sys.argv = ["strongroom", "serve"]
+    strongroom()
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == [_SERVE_PROFILED]:
         _serve_profiled(sys.argv[2])
+    elif sys.argv[1:2] == [_SERVE_SAMPLED]:
+        _serve_sampled(sys.argv[2])
     else:
         main()

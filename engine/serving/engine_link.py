@@ -104,11 +104,13 @@ class LinkStream:
     """One generation on a link: the link puts its raw frames, the reader takes and decodes them."""
 
     __slots__ = (
+        "_deadline",
         "_error",
         "_link",
         "_max_bytes",
         "_open",
         "_timeout_s",
+        "_timer",
         "_waiter",
         "num_bytes",
         "pending",
@@ -128,6 +130,11 @@ class LinkStream:
         self._timeout_s = timeout_s
         self._error: EngineError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._deadline = 0.0
+        """When the reader's current wait times out (loop time)."""
+        self._timer: asyncio.TimerHandle | None = None
+        """One timer per stream, not one per wait (a wait per frame): firing before the current
+        wait's deadline, it is set again for that deadline (``_on_timer``)."""
 
     @property
     def is_done(self) -> bool:
@@ -211,13 +218,14 @@ class LinkStream:
             raise self._error
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(self._timeout_s, time_out, waiter)
+        self._deadline = loop.time() + self._timeout_s
+        if self._timer is None:
+            self._timer = loop.call_at(self._deadline, self._on_timer)
         try:
             await waiter
         except TimeoutError as exc:
             raise EngineUnavailableError(f"engine {self._link.url} failed: TimeoutError: {exc}") from None
         finally:
-            timer.cancel()
             self._waiter = None
         if self._error is not None and not self.pending:
             raise self._error
@@ -225,6 +233,23 @@ class LinkStream:
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # no wait now: the next one sets the timer again
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._on_timer)
+        else:
+            time_out(waiter)
+
+    def close(self) -> None:
+        """The reader is done with the stream: its timer goes."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 def time_out(waiter: asyncio.Future[None]) -> None:
@@ -250,7 +275,9 @@ class EngineLink(asyncio.Protocol):
         self._next_sid = 0
         self._fragments = bytearray()
         self._transport: asyncio.Transport | None = None
-        self._handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._handshake: asyncio.Future[None] = self._loop.create_future()
+        self._is_flush_due = False
         self.error: EngineUnavailableError | None = None
         """Set once the link ended: it carries nothing more."""
 
@@ -303,6 +330,7 @@ class EngineLink(asyncio.Protocol):
         try:
             return await stream.answer()
         finally:
+            stream.close()
             self._streams.pop(stream.sid, None)
 
     def _new_stream(self, n: int) -> LinkStream:
@@ -315,8 +343,10 @@ class EngineLink(asyncio.Protocol):
 
     def close_stream(self, stream: LinkStream) -> None:
         """The reader is done with ``stream``; unless the engine has finished it, abort it there."""
+        stream.close()
         if self._streams.pop(stream.sid, None) is not None and not stream.is_done and self.error is None:
             self._send(_encoder.encode(LinkAbort(stream=stream.sid)))
+            self._flush()  # at once: every step until the engine hears it is wasted work there
 
     def reset(self, reason: str) -> None:
         """End the link now: every stream on it fails at once instead of at its read timeout."""
@@ -344,10 +374,15 @@ class EngineLink(asyncio.Protocol):
             self._transport.close()
 
     def _send(self, data: bytes) -> None:
+        """Frame ``data``; the frames of one turn of the event loop leave in one write at its end
+        (a loopback write costs the sender CPU of its own; under load many requests send in a turn)."""
         self._ws.send_binary(data)
-        self._flush()
+        if not self._is_flush_due:
+            self._is_flush_due = True
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
+        self._is_flush_due = False
         writes = self._ws.data_to_send()
         if self._transport is not None and writes:
             self._transport.write(b"".join(writes))  # the empty SEND_EOF adds nothing

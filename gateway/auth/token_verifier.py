@@ -118,7 +118,8 @@ class TokenVerifier:
 
     async def _verify(self, authorization: str | None) -> Principal:
         token = self._bearer_token(authorization)
-        header, unverified = _decode_unverified(token)
+        known = self._verified.find(token)
+        header, unverified = (known.header, known.payload) if known is not None else _decode_unverified(token)
         alg = _checked_alg(header)
         issuer_name = unverified.get("iss")
         issuer = self._issuers.get(issuer_name) if isinstance(issuer_name, str) else None
@@ -130,14 +131,14 @@ class TokenVerifier:
         if kid is not None and (not isinstance(kid, str) or not kid or len(kid) > _MAX_KID_CHARS):
             raise AuthenticationError("malformed kid")
         key = await issuer.key_for(kid, alg)
-        payload = self._verified.payload(token, key)
-        is_new = payload is None
-        if payload is None:
-            payload = self._verified_payload(token, key, alg)
+        is_new = known is None or known.key is not key
+        payload = self._verified_payload(token, key, alg) if is_new else unverified
         self._rules.check(payload, issuer.config, now=self._clock())
         await self._check_revocation(payload)
         if is_new:
-            self._verified.remember(token, key, payload, expires_at=payload["exp"] + self._cfg.leeway_s)
+            self._verified.remember(
+                token, key, header, payload, expires_at=payload["exp"] + self._cfg.leeway_s
+            )
         return self._rules.principal(payload, issuer.config)
 
     async def is_revoked(self, principal: Principal, *, since: float) -> bool:

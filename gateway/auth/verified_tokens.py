@@ -5,11 +5,13 @@ signature is the costliest step of authentication (Ed25519, RSA more; figures in
 bench/BENCHMARKS.md). The outcome of that step depends only on the token's bytes and the key, so
 it is remembered for the exact token and the exact key object that verified it::
 
-    sha256(token) ─▶ (key object, payload, exp)
+    sha256(token) ─▶ (key object, header, payload, exp)
 
 A hit is used only when the key the issuer resolves *now* (issuer, pinned algorithm, kid) is
-that same object, so a key that left the key files or the JWKS stops verifying at once. Every
-other check still runs on every request: header rules, claims against the clock, revocation.
+that same object, so a key that left the key files or the JWKS stops verifying at once (the
+verifier checks; an entry of a key gone stays unused until it expires or is verified again). Every
+other check still runs on every request: header rules, claims against the clock, revocation. The
+header and payload are those bytes' own, so a token seen before is not decoded again either.
 Only tokens that passed everything are stored, so a flood of forged tokens pays the full check
 each time and cannot displace anything but the oldest entries. Entries leave at their token's
 ``exp`` or when the table is full (oldest first).
@@ -21,11 +23,13 @@ import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["VerifiedTokens"]
+__all__ = ["Verified", "VerifiedTokens"]
 
 
-class _Entry(NamedTuple):
+class Verified(NamedTuple):
     key: object
+    """The key object that verified the token."""
+    header: dict[str, Any]
     payload: dict[str, Any]
     expires_at: float
 
@@ -38,25 +42,26 @@ class VerifiedTokens:
             raise ValueError("max_entries must be at least 1")
         self._clock = clock
         self._max_entries = max_entries
-        self._entries: dict[bytes, _Entry] = {}
+        self._entries: dict[bytes, Verified] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def payload(self, token: str, key: object) -> dict[str, Any] | None:
-        """The payload ``token`` had when ``key`` (this very object) verified it, else None."""
+    def find(self, token: str) -> Verified | None:
+        """What ``token`` was when it verified, unless it has expired since; the caller uses its
+        payload only if ``key`` is the very key the issuer resolves now."""
         digest = hashlib.sha256(token.encode()).digest()
         entry = self._entries.get(digest)
-        if entry is None:
-            return None
-        if entry.key is not key or self._clock() >= entry.expires_at:
+        if entry is not None and self._clock() >= entry.expires_at:
             del self._entries[digest]
             return None
-        return entry.payload
+        return entry
 
-    def remember(self, token: str, key: object, payload: dict[str, Any], *, expires_at: float) -> None:
+    def remember(
+        self, token: str, key: object, header: dict[str, Any], payload: dict[str, Any], *, expires_at: float
+    ) -> None:
         """Store a token that passed every check; it is forgotten at ``expires_at``."""
         if len(self._entries) >= self._max_entries:
             del self._entries[next(iter(self._entries))]
         digest = hashlib.sha256(token.encode()).digest()
-        self._entries[digest] = _Entry(key, payload, expires_at)
+        self._entries[digest] = Verified(key, header, payload, expires_at)

@@ -10,7 +10,6 @@ from typing import Any, TypeVar, cast
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.exceptions import ClientException
-from litestar.response import Stream
 
 from gateway.batch_stream import open_batch
 from gateway.embedding_types import EmbeddingRequest
@@ -21,6 +20,7 @@ from gateway.prompt_batch import merge_batch, split_batch
 from gateway.request_context import RequestContext, request_context
 from gateway.services import Services
 from gateway.sse import server_sent_events
+from gateway.sse_stream import SseStream
 
 __all__ = ["OPENAI_ROUTES", "context_of"]
 
@@ -96,7 +96,7 @@ async def _infer(
     if batch is not None and body.is_stream:
         streams, headers = await open_batch(inference, ctx, batch)
         headers["cache-control"] = "no-cache"
-        return Stream(server_sent_events(streams), media_type="text/event-stream", headers=headers)
+        return SseStream(server_sent_events(streams), headers=headers)
     if batch is not None:
         answers: list[Completion] = []
         for part in batch:
@@ -109,7 +109,7 @@ async def _infer(
     if body.is_stream:
         headers["cache-control"] = "no-cache"
         events = server_sent_events(await inference.open_stream(prep))
-        return Stream(events, media_type="text/event-stream", headers=headers)
+        return SseStream(events, headers=headers)
     answer = await _unless_client_leaves(request, inference.complete(prep))
     return Response(msgspec.json.encode(answer), media_type=_JSON, headers=headers)
 

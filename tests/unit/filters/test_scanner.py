@@ -1,7 +1,14 @@
 import random
+from pathlib import Path
+from types import MappingProxyType
 
+import pytest
+from filter_fixtures import make_pipeline, write_policy
+
+from filters import Direction, FilterContext
 from filters.action import Action
-from filters.scanner import Match, _settle
+from filters.detectors import builtin_detectors
+from filters.scanner import Match, Scanner, _settle
 
 
 def _settle_by_pairs(found: list[tuple[int, int, int, str, Action]]) -> list[Match]:
@@ -40,3 +47,23 @@ def test_settle_drops_empty_spans() -> None:
     assert _settle([(3, 3, 50, "x", Action.REDACT), (0, 1, 5, "y", Action.FLAG)]) == [
         Match(0, 1, "y", Action.FLAG)
     ]
+
+
+def test_max_match_len_follows_a_dict_that_changes_and_holds_for_a_read_only_mapping() -> None:
+    scanner = Scanner(builtin_detectors())
+    actions = dict.fromkeys(scanner.names, Action.OFF)
+    assert scanner.max_match_len(actions, rewriting_only=False) == 1
+    longest = max(d.max_match_len for d in scanner.detectors)
+    actions.update(dict.fromkeys(scanner.names, Action.FLAG))  # a dict's owner may change it
+    assert scanner.max_match_len(actions, rewriting_only=False) == longest
+    assert scanner.max_match_len(actions, rewriting_only=True) == 1
+    fixed = MappingProxyType(dict.fromkeys(scanner.names, Action.REDACT))
+    for _ in range(2):  # worked out once, then remembered
+        assert scanner.max_match_len(fixed, rewriting_only=True) == longest
+
+
+def test_the_ruleset_hands_out_read_only_actions(tmp_path: Path) -> None:
+    ruleset = make_pipeline(write_policy(tmp_path)).ruleset
+    actions = ruleset.actions_for(Direction.RESPONSE, FilterContext(roles=("user",), model="m"))
+    with pytest.raises(TypeError):
+        actions["email"] = Action.OFF  # type: ignore[index]

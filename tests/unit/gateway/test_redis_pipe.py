@@ -197,3 +197,42 @@ def test_only_plain_redis_urls_get_a_pipe() -> None:
     assert pipe is not None
     assert "cret" not in repr(pipe)
     assert (pipe._host, pipe._port, pipe._db, pipe._username, pipe._password) == ("h", 6380, 2, "u", "s@cret")
+
+
+class _Wire:
+    """A transport that records writes (asyncio.Transport's two methods _Replies uses)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_commands_sent_in_one_turn_of_the_loop_leave_in_one_write() -> None:
+    replies, wire = _Replies(), _Wire()
+    replies.connection_made(wire)  # type: ignore[arg-type]
+    first, second = replies.send(b"*1\r\n$4\r\nPING\r\n"), replies.send(b"*1\r\n$4\r\nTIME\r\n")
+    assert wire.writes == []
+    await asyncio.sleep(0)
+    assert wire.writes == [b"*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nTIME\r\n"]
+    third = replies.send(b"*1\r\n$4\r\nECHO\r\n")
+    await asyncio.sleep(0)
+    assert wire.writes[1:] == [b"*1\r\n$4\r\nECHO\r\n"]
+    replies.data_received(b"+PONG\r\n:1\r\n:2\r\n")
+    assert (first.result(), second.result(), third.result()) == (b"PONG", 1, 2)
+
+
+async def test_commands_of_a_connection_dropped_before_their_write_are_never_written() -> None:
+    replies, wire = _Replies(), _Wire()
+    replies.connection_made(wire)  # type: ignore[arg-type]
+    waiter = replies.send(b"*1\r\n$4\r\nPING\r\n")
+    replies.drop(RedisConnectionError("gone"))
+    await asyncio.sleep(0)
+    assert wire.writes == [] and wire.aborted
+    with pytest.raises(RedisConnectionError, match="gone"):
+        waiter.result()

@@ -187,6 +187,50 @@ async def test_a_stream_past_its_bound_in_one_read_fails_and_is_aborted_alone() 
     assert slow.pending == [], "a late frame of an aborted stream is dropped"
 
 
+async def test_the_messages_of_one_turn_of_the_loop_leave_in_one_write() -> None:
+    engine = Engine()
+    first, second = engine.link.open(request()), engine.link.open(request())
+    assert engine.transport.written == []
+    await asyncio.sleep(0)
+    assert len(engine.transport.written) == 1
+    assert [m.stream for m in engine.from_link()] == [first.sid, second.sid]
+
+
+async def test_an_abort_leaves_at_once() -> None:
+    engine = Engine()
+    stream = engine.link.open(request())
+    await asyncio.sleep(0)
+    engine.from_link()
+    engine.link.close_stream(stream)
+    assert engine.from_link() == [LinkAbort(stream=stream.sid)]
+
+
+async def test_one_timer_serves_every_wait_of_a_stream_and_still_times_a_silent_engine_out() -> None:
+    engine = Engine()
+    stream = engine.link.open(request())
+    frames = stream.frames()
+    for word in ("a", "b", "c"):
+        reader = asyncio.ensure_future(anext(frames))
+        await asyncio.sleep(0)
+        if word == "a":
+            timer = stream._timer
+            assert timer is not None
+        assert stream._timer is timer, "no new timer per wait"
+        engine.step([(stream.sid, [delta(word)])])
+        engine.link.data_received(engine.out())
+        assert [e.text for e in await reader] == [word]
+    reader = asyncio.ensure_future(anext(frames))
+    await asyncio.sleep(0)
+    stream._on_timer()  # fired early: this wait began later, so its deadline is still ahead
+    assert not reader.done() and stream._timer is not None and stream._timer is not timer
+    stream._deadline = 0.0  # now past it, with nothing from the engine
+    stream._on_timer()
+    with pytest.raises(EngineUnavailableError, match="TimeoutError"):
+        await reader
+    engine.link.close_stream(stream)
+    assert stream._timer is None
+
+
 async def test_a_reader_waiting_on_an_empty_stream_wakes_for_the_next_read() -> None:
     engine = Engine()
     stream = engine.link.open(request())

@@ -17,7 +17,14 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from gateway.auth import AuthConfig, AuthConfigError, AuthenticationError, IssuerConfig, TokenVerifier
+from gateway.auth import (
+    AuthConfig,
+    AuthConfigError,
+    AuthenticationError,
+    IssuerConfig,
+    TokenVerifier,
+    token_verifier,
+)
 from gateway.auth.verification_key import VerificationKey
 
 pytestmark = pytest.mark.anyio
@@ -206,3 +213,22 @@ def test_hmac_secret_must_be_long(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 async def test_malformed_authorization_headers(pem_verifier: TokenVerifier, header: str | None) -> None:
     with pytest.raises(AuthenticationError):
         await pem_verifier.verify(header)
+
+
+async def test_a_token_seen_before_is_not_decoded_again_and_still_checked(
+    pem_verifier: TokenVerifier, clock: FakeClock, ec_key: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[str] = []
+    decode = token_verifier._decode_unverified
+
+    def counting(token: str) -> Any:
+        decoded.append(token)
+        return decode(token)
+
+    monkeypatch.setattr(token_verifier, "_decode_unverified", counting)
+    token = jwt.encode(claims(clock, exp=int(clock.now) + 60), ec_key, algorithm="ES256")
+    for _ in range(3):
+        assert (await verify(pem_verifier, token)).subject == "alice"
+    assert decoded == [token]
+    clock.advance(61 + pem_verifier._cfg.leeway_s)  # the claims are still checked on every request
+    assert await rejected(pem_verifier, token) == "expired"
