@@ -18,7 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.auth.dev_issuer import DevIssuer
+from strongroom.config import load_settings
+
 REPO = Path(__file__).resolve().parents[2]
+_TOKEN_TTL_S = 3600
+"""``strongroom token``'s default --ttl."""
 
 
 def free_port() -> int:
@@ -61,10 +66,21 @@ class ServedGateway:
         return done
 
     def token(self, sub: str, *roles: str) -> str:
-        args = ["token", "--sub", sub]
-        for role in roles:
-            args += ["--role", role]
-        return self.cli(*args).stdout.strip()
+        """What ``strongroom token --sub SUB --role ROLE...`` prints for this gateway, minted here.
+
+        The same steps as the command (its settings from this gateway's environment, the same key
+        file, the same 0077 umask should it create the key) without a Python start per token: a
+        CLI run cost ~2.5 s, and the integration tests mint ~90. The command itself is tested in
+        tests/unit/strongroom/cli/test_token.py; ``cli("token", ...)`` still runs it."""
+        settings = load_settings(environ=self.env)
+        assert settings.auth.dev_issuer, "auth.dev_issuer is off: `strongroom token` would refuse"
+        assert settings.auth.max_lifetime_s >= _TOKEN_TTL_S, "`strongroom token` would refuse its --ttl"
+        previous = os.umask(0o077)
+        try:
+            issuer = DevIssuer.load_or_create(settings.data_path)
+        finally:
+            os.umask(previous)
+        return issuer.mint(sub, roles, ttl_s=_TOKEN_TTL_S)
 
     def audit_records(self, n: int = 500) -> list[dict[str, object]]:
         out = self.cli("audit", "tail", "--json", "-n", str(n)).stdout
