@@ -4,7 +4,8 @@ Qwen3-0.6B's attention shape (16 query heads, 8 KV heads, head_dim 128, bf16, 16
 blocks scattered at random over a pool several times the L2, at the batch shapes the throughput
 workload passes through. For each (tile_n, num_warps, num_stages) it reports the median time and
 the KV bandwidth (bytes of K and V read over time) as a fraction of the measured copy ceiling.
-Run on a GPU: ``python -m bench.engine.attention_sweep`` (also a stage of ``bench.gpu_engine``).
+Run on a GPU: ``python -m bench.engine.attention_sweep [--kv-cache-dtype fp8]`` (also a stage of
+``bench.gpu_engine``).
 """
 
 from __future__ import annotations
@@ -23,17 +24,20 @@ CONFIGS = [
 ]
 
 
-def run(configs: list[dict[str, int]] | None = None) -> dict[str, Any]:
+def run(configs: list[dict[str, int]] | None = None, kv_cache_dtype: str = "auto") -> dict[str, Any]:
+    """``kv_cache_dtype`` "fp8": the cache holds float8_e4m3fn (unit scales), one byte a value."""
     import torch
 
     results: dict[str, Any] = {}
     for num_seqs, context in SHAPES:
-        results[f"{num_seqs}x{context}"] = _sweep(num_seqs, context, configs or CONFIGS)
+        results[f"{num_seqs}x{context}"] = _sweep(num_seqs, context, configs or CONFIGS, kv_cache_dtype)
         torch.cuda.empty_cache()
     return results
 
 
-def _sweep(num_seqs: int, context: int, configs: list[dict[str, int]]) -> dict[str, Any]:
+def _sweep(
+    num_seqs: int, context: int, configs: list[dict[str, int]], kv_cache_dtype: str = "auto"
+) -> dict[str, Any]:
     import torch
     import triton
 
@@ -47,13 +51,15 @@ def _sweep(num_seqs: int, context: int, configs: list[dict[str, int]]) -> dict[s
     shape = (num_blocks, block, kv_heads, dim)
     k_cache = torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen)
     v_cache = torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+    if kv_cache_dtype == "fp8":
+        k_cache, v_cache = k_cache.to(torch.float8_e4m3fn), v_cache.to(torch.float8_e4m3fn)
     tables = torch.randperm(num_blocks, device="cuda", generator=gen)[: num_seqs * blocks_per_seq]
     tables = tables.view(num_seqs, blocks_per_seq).to(torch.int32)
     ctx = torch.full((num_seqs,), context, dtype=torch.int32, device="cuda")
     starts = torch.arange(num_seqs + 1, dtype=torch.int32, device="cuda")
     q = torch.randn(num_seqs, heads, dim, device="cuda", dtype=torch.bfloat16, generator=gen)
     splits = num_splits_for(num_seqs, kv_heads, 1)
-    kv_bytes = 2 * num_seqs * context * kv_heads * dim * 2
+    kv_bytes = 2 * num_seqs * context * kv_heads * dim * k_cache.element_size()
 
     def call(cfg: dict[str, int]) -> Any:
         cfg = {"num_splits": splits, **cfg}
@@ -77,7 +83,7 @@ def _sweep(num_seqs: int, context: int, configs: list[dict[str, int]]) -> dict[s
     timed = [r for r in rows if "ms" in r]
     best = min(timed, key=lambda r: r["ms"])
     print(
-        f"attention {num_seqs}x{context} splits {splits}: default {rows[0].get('ms', 0):.3f} ms "
+        f"attention {kv_cache_dtype} {num_seqs}x{context} splits {splits}: default {rows[0].get('ms', 0):.3f} ms "
         f"({rows[0].get('of_ceiling', 0):.2f} of ceiling), best {best}",
         flush=True,
     )
@@ -85,4 +91,7 @@ def _sweep(num_seqs: int, context: int, configs: list[dict[str, int]]) -> dict[s
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=1, default=str)[-4000:])
+    import sys
+
+    dtype = sys.argv[sys.argv.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in sys.argv else "auto"
+    print(json.dumps(run(kv_cache_dtype=dtype), indent=1, default=str)[-4000:])

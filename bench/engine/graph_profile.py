@@ -10,7 +10,8 @@ captures one batch bucket's graph with that tuning, replays it back to back and 
   span includes its early start (waiting for the one before), so the sum exceeds the replay;
   with PDL off the spans are the kernels' own, and replay minus their sum is launch gaps.
 
-    python -m bench.engine.graph_profile --out $OUT [--shape qwen3-0.6b] [--bucket 1] [--context 256]
+    python -m bench.engine.graph_profile --out $OUT [--shape qwen3-0.6b] [--bucket 1] [--context 256] \
+        [--quantization fp8] [--kv-cache-dtype fp8]
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ VARIANTS: dict[str, CudaTuning] = {
     "skinny_split8": replace(_DEFAULT, one_row_split_k=8),
     "final_norm_kernel": replace(_DEFAULT, final_norm_in_lm_head=False),
     "rope_kernel": replace(_DEFAULT, rope_in_attention_max_seqs=0),
+    "fp8_kv_cast": replace(_DEFAULT, fp8_kv_widen_asm=False),
     "gemv_block16": replace(_DEFAULT, gemv_block_n=16),
     "gemv_block64": replace(_DEFAULT, gemv_block_n=64),
     "long_rows": replace(_DEFAULT, norm_in_gemv_max_k=8192),  # wider norms in the GEMM, chunked
@@ -92,6 +94,11 @@ own, captured (and its kernels compiled) with it."""
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path("/dev/shm/strongroom-bench"))
 @click.option("--step-loop/--no-step-loop", default=False, show_default=True,
               help="also time the replay with the engine's per-step work outside the graph, op by op")  # fmt: skip
+@click.option(
+    "--quantization", type=click.Choice(["fp8", "int8"]), default=None, help="weights quantized at load"
+)
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
+@click.option("--kv-cache-gb", type=float, default=8.0, show_default=True)
 def main(
     out_dir: Path,
     shape: str,
@@ -101,6 +108,9 @@ def main(
     variants: tuple[str, ...],
     workdir: Path,
     step_loop: bool,
+    quantization: str | None,
+    kv_cache_dtype: str,
+    kv_cache_gb: float,
 ) -> None:
     from bench.gpu_engine import _hf_model, _save
     from bench.provenance import provenance
@@ -109,9 +119,23 @@ def main(
     path = workdir / shape
     if not (path / "config.json").exists():
         _save(_hf_model(shape), path)
-    llm = LLM(str(path), dtype="bfloat16", device="cuda", max_num_seqs=max(buckets), kv_cache_bytes=8 << 30)
+    llm = LLM(
+        str(path),
+        dtype="bfloat16",
+        device="cuda",
+        max_num_seqs=max(buckets),
+        kv_cache_bytes=int(kv_cache_gb * (1 << 30)),
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
+    )
     engine, name = llm.engine, llm.model_names[0]
-    report: dict[str, Any] = {"provenance": provenance(["bench.engine.graph_profile"], "cuda"), "runs": []}
+    report: dict[str, Any] = {
+        "provenance": provenance(["bench.engine.graph_profile"], "cuda"),
+        "quantization": quantization,
+        "kv_cache_dtype": kv_cache_dtype,
+        "runs": [],
+    }
+    budget = engine.config.token_budget
     for bucket in buckets:
         params = SamplingParams(temperature=0, max_tokens=10**6, ignore_eos=True)
         for i in range(bucket):
@@ -122,7 +146,9 @@ def main(
         staged: list[tuple[Any, ...]] = []
         stage = graphs.stage
         graphs.stage = lambda *a, seen=staged, real=stage: seen.append(a) or real(*a)  # type: ignore[method-assign]
-        for _ in range(4):  # prefill, then decode steps: the static inputs hold real sequences
+        # prefill (in chunks of the step's token budget), then decode steps: the static inputs
+        # hold real sequences, every one of them decoding
+        for _ in range(4 + -(-bucket * context // budget)):
             engine.step()
         del graphs.stage
         kept = []  # each variant's graphs, alive until the end (their pools stay captured)
@@ -134,7 +160,9 @@ def main(
             report["runs"].append(run)
             print(json.dumps({k: v for k, v in run.items() if k != "kernels"}), flush=True)
             for k in run["kernels"][:14]:
-                print(f"  {k['us']:8.2f} us x{k['per_replay']:>4}  {k['name']}")
+                print(
+                    f"  {k['us_per_replay']:8.2f} us/replay {k['us']:8.2f} us x{k['per_replay']:>4}  {k['name']}"
+                )
         if step_loop:  # the graph without the greedy tail, as the engine ran it before
             tuned = _capture(engine.runners[name], bucket, VARIANTS["greedy_tail_off"])
             kept.append(tuned)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["cache_value", "to_e4m3"]
+__all__ = ["cache_value", "to_e4m3", "widen_words_f16"]
 
 
 @triton.jit
@@ -40,3 +40,43 @@ def cache_value(x, inv_scale, FP8: tl.constexpr):
     # One return: Triton's compiler (not its interpreter) refuses a function whose returns have
     # different types, even when a constexpr branch means only one of them is ever taken.
     return to_e4m3(x, inv_scale) if FP8 else x
+
+
+# One register of four E4M3 values (value j in byte j) to four f16: cvt.rn.f16x2.e4m3x2 widens
+# the two bytes of a 16-bit half exactly, low byte to the low half.
+_WIDEN_PTX = tl.constexpr("""{
+.reg .b16 lo, hi;
+.reg .b32 pair;
+mov.b32 {lo, hi}, $4;
+cvt.rn.f16x2.e4m3x2 pair, lo;
+mov.b32 {$0, $1}, pair;
+cvt.rn.f16x2.e4m3x2 pair, hi;
+mov.b32 {$2, $3}, pair;
+}""")
+
+
+@triton.jit
+def widen_words_f16(words, INTERPRETED: tl.constexpr):
+    """[R, C] int32 words, each four E4M3 values, as the [R, 4 * C] f16 tile they hold (exact).
+
+    Widened in registers where the words were loaded: a cast of an FP8 tile instead is moved by
+    the compiler into the dot's operand loads, one byte-wise shared-memory load per value. The
+    interpreter, which runs no assembly, takes each byte out and casts it (``INTERPRETED``)."""
+    if INTERPRETED:
+        v0 = _byte_f16(words, 0)
+        v1 = _byte_f16(words, 8)
+        v2 = _byte_f16(words, 16)
+        v3 = _byte_f16(words, 24)
+    else:
+        v0, v1, v2, v3 = tl.inline_asm_elementwise(
+            _WIDEN_PTX, "=h,=h,=h,=h,r", [words], dtype=(tl.float16,) * 4, is_pure=True, pack=1
+        )
+    # join adds a minor dimension: [..., i, j] of join(join(v0, v2), join(v1, v3)) is value 2i + j
+    # (join(join(v0, v1), join(v2, v3)) puts them in the order 0, 2, 1, 3).
+    quads = tl.join(tl.join(v0, v2), tl.join(v1, v3))
+    return tl.reshape(quads, (words.shape[0], 4 * words.shape[1]))
+
+
+@triton.jit
+def _byte_f16(words, SHIFT: tl.constexpr):
+    return ((words >> SHIFT) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)

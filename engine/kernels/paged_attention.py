@@ -28,7 +28,9 @@ each tile widens exactly, k_scale folds into the softmax scale and v_scale into 
 16-bit activations the tiles widen to f16 and both dots run in f16 (q and the probabilities
 converted once a tile): Hopper widens E4M3 pairs to f16 in one instruction, and bf16 would take
 one more per element, which made the loop slower than a bf16 cache's although it reads half the
-bytes (bench/BENCHMARKS.md). float32 activations widen to float32, as a float32 cache's loop. The fused
+bytes (bench/BENCHMARKS.md). Where a row is whole 64-byte-aligned int32 words the tiles load as
+words and widen in registers (``CudaTuning.fp8_kv_widen_asm``): a cast of the FP8 tile is moved
+by the compiler into the dot's operand loads, one byte-wise shared load per value. float32 activations widen to float32, as a float32 cache's loop. The fused
 decode stores its new key and value rounded as the RoPE kernel does, and joins them to the keys
 rounded too, so it sees what a later step will read back.
 
@@ -44,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.e4m3 import cache_value
+from engine.kernels.e4m3 import cache_value, widen_words_f16
 from engine.kernels.pdl import pdl_launch, pdl_wait
 from engine.kernels.rotary_kv import cos_sin, norm_weights, rotate_halves
 from engine.kernels.split_merge import PendingMerge
@@ -69,7 +71,8 @@ def _attention_kernel(
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, M: tl.constexpr, HEAD_DIM: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
     HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr,
-    ROPE: tl.constexpr, NORM: tl.constexpr, FP8: tl.constexpr, DOT_F16: tl.constexpr, PDL: tl.constexpr,
+    ROPE: tl.constexpr, NORM: tl.constexpr, FP8: tl.constexpr, DOT_F16: tl.constexpr, WIDEN_ASM: tl.constexpr,
+    INTERPRETED: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0) // num_q_tiles
     q_tile = tl.program_id(0) % num_q_tiles
@@ -104,7 +107,7 @@ def _attention_kernel(
         # finishes; a tile that holds any of this step's new keys is loaded again after the wait.
         k_first, v_first = _load_kv(k_ptr, v_ptr, tables_ptr, seq, lo, hi, n, d, d_ok, kv_head, stride_bt,
                                     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                                    BLOCK_SIZE)  # fmt: skip
+                                    BLOCK_SIZE, WIDEN_ASM, INTERPRETED)  # fmt: skip
     if ROPE:
         # Decode with this step's q, k, v un-rotated: one token per sequence, at q_start.
         cos, sin, q_w1, q_w2, k_w1, k_w2, slot = _rope_inputs(pos_ptr, slot_ptr, inv_freq_ptr, q_norm_ptr,
@@ -147,15 +150,16 @@ def _attention_kernel(
             else:
                 k, v = _load_kv(k_ptr, v_ptr, tables_ptr, seq, tile, hi, n, d, d_ok, kv_head, stride_bt,
                                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                                BLOCK_SIZE)  # fmt: skip
+                                BLOCK_SIZE, WIDEN_ASM, INTERPRETED)  # fmt: skip
         else:
             k, v = _load_kv(k_ptr, v_ptr, tables_ptr, seq, tile, hi, n, d, d_ok, kv_head, stride_bt,
                             stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                            BLOCK_SIZE)  # fmt: skip
+                            BLOCK_SIZE, WIDEN_ASM, INTERPRETED)  # fmt: skip
         t_ok = t < hi
         if DOT_F16:  # E4M3 widens exactly; the scales are applied to the scores and the output
-            k = k.to(tl.float16)
-            v = v.to(tl.float16)
+            if not WIDEN_ASM:  # (widened as they loaded otherwise)
+                k = k.to(tl.float16)
+                v = v.to(tl.float16)
         elif FP8:
             k = k.to(q_ptr.dtype.element_ty)
             v = v.to(q_ptr.dtype.element_ty)
@@ -237,24 +241,35 @@ def _whole_heads(x1, x2):
 @triton.jit
 def _load_kv(k_ptr, v_ptr, tables_ptr, seq, tile, hi, n, d, d_ok, kv_head, stride_bt,
              stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-             BLOCK_SIZE: tl.constexpr):  # fmt: skip
+             BLOCK_SIZE: tl.constexpr, WIDEN_ASM: tl.constexpr, INTERPRETED: tl.constexpr):  # fmt: skip
     # K and V of keys [tile, tile + TILE_N) below hi: [TILE_N, D] each, zeros past hi.
     t = tile + n
     t_ok = t < hi
     # int64: block * stride(0) passes 2**31 elements once the pool is larger than 4 GiB (bf16).
     block = tl.load(tables_ptr + seq * stride_bt + t // BLOCK_SIZE, mask=t_ok, other=0).to(tl.int64)
     slot = t % BLOCK_SIZE
-    kv_mask = t_ok[:, None] & d_ok[None, :]
-    k = tl.load(
-        k_ptr + block[:, None] * stride_kb + slot[:, None] * stride_ks + kv_head * stride_kh + d[None, :],
-        mask=kv_mask,
-        other=0.0,
-    )
-    v = tl.load(
-        v_ptr + block[:, None] * stride_vb + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
-        mask=kv_mask,
-        other=0.0,
-    )
+    if WIDEN_ASM:  # an FP8 cache read as int32 words, four values each, widened to f16 here
+        w = tl.arange(0, d.shape[0] // 4)  # (the host takes this path when D is head_dim)
+        k_words = k_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        v_words = v_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        # Rows start on 64-byte boundaries (the host checks the strides): 16-byte vector loads.
+        k_row = tl.multiple_of((block * stride_kb + slot * stride_ks + kv_head * stride_kh) // 4, 16)
+        v_row = tl.multiple_of((block * stride_vb + slot * stride_vs + kv_head * stride_vh) // 4, 16)
+        k = tl.load(k_words + k_row[:, None] + w[None, :], mask=t_ok[:, None], other=0)
+        v = tl.load(v_words + v_row[:, None] + w[None, :], mask=t_ok[:, None], other=0)
+        k, v = widen_words_f16(k, INTERPRETED), widen_words_f16(v, INTERPRETED)
+    else:
+        kv_mask = t_ok[:, None] & d_ok[None, :]
+        k = tl.load(
+            k_ptr + block[:, None] * stride_kb + slot[:, None] * stride_ks + kv_head * stride_kh + d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
+        v = tl.load(
+            v_ptr + block[:, None] * stride_vb + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
     return k, v
 
 
@@ -421,6 +436,9 @@ def _attend(
     # GPU). Not understood yet, so not offered.
     prefetch = small_decode and (tuning.prefetch_small_batch or (fp8 and new is not None))
     dot_f16 = fp8 and q.dtype != torch.float32
+    # Rows of whole int32 words on 64-byte boundaries: head_dim a power of two and strides too.
+    words = d == head_dim and all(c.stride(i) % 64 == 0 for c in (k_cache, v_cache) for i in range(3))
+    widen_asm = dot_f16 and tuning.fp8_kv_widen_asm and words
     _attention_kernel[grid](
         q, k_cache, v_cache, part, lse, block_tables, context_lens, query_starts,
         scale, sliding_window or 0, *kv_scales, 1.0 / kv_scales[0], 1.0 / kv_scales[1],
@@ -437,6 +455,7 @@ def _attend(
         UPCAST=interpreted and not dot_f16,
         PREFETCH=prefetch,
         ROPE=new is not None, NORM=new is not None and new.qk_norm is not None, FP8=fp8, DOT_F16=dot_f16,
+        WIDEN_ASM=widen_asm, INTERPRETED=interpreted,
         **launch, **pdl_launch(q, tuning.pdl),
     )  # fmt: skip
     return PendingMerge(part, lse, q.dtype) if num_splits > 1 else out

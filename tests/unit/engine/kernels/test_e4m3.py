@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.e4m3 import to_e4m3
+from engine.kernels.e4m3 import to_e4m3, widen_words_f16
 from engine.quantization.kv_quant import quantize_kv
 
 
@@ -36,3 +36,24 @@ def test_same_bits_as_torch(device: str, dtype: torch.dtype, scale: float) -> No
     _round_kernel[(triton.cdiv(x.numel(), 1024),)](x, got, 1.0 / scale, x.numel(), BLOCK=1024)
     want = quantize_kv(x, scale)
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@triton.jit
+def _widen_kernel(words_ptr, out_ptr, ROWS: tl.constexpr, WORDS: tl.constexpr, INTERPRETED: tl.constexpr):
+    r = tl.arange(0, ROWS)
+    w = tl.arange(0, WORDS)
+    words = tl.load(words_ptr + r[:, None] * WORDS + w[None, :])
+    c = tl.arange(0, 4 * WORDS)
+    tl.store(out_ptr + r[:, None] * 4 * WORDS + c[None, :], widen_words_f16(words, INTERPRETED))
+
+
+def test_words_widen_to_the_values_they_hold(device: str) -> None:
+    # Every E4M3 byte but NaN, in every position of its word, laid out as an FP8 cache tile. On a
+    # GPU the PTX; under the interpreter the bytes cast one by one, the same reordering after.
+    values = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    values = values[~values.float().isnan()]
+    order = torch.randperm(64 * 128, generator=torch.Generator().manual_seed(0)) % values.numel()
+    tile = values[order].view(64, 128).to(device)
+    out = torch.empty(64, 128, dtype=torch.float16, device=device)
+    _widen_kernel[(1,)](tile.view(torch.int32), out, ROWS=64, WORDS=32, INTERPRETED=device == "cpu")
+    assert torch.equal(out, tile.to(torch.float16))

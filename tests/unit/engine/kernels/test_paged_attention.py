@@ -238,6 +238,44 @@ def test_real_shapes_on_gpu(heads: tuple[int, int, int]) -> None:
             _compare("cuda", dtype, heads=heads, block_size=16, seed=8, **shape)  # type: ignore[arg-type]
 
 
+def _fp8_words_case(device: str, widen_asm: bool, heads: tuple[int, int, int], **shape: list[int]) -> None:
+    # head_dim 64 or more with the pool's strides: the tiles load as int32 words
+    # (CudaTuning.fp8_kv_widen_asm) or as bytes, against the torch backend.
+    q, k_cache, v_cache, meta = _case(device, torch.bfloat16, heads=heads, block_size=16, seed=9, **shape)  # type: ignore[arg-type]
+    scales = KVScales(0.5, 2.0)
+    k8, v8 = _fp8(k_cache, v_cache, scales)
+    want = TorchAttentionBackend().forward(q, k8, v8, meta, scale=0.1, scales=scales)
+    got = paged_attention(
+        q, k8, v8, meta.block_tables, meta.context_lens, meta.query_starts,
+        max_query_len=max(shape["q_lens"]), scale=0.1, num_splits=1, scales=scales,
+        tuning=replace(DEFAULT_TUNING, fp8_kv_widen_asm=widen_asm),
+    )  # fmt: skip
+    _check(got, want, torch.bfloat16)
+
+
+@pytest.mark.parametrize("widen_asm", [True, False])
+def test_fp8_cache_read_as_words(device: str, widen_asm: bool) -> None:
+    # A decode batch under 16 sequences, one over, and a mixed batch (regression: the words'
+    # values came out in the order 0, 2, 1, 3 on the H200).
+    for shape in (
+        {"q_lens": [1] * 3, "ctx_lens": [1, 17, 70]},
+        {"q_lens": [1] * 17, "ctx_lens": [5 * i + 1 for i in range(17)]},
+        {"q_lens": [20, 1, 9], "ctx_lens": [20, 33, 40]},
+    ):
+        _fp8_words_case(device, widen_asm, (4, 2, 64), **shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("widen_asm", [True, False])
+def test_fp8_cache_at_real_shapes_on_gpu(widen_asm: bool) -> None:
+    small = {"q_lens": [1] * 8, "ctx_lens": [1, 17, 128, 700, 1500, 2049, 3000, 4096]}
+    large = {"q_lens": [1] * 40, "ctx_lens": [37 * i + 1 for i in range(40)]}
+    mixed = {"q_lens": [512, 1, 300, 64], "ctx_lens": [512, 900, 1324, 64]}
+    for shape in (small, large, mixed):
+        _fp8_words_case("cuda", widen_asm, (16, 8, 128), **shape)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 def test_block_offsets_past_two_to_the_31_on_gpu() -> None:
