@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,8 +18,15 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
+
+from gateway.auth.dev_issuer import DevIssuer
+from strongroom.cli.audit import audit
+from strongroom.config import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
+_TOKEN_TTL_S = 3600
+"""``strongroom token``'s default --ttl."""
 
 
 def free_port() -> int:
@@ -61,13 +69,37 @@ class ServedGateway:
         return done
 
     def token(self, sub: str, *roles: str) -> str:
-        args = ["token", "--sub", sub]
-        for role in roles:
-            args += ["--role", role]
-        return self.cli(*args).stdout.strip()
+        """What ``strongroom token --sub SUB --role ROLE...`` prints for this gateway, minted here.
+
+        The same steps as the command (its settings from this gateway's environment, the same key
+        file, the same 0077 umask should it create the key) without a Python start per token: a
+        CLI run cost ~2.5 s, and the integration tests mint ~90. The command itself is tested in
+        tests/unit/strongroom/cli/test_token.py; ``cli("token", ...)`` still runs it."""
+        settings = load_settings(environ=self.env)
+        assert settings.auth.dev_issuer, "auth.dev_issuer is off: `strongroom token` would refuse"
+        assert settings.auth.max_lifetime_s >= _TOKEN_TTL_S, "`strongroom token` would refuse its --ttl"
+        previous = os.umask(0o077)
+        try:
+            issuer = DevIssuer.load_or_create(settings.data_path)
+        finally:
+            os.umask(previous)
+        return issuer.mint(sub, roles, ttl_s=_TOKEN_TTL_S)
 
     def audit_records(self, n: int = 500) -> list[dict[str, object]]:
-        out = self.cli("audit", "tail", "--json", "-n", str(n)).stdout
+        """What ``strongroom audit tail --json -n N`` prints, the command run in this process.
+
+        The same command and settings as ``cli("audit", "tail", ...)`` (a read-only view of the
+        log), without a Python start per read: the tests read the log ~50 times, ~2.5 s each.
+        Under a running event loop (Playwright's sync API runs one), where the command's own
+        ``asyncio.run`` cannot start, it runs as ``cli`` does."""
+        args = ["tail", "--json", "-n", str(n)]
+        if _has_running_loop():
+            out = self.cli("audit", *args).stdout
+        else:
+            done = CliRunner().invoke(audit, args, env=self.env)
+            if done.exit_code != 0:
+                raise AssertionError(f"strongroom audit tail exited {done.exit_code}:\n{done.output[-3000:]}")
+            out = done.stdout
         return [json.loads(line) for line in out.splitlines() if line.strip()]
 
     def audit_for(self, request_id: str) -> list[dict[str, object]]:
@@ -75,6 +107,14 @@ class ServedGateway:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def _has_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,8 +15,22 @@ from openai import OpenAI
 pytestmark = pytest.mark.integration
 
 
+_opened: list[OpenAI] = []
+
+
 def client(gateway: Any, token: str) -> OpenAI:
-    return OpenAI(base_url=gateway.v1, api_key=token, max_retries=0, timeout=60)
+    sdk = OpenAI(base_url=gateway.v1, api_key=token, max_retries=0, timeout=60)
+    _opened.append(sdk)
+    return sdk
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """A test's clients close when it ends. Left to the garbage collector, their sockets warn
+    (ResourceWarning: an error here) in whichever later test the collection happens to run."""
+    yield
+    while _opened:
+        _opened.pop().close()
 
 
 def audited(gateway: Any, request_id: str) -> list[dict[str, Any]]:
