@@ -82,8 +82,10 @@ class DetectorCursor:
         """The holdback has read the text before this."""
         self.hold = 0
         self.num_scanned = 0
-        self.quiet: Quiet | None = None
-        """Set while idle (module docstring): the stream may leave the new text unread."""
+        self.quiet: Quiet | None = self._idle(self._holdback, 0)
+        """Set while idle (module docstring): the stream may leave the new text unread. A
+        holdback that is idle before it has read anything starts so: the first delta of a
+        stream need not run every detector."""
 
     def __repr__(self) -> str:
         return (

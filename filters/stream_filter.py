@@ -163,11 +163,15 @@ class StreamFilter:
         """Flush what is held back at the end of the stream."""
         if self._blocked or self._finished:
             return _BLOCKED if self._blocked else _NOTHING
-        failed = self._catch_up()
+        # An idle cursor that holds nothing back while idle has nothing to find in what it left
+        # unread (no wake character came): reading it would only move its hold point to the end,
+        # as ``skip_to`` does for one that wakes. Most cursors are such at the end of an answer.
+        cursors = [c for c in self._cursors if c.quiet is None or c.quiet.keep]
+        failed = self._catch_up(cursors)
         if failed is not None:
             return self._fail(failed)
         text, base = self._text, self._base
-        for cursor in self._cursors:
+        for cursor in cursors:
             if not self._run(cursor, text, base, final=True):
                 return self._fail(cursor.detector.name)
         self._finished = True
@@ -258,12 +262,13 @@ class StreamFilter:
             self._pending.extend((s, e, detector.priority, detector.name, cursor.action) for s, e in spans)
         return True
 
-    def _catch_up(self) -> str | None:
-        """Every cursor reads what it left unread; the name of a detector that raised, if one did."""
+    def _catch_up(self, cursors: list[DetectorCursor] | None = None) -> str | None:
+        """Every cursor (of ``cursors``, when given) reads what it left unread; the name of a
+        detector that raised, if one did."""
         text, base = self._text, self._base
         n = base + len(text)
         self._split = None
-        for cursor in self._cursors:
+        for cursor in self._cursors if cursors is None else cursors:
             if cursor.read_to < n and not self._run(cursor, text, base, final=False):
                 return cursor.detector.name
         return None

@@ -107,6 +107,17 @@ def test_holds_reads_what_idle_cursors_left_unread(redacting: FilterPipeline) ->
     assert sf.holds()["payment_card"] == 0
 
 
+def test_a_stream_starts_with_its_idle_detectors_unread(packaged: FilterPipeline) -> None:
+    """A holdback idle before it has read anything starts idle: the first delta of clean prose
+    is read by the detectors that may match any word (e-mail, keyword lists) and no other,
+    and the stream still ends as the eager filter ends it."""
+    sf = packaged.stream(CTX)
+    sf.feed(" hello")
+    read = sorted(c.detector.name for c in sf._cursors if c.read_to)
+    assert read == ["email", "keyword", "prompt_injection"]
+    assert steps(sf, [" world"]) == steps(eager(packaged), [" hello", " world"])[1:]
+
+
 def test_idle_cursors_catch_up_before_the_buffer_is_cut(packaged: FilterPipeline) -> None:
     """The buffer stays bounded though the digit detectors never read a word of it."""
     sf = packaged.stream(CTX)
