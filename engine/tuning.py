@@ -71,9 +71,9 @@ class CudaTuning:
     """Attention over an FP8 KV cache (16-bit activations) loads each K/V tile as int32 words and
     widens them to f16 in PTX, four values a register (``kernels.e4m3.widen_words_f16``). Off, it
     casts the FP8 tile, which Triton's compiler moves into the dot's operand loads: one byte-wise
-    shared-memory load per value (806 instructions a tile for sm_90 against 583 this way and 598
-    for a bf16 cache; bench/BENCHMARKS.md). The same bits either way; the interpreter, which runs
-    no assembly, always casts."""
+    shared-memory load per value, a longer loop than a bf16 cache's (bench/BENCHMARKS.md). The
+    same bits either way; the interpreter, which runs no assembly, reads the same words and casts
+    their bytes one by one."""
     rope_in_attention_max_seqs: int = 15
     """Decode steps of at most this many sequences run RoPE and the cache write inside the
     attention kernel (``kernels.paged_attention.decode_attention``): at small batches a step is a

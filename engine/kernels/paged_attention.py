@@ -30,8 +30,8 @@ converted once a tile): Hopper widens E4M3 pairs to f16 in one instruction, and 
 one more per element, which made the loop slower than a bf16 cache's although it reads half the
 bytes (bench/BENCHMARKS.md). Where a row is whole 64-byte-aligned int32 words the tiles load as
 words and widen in registers (``CudaTuning.fp8_kv_widen_asm``): a cast of the FP8 tile is moved
-by the compiler into the dot's operand loads, one byte-wise shared load per value. float32 activations widen to float32, as a float32 cache's loop. The fused
-decode stores its new key and value rounded as the RoPE kernel does, and joins them to the keys
+by the compiler into the dot's operand loads, one byte-wise shared load per value. float32
+activations widen to float32, as a float32 cache's loop. The fused decode stores its new key and value rounded as the RoPE kernel does, and joins them to the keys
 rounded too, so it sees what a later step will read back.
 
 Everything the grid depends on is fixed by the host-side batch shape (number of sequences,
@@ -436,9 +436,14 @@ def _attend(
     # GPU). Not understood yet, so not offered.
     prefetch = small_decode and (tuning.prefetch_small_batch or (fp8 and new is not None))
     dot_f16 = fp8 and q.dtype != torch.float32
-    # Rows of whole int32 words on 64-byte boundaries: head_dim a power of two and strides too.
-    words = d == head_dim and all(c.stride(i) % 64 == 0 for c in (k_cache, v_cache) for i in range(3))
-    widen_asm = dot_f16 and tuning.fp8_kv_widen_asm and words
+    # Rows of whole int32 words on 64-byte boundaries: head_dim a power of two and strides too
+    # (checked only where the words would be read).
+    widen_asm = (
+        dot_f16
+        and tuning.fp8_kv_widen_asm
+        and d == head_dim
+        and all(c.stride(i) % 64 == 0 for c in (k_cache, v_cache) for i in range(3))
+    )
     _attention_kernel[grid](
         q, k_cache, v_cache, part, lse, block_tables, context_lens, query_starts,
         scale, sliding_window or 0, *kv_scales, 1.0 / kv_scales[0], 1.0 / kv_scales[1],
