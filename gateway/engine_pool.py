@@ -117,6 +117,18 @@ class EnginePool:
             why = "its process exited" if exited else f"{member.num_missed} health probes unanswered"
             self._take_down(member, why)
 
+    def _runs(self, member: _Member) -> bool:
+        """False, and the member out of service, once its supervisor says its process exited.
+
+        Asked on every routing decision, not only by the heartbeat: a probe that started just
+        before the death was known connects to the socket the supervisor keeps and waits its whole
+        timeout, so the heartbeat alone can take ``interval + timeout`` (a second) to see an exit
+        the supervisor already knows of. The question costs one ``poll`` or ``stat``."""
+        if self._is_process_alive is None or self._is_process_alive(member.client.base_url):
+            return True
+        self._take_down(member, "its process exited")
+        return False
+
     def _take_down(self, member: _Member, why: str) -> None:
         log.warning("engine %s is out of service: %s", member.client.base_url, why)
         member.healthy = False
@@ -174,13 +186,13 @@ class EnginePool:
 
     @property
     def is_ready(self) -> bool:
-        return any(m.healthy and m.models for m in self._members)
+        return any(m.healthy and m.models and self._runs(m) for m in self._members)
 
     def models(self) -> dict[str, ModelCard]:
         """Every model some healthy engine hosts."""
         out: dict[str, ModelCard] = {}
         for m in self._members:
-            if m.healthy:
+            if m.healthy and self._runs(m):
                 for name, card in m.models.items():
                     out.setdefault(name, card)
         return out
@@ -191,7 +203,7 @@ class EnginePool:
 
     def pick(self, model: str) -> tuple[EngineClient, str] | None:
         """The least-busy healthy engine hosting ``model`` and its instance id, or None."""
-        candidates = [m for m in self._members if m.healthy and model in m.models]
+        candidates = [m for m in self._members if m.healthy and model in m.models and self._runs(m)]
         if not candidates:
             return None
         best = min(candidates, key=lambda m: m.in_flight)

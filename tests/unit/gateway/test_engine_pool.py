@@ -155,6 +155,31 @@ async def test_a_dead_engine_is_out_of_service_at_once_when_its_supervisor_says_
         _stop(proc)
 
 
+async def test_a_request_after_a_death_the_supervisor_knows_of_is_not_routed_there(
+    listening: socket.socket,
+) -> None:
+    """CI once routed a request 0.5 s after a kill to the kept socket: the heartbeat's probe had
+    started before the death was known and waited its whole timeout, so only the next beat would
+    have asked the supervisor. ``pick`` asks it itself (no beat runs in this test)."""
+    proc = _spawn(listening)
+    url = f"http://127.0.0.1:{listening.getsockname()[1]}"
+    never = Heartbeat(interval_s=3600.0, timeout_s=30.0, misses=5)
+    try:
+        client = EngineClient(url, TOKEN, read_timeout_s=READ_TIMEOUT_S)
+        pool = EnginePool(
+            [client], refresh_s=60.0, heartbeat=never, is_process_alive=lambda _: proc.poll() is None
+        )
+        await pool.start()
+        assert pool.pick("demo-chat") is not None
+        proc.kill()
+        proc.wait(10)
+        assert pool.pick("demo-chat") is None
+        assert pool.describe()[0]["healthy"] is False and pool.models() == {}
+        await pool.aclose()
+    finally:
+        _stop(proc)
+
+
 async def test_a_slow_model_list_does_not_take_an_engine_out_of_service(listening: socket.socket) -> None:
     """The pool once marked a merely busy engine down because its info call timed out; only the
     heartbeat decides health now (here it tolerates the pause: 100 misses)."""
