@@ -91,10 +91,8 @@ class AuditFeedServer:
     async def _reply(self, request: FeedRequest) -> FeedReply:
         log = self._log
         if request.op == "append":
-            # Every entry is queued before the first await returns: one frame, one group commit.
-            results = await asyncio.gather(
-                *(log.append_entry(e.entry()) for e in request.entries), return_exceptions=True
-            )
+            # Every entry is queued before the writer can take one: one frame, one group commit.
+            results = await log.append_entries([e.entry() for e in request.entries])
             seqs = [r if isinstance(r, int) else 0 for r in results]
             errors = ["" if isinstance(r, int) else _message(r) for r in results]
             return FeedReply(id=request.id, seqs=seqs, errors=errors, problem=log.problem())

@@ -140,6 +140,39 @@ class GroupCommit:
         finally:
             pending.timer.cancel()
 
+    async def append_many(self, entries: list[Entry]) -> list[int | AuditUnavailableError]:
+        """``append`` for each entry, all queued in one step, so that a feed frame's records go
+        into one group commit without a task per record. Per entry, its sequence number once
+        durable or the error that ``append`` would have raised."""
+        if self._stopped.done():
+            return [AuditUnavailableError("audit writer stopped")] * len(entries)
+        full = AuditUnavailableError("audit log backlog is full")
+        slots: list[_Pending | None] = []
+        for entry in entries:
+            if self._queue.qsize() - self._num_dropped >= self._cfg.max_pending:
+                with self._lock:
+                    self._num_unqueued[entry.served] += 1
+                slots.append(None)
+                continue
+            pending = _Pending(entry, self._loop.create_future())
+            self._queue.put(pending)
+            slots.append(pending)
+        queued = [p for p in slots if p is not None]
+        # One timer for the frame: its records were queued together, so they share a deadline.
+        timer = self._loop.call_later(self._cfg.append_timeout_s, self._expire_all, queued)
+        try:
+            outcomes = iter(await asyncio.gather(*(p.future for p in queued), return_exceptions=True))
+        finally:
+            timer.cancel()
+            for pending in queued:
+                if pending.timer is not None:  # the second deadline of one taken when the first passed
+                    pending.timer.cancel()
+        return [full if p is None else _outcome(next(outcomes)) for p in slots]
+
+    def _expire_all(self, pendings: list[_Pending]) -> None:
+        for pending in pendings:
+            self._expire(pending, False)
+
     async def barrier(self) -> int:
         """Commit a checkpoint covering everything queued so far; returns the head seq."""
         if self._is_closing or self._stopped.done():
@@ -314,6 +347,12 @@ class GroupCommit:
             if not pending.future.done():
                 pending.future.set_exception(error)
         self._on_failure(entries, is_new_outage)
+
+
+def _outcome(result: int | BaseException) -> int | AuditUnavailableError:
+    if isinstance(result, BaseException) and not isinstance(result, AuditUnavailableError):
+        raise result  # cancelled: as ``append`` would
+    return result
 
 
 def _set_done(future: asyncio.Future[None]) -> None:

@@ -291,6 +291,15 @@ class AuditLog:
             raise AuditUnavailableError("audit log is closed")
         return await self._group.append(entry)
 
+    async def append_entries(self, entries: list[Entry]) -> list[int | AuditUnavailableError]:
+        """``append_entry`` for each entry of a worker's frame (``AuditFeedServer``), queued
+        together: per entry, its seq once durable or why not."""
+        if self._is_closing:
+            return [AuditUnavailableError("audit log is closed")] * len(entries)
+        if not isinstance(self._group, GroupCommit):
+            raise TypeError("a log fed by another writer cannot take a feed's entries")
+        return await self._group.append_many(entries)
+
     def problem(self) -> str:
         """Why appends would fail now ("" when they should succeed): for readiness probes.
 

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import httpx
+from uvicorn.loops.auto import auto_loop_factory
 
 from strongroom.audit_owner import AuditOwner
 from strongroom.config import Settings
@@ -245,7 +246,10 @@ def serve_workers(
         raise SystemExit(3) from None
     run_dir = Path(tempfile.mkdtemp(prefix="strongroom-"))  # 0700: the feed socket and ready files
     try:
-        asyncio.run(_supervise(settings, config_path, socks, run_dir, engine_urls, engine))
+        # The loop uvicorn gives the workers (uvloop where installed): the supervisor's turns are
+        # the audit feed's, one per frame a worker sends.
+        with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:
+            runner.run(_supervise(settings, config_path, socks, run_dir, engine_urls, engine))
     finally:
         for sock in socks:
             sock.close()

@@ -284,6 +284,17 @@ async def _measure(
     return rows
 
 
+def bench_token(env: dict[str, str]) -> str:
+    """A two-hour analyst token from the dev issuer of the gateway that ``env`` configures."""
+    return subprocess.run(
+        [sys.executable, "-m", "strongroom", "token", "--sub", "bench", "--role", "analyst", "--ttl", "7200"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def bench_env(data_dir: Path, engine_token: str, engine_port: int, *, filters: bool = True) -> dict[str, str]:
     """The environment of a benchmarked gateway over the stub engine at ``engine_port``: HTTP
     only (gRPC off: runs side by side would share its port), the packaged filters or none."""
@@ -376,13 +387,7 @@ def run(
             subprocess.Popen([*cmd, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         )
         _wait(f"http://127.0.0.1:{gw_port}/readyz")
-        token = subprocess.run(
-            [*cmd, "token", "--sub", "bench", "--role", "analyst", "--ttl", "7200"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        token = bench_token(env)
         _check_gateway_answer(f"http://127.0.0.1:{gw_port}", token, _chat_body(max_tokens))
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             rows = runner.run(

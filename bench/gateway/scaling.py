@@ -8,7 +8,9 @@ for it too and the counts differ only in processes). Each count is measured in `
 alternating slices with the others (1, 2, all, 1, 2, all, ...) so that a neighbour's load on a
 shared machine falls on every count alike. CPU is the gateway's whole process tree (supervisor,
 which writes the audit log, plus workers) and the engine, from /proc, per request and per
-completion token.
+completion token; the supervisor's share also on its own (``gateway_supervisor``: with several
+workers, the audit owner; with one, the whole gateway). ``bench.gateway.workers_profile`` splits
+each process further.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from bench.gateway.overhead import (
     _Samples,
     _wait,
     bench_env,
+    bench_token,
     redis_env,
     write_record,
 )
@@ -70,13 +73,7 @@ def _gateway(env: dict[str, str], workers: int, engine_pid: int) -> Iterator[tup
     proc = subprocess.Popen([*cmd, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait(f"http://127.0.0.1:{port}/readyz")
-        token = subprocess.run(
-            [*cmd, "token", "--sub", "bench", "--role", "analyst", "--ttl", "7200"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        token = bench_token(env)
         pids = [proc.pid, *(p for p in _children(proc.pid) if p != engine_pid)]
         yield f"http://127.0.0.1:{port}", pids, token
     finally:
@@ -132,10 +129,12 @@ def run_scaling(
                         if not into.latencies:  # warm-up: connections, caches
                             runner.run(_drive(url, request, level, min(1.0, duration_s / 4), _Samples()))
                         tree = {"gateway": pids, "engine": [engine.pid], "load_generator": [os.getpid()]}
-                        before = {name: _tree_cpu(ps) for name, ps in tree.items()}
+                        # Part of "gateway", also on its own: with several workers, the audit owner.
+                        parts = {**tree, "gateway_supervisor": pids[:1]}
+                        before = {name: _tree_cpu(ps) for name, ps in parts.items()}
                         busy_before = _machine_busy_s()
                         runner.run(_drive(url, request, level, duration_s / rounds, into))
-                        for name, ps in tree.items():
+                        for name, ps in parts.items():
                             into.cpu_s[name] = into.cpu_s.get(name, 0.0) + _tree_cpu(ps) - before[name]
                         ours = sum(_tree_cpu(ps) - before[name] for name, ps in tree.items())
                         others[(n, level)] += _machine_busy_s() - busy_before - ours

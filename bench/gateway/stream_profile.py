@@ -48,6 +48,7 @@ from bench.gateway.overhead import (
     _Samples,
     _wait,
     bench_env,
+    bench_token,
     redis_env,
     write_record,
 )
@@ -124,13 +125,7 @@ def profile(
         except RuntimeError:
             gateway.kill()
             raise RuntimeError(f"the profiled gateway did not start:\n{log.read_text()[-3000:]}") from None
-        token = subprocess.run(
-            [*cmd, "token", "--sub", "bench", "--role", "analyst", "--ttl", "7200"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        token = bench_token(env)
         _check_gateway_answer(url, token, _chat_body(4))
         headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
         request = _post(

@@ -1,11 +1,17 @@
-"""The workers' listening sockets: one SO_REUSEPORT group per ``serve``, never joined by another."""
+"""The workers' listening sockets (one SO_REUSEPORT group per ``serve``, never joined by another)
+and the supervisor's event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
+import msgspec
 import pytest
+from uvicorn.loops.auto import auto_loop_factory
 
+from strongroom import gateway_workers
+from strongroom.config import Settings
 from strongroom.gateway_workers import listening_sockets
 
 
@@ -22,3 +28,19 @@ def test_each_worker_gets_its_own_socket_on_the_one_port_and_a_second_serve_is_r
     finally:
         for s in socks:
             s.close()
+
+
+def test_the_supervisor_runs_on_the_loop_uvicorn_gives_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvloop where installed: every frame of the audit feed is a turn of the supervisor's loop."""
+    loops: list[type[asyncio.AbstractEventLoop]] = []
+
+    async def supervise(*_: object) -> None:
+        loops.append(type(asyncio.get_running_loop()))
+
+    monkeypatch.setattr(gateway_workers, "_supervise", supervise)
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    settings = Settings(server=msgspec.structs.replace(Settings().server, host="127.0.0.1", port=port))
+    gateway_workers.serve_workers(settings, None, num_workers=2, engine_urls=())
+    assert loops == [type(auto_loop_factory()())]
+    assert loops[0].__module__.startswith("uvloop")  # installed with uvicorn[standard]

@@ -56,3 +56,8 @@ def test_workers_run_measures_each_worker_count_in_one_run(tmp_path: Path) -> No
     assert [(r["workers"], r["concurrency"]) for r in rows] == [(1, 4), (2, 4)]
     assert all(r["rps"] > 0 and r["gateway_cpu_ms_per_token"] > 0 for r in rows)
     assert rows[0]["rps_vs_first"] == 1.0
+    # The supervisor (with two workers, the audit owner) is part of the gateway's CPU, and on its own.
+    assert all(
+        0 < r["gateway_supervisor_cpu_ms_per_request"] <= r["gateway_cpu_ms_per_request"] for r in rows
+    )
+    assert rows[0]["gateway_supervisor_cpu_ms_per_request"] == rows[0]["gateway_cpu_ms_per_request"]
