@@ -94,6 +94,12 @@ class StageProfile:
     commit     COMMIT: WAL write and fdatasync
     to_loop    durable -> the event loop runs the batch's callback
     wake       futures resolved -> the awaiting append returns
+    behind_housekeeping  the part of to_writer spent while the writer ran the store's ``idle``
+               housekeeping (a WAL rewind) that had work to do
+
+    Housekeeping is counted as well: ``idle`` calls that did work (a rewind was due) and
+    ``maintain`` passes (WAL copies on the maintenance thread), with their durations, and the
+    appends that waited behind the one or overlapped the other.
     """
 
     def __init__(self) -> None:
@@ -103,6 +109,9 @@ class StageProfile:
         self.batches: list[BatchTiming] = []
         self.store: dict[int, tuple[float, float | None, float]] = {}
         self.appends: list[tuple[int, float, float]] = []
+        self.idle_calls = 0
+        self.idle_work: list[tuple[float, float]] = []
+        self.maintain_work: list[tuple[float, float]] = []
 
     def note_batch(self, timing: BatchTiming) -> None:
         if timing.num_records:
@@ -110,6 +119,10 @@ class StageProfile:
 
     def note_store(self, first_seq: int, begin: float, commit_started: float | None, end: float) -> None:
         self.store[first_seq] = (begin, commit_started, end)
+
+    def note_housekeeping(self, kind: str, start: float, end: float) -> None:
+        """``kind``: "idle" (on the writer, only when it had work) or "maintain"."""
+        (self.idle_work if kind == "idle" else self.maintain_work).append((start, end))
 
     def note_append(self, seq: int, t0: float, t1: float) -> None:
         self.appends.append((seq, t0, t1))
@@ -125,6 +138,9 @@ class StageProfile:
             "to_writer": batch.taken_at - t0,
             "behind_commit": max(0.0, min(previous_end, batch.taken_at) - t0),
             "seal": begin - batch.taken_at,
+            "behind_housekeeping": sum(
+                max(0.0, min(end, batch.taken_at) - max(start, t0)) for start, end in self.idle_work
+            ),
         }
         if commit_started is None:
             out["store"] = end - begin
@@ -145,9 +161,24 @@ class StageProfile:
             return {k: round(statistics.fmean(r[k] for r in sel) * 1e3, 3) for k in sel[0]}
 
         commits = sorted(end - begin for begin, _, end in self.store.values())
+
+        def durations(work: list[tuple[float, float]]) -> dict[str, float]:
+            spans = [end - start for start, end in work]
+            return {"num": len(spans), "total_ms": round(sum(spans) * 1e3, 3)}
+
         return {
+            "num_appends": len(rows),
             "num_batches": len(self.batches),
             "mean_batch": statistics.fmean(b.num_records for b in self.batches),
+            "idle_calls": self.idle_calls,
+            "idle_with_work": durations(self.idle_work),
+            "maintain": durations(self.maintain_work),
+            "appends_behind_housekeeping": sum(r["behind_housekeeping"] > 0 for r in rows),
+            "appends_during_maintain": sum(
+                any(start < t1 and t0 < end for start, end in self.maintain_work)
+                for _, t0, t1 in self.appends
+            ),
+            "mean_ms": mean_ms(rows),
             "fastest_half_mean_ms": mean_ms(rows[: len(rows) // 2]),
             "slowest_1pct_mean_ms": mean_ms(slowest),
             "store_append_ms": {
@@ -175,6 +206,20 @@ class TimedSqliteStore(SqliteStore):
         super().append(rows, checkpoint)
         if rows:
             self._profile.note_store(rows[0].seq, begin, self._commit_started, time.perf_counter())
+
+    def idle(self) -> None:
+        self._profile.idle_calls += 1
+        if self._rewind_due_since is None:
+            super().idle()
+            return
+        start = time.perf_counter()
+        super().idle()
+        self._profile.note_housekeeping("idle", start, time.perf_counter())
+
+    def maintain(self) -> None:
+        start = time.perf_counter()
+        super().maintain()
+        self._profile.note_housekeeping("maintain", start, time.perf_counter())
 
     def _trace(self, statement: str) -> None:
         if statement == "COMMIT":

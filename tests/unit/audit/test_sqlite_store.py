@@ -188,3 +188,45 @@ def test_the_wal_stays_bounded_under_a_steady_stream_of_appends(tmp_path: Path, 
         assert size == preallocate
     else:
         assert size < 4_000_000
+
+
+class _CountingStore(SqliteStore):
+    """Counts the writer's ``idle`` calls and the statements its connections run."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.num_idle = 0
+        self.statements: list[str] = []
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = super()._conn()
+        conn.set_trace_callback(self.statements.append)
+        return conn
+
+    def idle(self) -> None:
+        self.num_idle += 1
+        super().idle()
+
+
+def test_at_low_load_the_idle_writer_runs_no_checkpoint_between_appends(tmp_path: Path) -> None:
+    """One append at a time: the writer idles after every commit, but below the rewind length
+    that runs no WAL checkpoint (nor its syncs), so no append waits behind housekeeping
+    (bench/BENCHMARKS.md, "Audit append at low load")."""
+
+    async def go() -> _CountingStore:
+        store = _CountingStore(tmp_path / "audit" / "audit.db")
+        log = await AuditLog.open(
+            AuditConfig(), tmp_path, store=store, heartbeat=False, record_lifecycle=False
+        )
+        store.statements.clear()
+        for i in range(100):
+            await log.append(sample_event(i))
+        statements = list(store.statements)
+        await log.close()
+        store.statements = statements
+        return store
+
+    store = asyncio.run(go())
+    assert store.statements.count("COMMIT") == 100
+    assert store.num_idle >= 100
+    assert not [s for s in store.statements if "wal_checkpoint" in s]
