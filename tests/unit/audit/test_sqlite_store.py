@@ -209,9 +209,11 @@ class _CountingStore(SqliteStore):
 
 
 def test_at_low_load_the_idle_writer_runs_no_checkpoint_between_appends(tmp_path: Path) -> None:
-    """One append at a time: the writer idles after every commit, but below the rewind length
-    that runs no WAL checkpoint (nor its syncs), so no append waits behind housekeeping
-    (bench/BENCHMARKS.md, "Audit append at low load")."""
+    """One append at a time: the writer idles between commits, but below the rewind length that
+    runs no WAL checkpoint (nor its syncs), so no append waits behind housekeeping
+    (bench/BENCHMARKS.md, "Audit append at low load"). How often it idles depends on the
+    scheduler: an append queued before the writer looks again skips the idle (58 of 100 in a
+    loaded CI-like run)."""
 
     async def go() -> _CountingStore:
         store = _CountingStore(tmp_path / "audit" / "audit.db")
@@ -228,5 +230,5 @@ def test_at_low_load_the_idle_writer_runs_no_checkpoint_between_appends(tmp_path
 
     store = asyncio.run(go())
     assert store.statements.count("COMMIT") == 100
-    assert store.num_idle >= 100
+    assert store.num_idle > 0
     assert not [s for s in store.statements if "wal_checkpoint" in s]
