@@ -174,9 +174,14 @@ def _entries(ids: range) -> list[Entry]:
 async def _writer_held(log: AuditLog, store: GatedStore) -> asyncio.Task[int]:
     """An append the writer has taken and is committing while ``store.gate`` stays clear."""
     store.gate.clear()
+    num_appends = len(store.threads)
     held = asyncio.create_task(log.append(sample_event(0, request_id="held")))
-    await asyncio.sleep(0.05)
-    return held
+    # In the store, not only queued: on a loaded machine the writer can take longer than any sleep.
+    for _ in range(1000):
+        if len(store.threads) > num_appends:
+            return held
+        await asyncio.sleep(0.01)
+    raise AssertionError("the writer did not take the held append within 10 s")
 
 
 async def test_a_frames_entries_are_queued_together_without_a_task_each(tmp_path: Path) -> None:
