@@ -43,11 +43,6 @@ __all__ = ["Authorizer", "default_policy"]
 
 log = logging.getLogger("strongroom.policies")
 
-_COMPILING = threading.Lock()
-"""One table compiled at a time in the process: casbin parses its matcher with ``ast.parse``,
-which CPython 3.11 does not make safe in two threads at once (``SystemError: AST constructor
-recursion depth mismatch``), as a reload and a change's install can be."""
-
 
 def default_policy() -> Policy:
     """The packaged ``policies/policy.csv``."""
@@ -271,8 +266,7 @@ class Authorizer:
     def _install(self, policy: Policy) -> None:
         if policy.version <= self._table.version:
             return
-        with _COMPILING:
-            table = DecisionTable(policy, self.config.decision_cache_size)
+        table = DecisionTable(policy, self.config.decision_cache_size)  # casbin: see enforcer._PARSE_LOCK
         with self._install_lock:  # a reload (worker thread) and a change (loop) may race: newest wins
             if policy.version > self._table.version:
                 self._table = table

@@ -16,6 +16,7 @@ against when it is built (``DecisionTable.check``), in the tests and in the benc
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from importlib import resources
 
@@ -33,6 +34,13 @@ def domain_match(request_domain: str, rule_domain: str) -> bool:
     """A rule of ``rule_domain`` applies to a request in ``request_domain``."""
     return rule_domain in (ALL_DOMAINS, request_domain)
 
+
+_PARSE_LOCK = threading.Lock()
+"""casbin parses its matcher with ``ast.parse`` on every question, and CPython's AST constructor
+keeps its recursion depth per interpreter, not per thread: two threads parsing at once (tables
+built for two replicas, or a watcher's refresh beside an admin change) can fail one of them with
+``SystemError: AST constructor recursion depth mismatch`` (python/cpython#106905; seen in CI on
+3.11.7). One question at a time per process; the request path never asks casbin."""
 
 _MAX_DEPTH = 500
 """casbin follows links recursively, one frame per level: stay well inside Python's stack."""
@@ -83,7 +91,8 @@ class PolicyEnforcer:
         return domain_match(domain, rule_domain)
 
     def enforce(self, member: str, domain: str, resource: str, action: str) -> bool:
-        return bool(self._enforcer.enforce(member, domain, resource, action))
+        with _PARSE_LOCK:
+            return bool(self._enforcer.enforce(member, domain, resource, action))
 
     def allowed(self, members: Iterable[str], domain: str, action: str, resource: str) -> bool:
         """Plain casbin's decision for a caller acting as any of ``members``."""
