@@ -91,13 +91,15 @@ class GatewayWorkers:
         *,
         socks: list[socket.socket],
         run_dir: Path,
-        engine_urls: tuple[str, ...],
+        supervised_engine_url: str | None,
     ) -> None:
         self._settings = settings
         self._config_path = config_path
         self._socks = socks
         self._run_dir = run_dir
-        self._engine_urls = engine_urls
+        self._supervised_engine_url = supervised_engine_url
+        """Only an engine this serve runs is named to the workers: they ask its process probe on
+        every routing decision, which configured engines have none of."""
         self._slots = [_Slot(i) for i in range(len(socks))]
 
     def __repr__(self) -> str:
@@ -112,8 +114,8 @@ class GatewayWorkers:
         fd = self._socks[slot.index].fileno()
         cmd = [sys.executable, "-m", "strongroom", "worker", "--fd", str(fd), "--index", str(slot.index)]
         cmd += ["--run-dir", str(self._run_dir)]
-        for url in self._engine_urls:
-            cmd += ["--engine-url", url]
+        if self._supervised_engine_url is not None:
+            cmd += ["--engine-url", self._supervised_engine_url]
         if self._config_path:
             cmd += ["--config", self._config_path]
         server = self._settings.server
@@ -234,7 +236,6 @@ def serve_workers(
     config_path: str | None,
     *,
     num_workers: int,
-    engine_urls: tuple[str, ...],
     engine: EngineSupervisor | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; raises ``SystemExit`` when the port is taken."""
@@ -249,7 +250,7 @@ def serve_workers(
         # The loop uvicorn gives the workers (uvloop where installed): the supervisor's turns are
         # the audit feed's, one per frame a worker sends.
         with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:
-            runner.run(_supervise(settings, config_path, socks, run_dir, engine_urls, engine))
+            runner.run(_supervise(settings, config_path, socks, run_dir, engine))
     finally:
         for sock in socks:
             sock.close()
@@ -261,11 +262,13 @@ async def _supervise(
     config_path: str | None,
     socks: list[socket.socket],
     run_dir: Path,
-    engine_urls: tuple[str, ...],
     engine: EngineSupervisor | None,
 ) -> None:
     owner = await AuditOwner.open(settings, run_dir / "audit.sock")
-    workers = GatewayWorkers(settings, config_path, socks=socks, run_dir=run_dir, engine_urls=engine_urls)
+    supervised = engine.url if engine is not None else None
+    workers = GatewayWorkers(
+        settings, config_path, socks=socks, run_dir=run_dir, supervised_engine_url=supervised
+    )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -104,7 +104,7 @@ def serve(
                 banner(settings, server.host, server.port, scheme=listener.scheme, config_path=config_path)
             )
             try:
-                serve_workers(settings, config_path, num_workers=workers, engine_urls=urls, engine=supervisor)
+                serve_workers(settings, config_path, num_workers=workers, engine=supervisor)
             except RuntimeError as exc:  # a worker that could not start
                 raise click.ClickException(str(exc)) from None
             return

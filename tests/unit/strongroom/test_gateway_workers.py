@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -41,6 +42,34 @@ def test_the_supervisor_runs_on_the_loop_uvicorn_gives_the_workers(monkeypatch: 
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]
     settings = Settings(server=msgspec.structs.replace(Settings().server, host="127.0.0.1", port=port))
-    gateway_workers.serve_workers(settings, None, num_workers=2, engine_urls=())
+    gateway_workers.serve_workers(settings, None, num_workers=2)
     assert loops == [type(auto_loop_factory()())]
     assert loops[0].__module__.startswith("uvloop")  # installed with uvicorn[standard]
+
+
+@pytest.mark.parametrize(
+    "supervised", ["http://127.0.0.1:7001", None], ids=["serve-runs-the-engine", "configured-engines"]
+)
+def test_only_an_engine_serve_runs_is_named_to_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, supervised: str | None
+) -> None:
+    """A worker asks the process probe of the engines it is named on every routing decision;
+    engines from ``server.engine_urls`` have no process here, so naming them would only cost a
+    ``stat`` of a file nobody writes. The workers read those from the settings instead."""
+    commands: list[list[str]] = []
+
+    class Recorded:
+        pid = 1
+
+        def __init__(self, cmd: list[str], **_: object) -> None:
+            commands.append(cmd)
+
+    monkeypatch.setattr(gateway_workers.subprocess, "Popen", Recorded)
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        workers = gateway_workers.GatewayWorkers(
+            Settings(), None, socks=[sock], run_dir=tmp_path, supervised_engine_url=supervised
+        )
+        workers._spawn(workers._slots[0])
+    [cmd] = commands
+    named = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--engine-url"]
+    assert named == ([supervised] if supervised else [])
