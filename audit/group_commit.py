@@ -127,13 +127,9 @@ class GroupCommit:
         """Queue ``entry``; its sequence number once durable, or ``AuditUnavailableError``."""
         if self._stopped.done():
             raise AuditUnavailableError("audit writer stopped")
-        if self._queue.qsize() - self._num_dropped >= self._cfg.max_pending:
-            # The writer is not keeping up (a hung store): refuse rather than queue without bound.
-            with self._lock:
-                self._num_unqueued[entry.served] += 1
+        pending = self._enqueue(entry)
+        if pending is None:
             raise AuditUnavailableError("audit log backlog is full")
-        pending = _Pending(entry, self._loop.create_future())
-        self._queue.put(pending)
         pending.timer = self._loop.call_later(self._cfg.append_timeout_s, self._expire, pending, False)
         try:
             return await pending.future
@@ -147,16 +143,7 @@ class GroupCommit:
         if self._stopped.done():
             return [AuditUnavailableError("audit writer stopped")] * len(entries)
         full = AuditUnavailableError("audit log backlog is full")
-        slots: list[_Pending | None] = []
-        for entry in entries:
-            if self._queue.qsize() - self._num_dropped >= self._cfg.max_pending:
-                with self._lock:
-                    self._num_unqueued[entry.served] += 1
-                slots.append(None)
-                continue
-            pending = _Pending(entry, self._loop.create_future())
-            self._queue.put(pending)
-            slots.append(pending)
+        slots = [self._enqueue(entry) for entry in entries]
         queued = [p for p in slots if p is not None]
         # One timer for the frame: its records were queued together, so they share a deadline.
         timer = self._loop.call_later(self._cfg.append_timeout_s, self._expire_all, queued)
@@ -168,6 +155,17 @@ class GroupCommit:
                 if pending.timer is not None:  # the second deadline of one taken when the first passed
                     pending.timer.cancel()
         return [full if p is None else _outcome(next(outcomes)) for p in slots]
+
+    def _enqueue(self, entry: Entry) -> _Pending | None:
+        """``entry`` queued for the writer, or None (counted) when the backlog is full: the writer
+        is not keeping up (a hung store), so refuse rather than queue without bound."""
+        if self._queue.qsize() - self._num_dropped >= self._cfg.max_pending:
+            with self._lock:
+                self._num_unqueued[entry.served] += 1
+            return None
+        pending = _Pending(entry, self._loop.create_future())
+        self._queue.put(pending)
+        return pending
 
     def _expire_all(self, pendings: list[_Pending]) -> None:
         for pending in pendings:
