@@ -105,8 +105,7 @@ class EnginePool:
                 log.exception("engine heartbeat failed")
 
     async def _beat(self, member: _Member, beat: Heartbeat) -> None:
-        url = member.client.base_url
-        exited = self._is_process_alive is not None and not self._is_process_alive(url)
+        exited = self._exited(member)
         if not exited and await member.client.is_ready(beat.timeout_s):
             member.num_missed = 0
             if not member.healthy:
@@ -124,10 +123,14 @@ class EnginePool:
         before the death was known connects to the socket the supervisor keeps and waits its whole
         timeout, so the heartbeat alone can take ``interval + timeout`` (a second) to see an exit
         the supervisor already knows of. The question costs one ``poll`` or ``stat``."""
-        if self._is_process_alive is None or self._is_process_alive(member.client.base_url):
+        if not self._exited(member):
             return True
         self._take_down(member, "its process exited")
         return False
+
+    def _exited(self, member: _Member) -> bool:
+        """The member's supervisor says its process exited (False where there is no supervisor)."""
+        return self._is_process_alive is not None and not self._is_process_alive(member.client.base_url)
 
     def _take_down(self, member: _Member, why: str) -> None:
         log.warning("engine %s is out of service: %s", member.client.base_url, why)
