@@ -32,7 +32,7 @@ import click
 import httpx
 
 from bench.audit.throughput import CpuShare
-from bench.gateway.overhead import _chat_body, _free_port, _wait, bench_env, bench_token
+from bench.gateway.overhead import _chat_body, _free_port, _wait, bench_env, bench_token, stub_engine
 from bench.provenance import git_commit
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -68,38 +68,36 @@ def _one_round(tree: Path, num_requests: int, *, profile: bool = False) -> dict[
     }
     cmd = [sys.executable, "-m", "strongroom"]
     quiet = {"env": env, "cwd": tree, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [subprocess.Popen([*cmd, "engine", "--stub", "--port", str(engine_port)], **quiet)]  # type: ignore[call-overload]
     gateway = f"http://127.0.0.1:{gw_port}"
-    try:
-        _wait(f"http://127.0.0.1:{engine_port}/engine/v1/health", {"authorization": f"Bearer {engine_token}"})
+    with stub_engine(env, engine_port, cwd=tree):
         serve = [sys.executable, "-m", "bench.audit.gateway_profile"] if profile else cmd
-        procs.append(subprocess.Popen([*serve, "serve"], **quiet))  # type: ignore[call-overload]
-        _wait(f"{gateway}/readyz")
-        token = bench_token(env)
-        headers = {"authorization": f"Bearer {token}"}
-        body = _chat_body(16)
-        with httpx.Client(base_url=gateway, headers=headers, timeout=10) as client:
-            for _ in range(50):  # warm-up: imports, first connections, caches
-                client.post("/v1/chat/completions", json=body).raise_for_status()
-            before = _stage_totals(gateway)
-            if profile:
-                procs[1].send_signal(signal.SIGUSR1)
-                time.sleep(0.5)
-            cpu = CpuShare()
-            latencies = []
-            for _ in range(num_requests):
-                t0 = time.perf_counter()
-                client.post("/v1/chat/completions", json=body).raise_for_status()
-                latencies.append(time.perf_counter() - t0)
-            share = cpu.summary()
-            after = _stage_totals(gateway)
-            if profile:
-                procs[1].send_signal(signal.SIGUSR2)
-                _wait_for(profile_out)
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=20)
+        proc = subprocess.Popen([*serve, "serve"], **quiet)  # type: ignore[call-overload]
+        try:
+            _wait(f"{gateway}/readyz")
+            token = bench_token(env)
+            headers = {"authorization": f"Bearer {token}"}
+            body = _chat_body(16)
+            with httpx.Client(base_url=gateway, headers=headers, timeout=10) as client:
+                for _ in range(50):  # warm-up: imports, first connections, caches
+                    client.post("/v1/chat/completions", json=body).raise_for_status()
+                before = _stage_totals(gateway)
+                if profile:
+                    proc.send_signal(signal.SIGUSR1)
+                    time.sleep(0.5)
+                cpu = CpuShare()
+                latencies = []
+                for _ in range(num_requests):
+                    t0 = time.perf_counter()
+                    client.post("/v1/chat/completions", json=body).raise_for_status()
+                    latencies.append(time.perf_counter() - t0)
+                share = cpu.summary()
+                after = _stage_totals(gateway)
+                if profile:
+                    proc.send_signal(signal.SIGUSR2)
+                    _wait_for(profile_out)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
     report = json.loads(profile_out.read_text()) if profile else None
     shutil.rmtree(data_dir, ignore_errors=True)
     stages = {}

@@ -16,6 +16,7 @@ and the engine processes spent per request is recorded too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,28 @@ def _wait(url: str, headers: dict[str, str] | None = None, timeout_s: float = 12
             pass
         time.sleep(0.1)
     raise RuntimeError(f"{url} did not come up")
+
+
+@contextlib.contextmanager
+def stub_engine(
+    env: dict[str, str], port: int, *, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``strongroom engine --stub`` on ``port``, answering health once this returns, with the
+    engine token ``env`` holds (``bench_env`` sets it); stopped on exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "strongroom", "engine", "--stub", "--port", str(port)],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        token = env["STRONGROOM_ENGINE_TOKEN"]
+        _wait(f"http://127.0.0.1:{port}/engine/v1/health", {"authorization": f"Bearer {token}"})
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -373,42 +396,33 @@ def run(
     env = bench_env(data_dir, engine_token, engine_port, filters=filters)
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
     cmd = [sys.executable, "-m", "strongroom"]
-    procs = [
-        subprocess.Popen(
-            [*cmd, "engine", "--stub", "--port", str(engine_port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+    with stub_engine(env, engine_port) as engine:
+        gateway = subprocess.Popen(
+            [*cmd, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-    ]
-    try:
-        _wait(f"http://127.0.0.1:{engine_port}/engine/v1/health", {"authorization": f"Bearer {engine_token}"})
-        procs.append(
-            subprocess.Popen([*cmd, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        )
-        _wait(f"http://127.0.0.1:{gw_port}/readyz")
-        token = bench_token(env)
-        _check_gateway_answer(f"http://127.0.0.1:{gw_port}", token, _chat_body(max_tokens))
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            rows = runner.run(
-                _measure(
-                    f"http://127.0.0.1:{gw_port}",
-                    f"http://127.0.0.1:{engine_port}",
-                    engine_token,
-                    token,
-                    levels,
-                    duration_s,
-                    max_tokens,
-                    rounds=rounds,
-                    stream=stream,
-                    pids={"engine": procs[0].pid, "gateway": procs[1].pid},
-                    progress=progress,
+        try:
+            _wait(f"http://127.0.0.1:{gw_port}/readyz")
+            token = bench_token(env)
+            _check_gateway_answer(f"http://127.0.0.1:{gw_port}", token, _chat_body(max_tokens))
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                rows = runner.run(
+                    _measure(
+                        f"http://127.0.0.1:{gw_port}",
+                        f"http://127.0.0.1:{engine_port}",
+                        engine_token,
+                        token,
+                        levels,
+                        duration_s,
+                        max_tokens,
+                        rounds=rounds,
+                        stream=stream,
+                        pids={"engine": engine.pid, "gateway": gateway.pid},
+                        progress=progress,
+                    )
                 )
-            )
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=20)
+        finally:
+            gateway.terminate()
+            gateway.wait(timeout=20)
     return {"rows": rows, "rounds": rounds, "stream": stream, "filters": filters}
 
 

@@ -43,6 +43,7 @@ from bench.gateway.overhead import (
     bench_env,
     bench_token,
     redis_env,
+    stub_engine,
     write_record,
 )
 from strongroom.progress_bar import ProgressBar
@@ -98,52 +99,44 @@ def run_scaling(
     prefix = f"bench-{uuid.uuid4().hex}"
     env = bench_env(data_dir, engine_token, engine_port, filters=filters)
     env.update(redis_env(prefix))
-    cmd = [sys.executable, "-m", "strongroom"]
-    engine = subprocess.Popen(
-        [*cmd, "engine", "--stub", "--port", str(engine_port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     samples = {(n, level): _Samples() for n in worker_counts for level in levels}
     others = dict.fromkeys(samples, 0.0)
     """CPU seconds the rest of the machine used while each was measured (a shared machine)."""
-    try:
-        _wait(f"http://127.0.0.1:{engine_port}/engine/v1/health", {"authorization": f"Bearer {engine_token}"})
-        body = msgspec.json.encode(_chat_body(max_tokens, stream=stream))
-        steps, done = rounds * len(samples), 0
-        with contextlib.ExitStack() as stack, asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            gateways = {n: stack.enter_context(_gateway(env, n, engine.pid)) for n in worker_counts}
-            for url, _, token in gateways.values():
-                _check_gateway_answer(url, token, _chat_body(max_tokens))
-            for level in levels:
-                for _ in range(rounds):
-                    for n, (url, pids, token) in gateways.items():
-                        request = _post(
-                            "/v1/chat/completions",
-                            url.removeprefix("http://"),
-                            {"authorization": f"Bearer {token}", "content-type": "application/json"},
-                            body,
-                        )
-                        into = samples[(n, level)]
-                        if not into.latencies:  # warm-up: connections, caches
-                            runner.run(_drive(url, request, level, min(1.0, duration_s / 4), _Samples()))
-                        tree = {"gateway": pids, "engine": [engine.pid], "load_generator": [os.getpid()]}
-                        # Part of "gateway", also on its own: with several workers, the audit owner.
-                        parts = {**tree, "gateway_supervisor": pids[:1]}
-                        before = {name: _tree_cpu(ps) for name, ps in parts.items()}
-                        busy_before = _machine_busy_s()
-                        runner.run(_drive(url, request, level, duration_s / rounds, into))
-                        for name, ps in parts.items():
-                            into.cpu_s[name] = into.cpu_s.get(name, 0.0) + _tree_cpu(ps) - before[name]
-                        ours = sum(_tree_cpu(ps) - before[name] for name, ps in tree.items())
-                        others[(n, level)] += _machine_busy_s() - busy_before - ours
-                        done += 1
-                        if progress is not None:
-                            progress(done, steps)
-    finally:
-        engine.terminate()
-        engine.wait(timeout=20)
+    body = msgspec.json.encode(_chat_body(max_tokens, stream=stream))
+    steps, done = rounds * len(samples), 0
+    with (
+        stub_engine(env, engine_port) as engine,
+        contextlib.ExitStack() as stack,
+        asyncio.Runner(loop_factory=_loop_factory()) as runner,
+    ):
+        gateways = {n: stack.enter_context(_gateway(env, n, engine.pid)) for n in worker_counts}
+        for url, _, token in gateways.values():
+            _check_gateway_answer(url, token, _chat_body(max_tokens))
+        for level in levels:
+            for _ in range(rounds):
+                for n, (url, pids, token) in gateways.items():
+                    request = _post(
+                        "/v1/chat/completions",
+                        url.removeprefix("http://"),
+                        {"authorization": f"Bearer {token}", "content-type": "application/json"},
+                        body,
+                    )
+                    into = samples[(n, level)]
+                    if not into.latencies:  # warm-up: connections, caches
+                        runner.run(_drive(url, request, level, min(1.0, duration_s / 4), _Samples()))
+                    tree = {"gateway": pids, "engine": [engine.pid], "load_generator": [os.getpid()]}
+                    # Part of "gateway", also on its own: with several workers, the audit owner.
+                    parts = {**tree, "gateway_supervisor": pids[:1]}
+                    before = {name: _tree_cpu(ps) for name, ps in parts.items()}
+                    busy_before = _machine_busy_s()
+                    runner.run(_drive(url, request, level, duration_s / rounds, into))
+                    for name, ps in parts.items():
+                        into.cpu_s[name] = into.cpu_s.get(name, 0.0) + _tree_cpu(ps) - before[name]
+                    ours = sum(_tree_cpu(ps) - before[name] for name, ps in tree.items())
+                    others[(n, level)] += _machine_busy_s() - busy_before - ours
+                    done += 1
+                    if progress is not None:
+                        progress(done, steps)
     rows = []
     for level in levels:
         base = samples[(worker_counts[0], level)].summary()["rps"]

@@ -20,8 +20,6 @@ import asyncio
 import os
 import secrets
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -41,13 +39,12 @@ from bench.gateway.overhead import (
     _loop_factory,
     _post,
     _Samples,
-    _wait,
     bench_env,
-    bench_token,
     redis_env,
+    stub_engine,
     write_record,
 )
-from bench.gateway.scaling import _children
+from bench.gateway.scaling import _gateway
 from bench.gateway.stream_profile import _part
 
 __all__ = ["profile_workers"]
@@ -68,16 +65,9 @@ def profile_workers(
     workers: int, *, stream: bool, max_tokens: int, concurrency: int, seconds: float, data_dir: Path
 ) -> dict[str, Any]:
     engine_token = secrets.token_urlsafe(24)
-    engine_port, port = _free_port(), _free_port()
+    engine_port = _free_port()
     env = bench_env(data_dir, engine_token, engine_port)
     env.update(redis_env(f"bench-{uuid.uuid4().hex}"))
-    cmd = [sys.executable, "-m", "strongroom"]
-    engine = subprocess.Popen(
-        [*cmd, "engine", "--stub", "--port", str(engine_port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     hook, samples_dir = data_dir / "hook", data_dir / "samples"
     hook.mkdir()
     samples_dir.mkdir()
@@ -87,50 +77,36 @@ def profile_workers(
         **env,
         "PYTHONPATH": os.pathsep.join([str(hook), str(root), env.get("PYTHONPATH", "")]),
         "BENCH_SAMPLES_DIR": str(samples_dir),
-        "STRONGROOM_SERVER__PORT": str(port),
-        "STRONGROOM_SERVER__WORKERS": str(workers),
     }
-    try:
-        _wait(f"http://127.0.0.1:{engine_port}/engine/v1/health", {"authorization": f"Bearer {engine_token}"})
-        serve = subprocess.Popen(
-            [*cmd, "serve"], env=gateway_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    with (
+        stub_engine(env, engine_port) as engine,
+        _gateway(gateway_env, workers, engine.pid) as (url, tree, token),
+    ):
+        _check_gateway_answer(url, token, _chat_body(max_tokens))
+        pids = {tree[0]: "supervisor" if len(tree) > 1 else "gateway"}
+        pids.update({p: f"worker {i}" for i, p in enumerate(tree[1:])})
+        request = _post(
+            "/v1/chat/completions",
+            url.removeprefix("http://"),
+            {"authorization": f"Bearer {token}", "content-type": "application/json"},
+            msgspec.json.encode(_chat_body(max_tokens, stream=stream)),
         )
-        try:
-            url = f"http://127.0.0.1:{port}"
-            _wait(f"{url}/readyz")
-            token = bench_token(env)
-            _check_gateway_answer(url, token, _chat_body(max_tokens))
-            kids = [p for p in _children(serve.pid) if p != engine.pid]
-            pids = {serve.pid: "supervisor" if kids else "gateway"}
-            pids.update({p: f"worker {i}" for i, p in enumerate(kids)})
-            request = _post(
-                "/v1/chat/completions",
-                url.removeprefix("http://"),
-                {"authorization": f"Bearer {token}", "content-type": "application/json"},
-                msgspec.json.encode(_chat_body(max_tokens, stream=stream)),
-            )
-            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-                runner.run(_drive(url, request, concurrency, 1.0, _Samples()))  # warm-up
-                load = _Samples()
-                before = {pid: _cpu_seconds(pid) or 0.0 for pid in pids}
-                threads_before = {pid: _thread_cpu(pid) for pid in pids}
-                for pid in pids:
-                    os.kill(pid, signal.SIGUSR1)
-                runner.run(_drive(url, request, concurrency, seconds, load))
-                for pid in pids:
-                    os.kill(pid, signal.SIGUSR2)
-                cpu = {pid: (_cpu_seconds(pid) or 0.0) - before[pid] for pid in pids}
-                threads = {pid: _thread_cpu(pid) for pid in pids}
-            deadline = time.monotonic() + 30
-            while len(list(samples_dir.iterdir())) < len(pids) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            time.sleep(0.5)
-        finally:
-            serve.terminate()
-            serve.wait(timeout=60)
-    finally:
-        engine.terminate()
-        engine.wait(timeout=20)
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_drive(url, request, concurrency, 1.0, _Samples()))  # warm-up
+            load = _Samples()
+            before = {pid: _cpu_seconds(pid) or 0.0 for pid in pids}
+            threads_before = {pid: _thread_cpu(pid) for pid in pids}
+            for pid in pids:
+                os.kill(pid, signal.SIGUSR1)
+            runner.run(_drive(url, request, concurrency, seconds, load))
+            for pid in pids:
+                os.kill(pid, signal.SIGUSR2)
+            cpu = {pid: (_cpu_seconds(pid) or 0.0) - before[pid] for pid in pids}
+            threads = {pid: _thread_cpu(pid) for pid in pids}
+        deadline = time.monotonic() + 30
+        while len(list(samples_dir.iterdir())) < len(pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
     num_requests = len(load.latencies)
     processes = {
         role: _attribute(samples_dir / f"{pid}.samples", cpu[pid], num_requests) for pid, role in pids.items()
