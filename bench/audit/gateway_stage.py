@@ -32,7 +32,7 @@ import click
 import httpx
 
 from bench.audit.throughput import CpuShare
-from bench.gateway.overhead import _chat_body, _free_port, _wait, bench_env, bench_token, stub_engine
+from bench.gateway.overhead import _chat_body, _free_ports, _wait, bench_env, bench_token, stub_engine
 from bench.provenance import git_commit
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def _one_round(tree: Path, num_requests: int, *, profile: bool = False) -> dict[
     data_dir = Path(tempfile.mkdtemp(prefix="audit-stage-"))
     profile_out = data_dir / "profile.json"
     engine_token = secrets.token_urlsafe(24)
-    engine_port, gw_port = _free_port(), _free_port()
+    engine_port, gw_port = _free_ports(2)
     env = bench_env(data_dir, engine_token, engine_port) | {
         "STRONGROOM_SERVER__PORT": str(gw_port),
         "PYTHONPATH": str(tree),

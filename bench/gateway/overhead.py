@@ -43,10 +43,18 @@ from strongroom.progress_bar import ProgressBar
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
+def _free_ports(count: int) -> tuple[int, ...]:
+    """``count`` distinct free loopback ports. All stay bound until all are chosen: a port closed
+    at once may come back from the very next bind to port 0."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return tuple(int(s.getsockname()[1]) for s in socks)
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return _free_ports(1)[0]
 
 
 def _wait(url: str, headers: dict[str, str] | None = None, timeout_s: float = 120) -> None:
@@ -392,7 +400,7 @@ def run(
 ) -> dict[str, Any]:
     """Start a stub engine and a gateway, then measure; ``progress`` is told (runs done, runs in all)."""
     engine_token = secrets.token_urlsafe(24)
-    engine_port, gw_port = _free_port(), _free_port()
+    engine_port, gw_port = _free_ports(2)
     env = bench_env(data_dir, engine_token, engine_port, filters=filters)
     env["STRONGROOM_SERVER__PORT"] = str(gw_port)
     cmd = [sys.executable, "-m", "strongroom"]

@@ -42,7 +42,7 @@ from bench.gateway.overhead import (
     _chat_body,
     _check_gateway_answer,
     _drive,
-    _free_port,
+    _free_ports,
     _loop_factory,
     _post,
     _Samples,
@@ -92,7 +92,7 @@ def profile(
     sampled: bool = False,
 ) -> dict[str, Any]:
     engine_token = secrets.token_urlsafe(24)
-    engine_port, gw_port = _free_port(), _free_port()
+    engine_port, gw_port = _free_ports(2)
     env = bench_env(data_dir, engine_token, engine_port, filters=filters)
     if redis:  # quotas and revocations in Redis, as `strongroom bench gateway --workers` runs them
         env.update(redis_env(f"bench-{uuid.uuid4().hex}"))

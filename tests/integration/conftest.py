@@ -23,16 +23,11 @@ from click.testing import CliRunner
 from gateway.auth.dev_issuer import DevIssuer
 from strongroom.cli.audit import audit
 from strongroom.config import load_settings
+from tests.ports import free_port, free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 _TOKEN_TTL_S = 3600
 """``strongroom token``'s default --ttl."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -127,7 +122,8 @@ def served_gateway(
     port: int | None = None,
 ) -> Iterator[ServedGateway]:
     """``port``: a free port chosen beforehand, for configuration that names the gateway's URL."""
-    port = port or free_port()
+    grpc_port, chosen = free_ports(2)
+    port = port or chosen
     data_dir = tmp / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     env.update(
@@ -135,7 +131,7 @@ def served_gateway(
             "STRONGROOM_DATA_DIR": str(data_dir),
             "STRONGROOM_SERVER__PORT": str(port),
             # A port of its own: concurrent gateways would all take the default 50051.
-            "STRONGROOM_GRPC__PORT": str(free_port()),
+            "STRONGROOM_GRPC__PORT": str(grpc_port),
             "STRONGROOM_ENGINE__NUM_THREADS": "1",
             # One gateway process unless a test asks for more (tests/integration/gateway/test_workers.py).
             "STRONGROOM_SERVER__WORKERS": "1",

@@ -23,7 +23,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ import pytest
 from audit.bundle import verify_store
 from audit.signer import CheckpointSigner
 from audit.sqlite_store import SqliteStore
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +43,6 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 _ENGINE_TOKEN = "crash-harness-engine-token"
 _CLI_COMMANDS = ("tail", "search", "export", "verify")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -69,7 +63,7 @@ class Harness:
         self.work = work
         self.data = work / "data"
         self.rng = random.Random(seed)
-        self.engine_port = _free_port()
+        self.engine_port = free_port()
         base = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
         self.env = {
             **base,
@@ -138,7 +132,7 @@ class Harness:
     # -- one iteration -------------------------------------------------------------------------
 
     def start_gateway(self) -> Gateway:
-        port = _free_port()
+        port = free_port()
         pid, log = self.fork(
             ["serve"], {"STRONGROOM_SERVER__PORT": str(port), "STRONGROOM_GRPC__ENABLED": "false"}
         )

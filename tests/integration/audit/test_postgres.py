@@ -10,7 +10,6 @@ import asyncio
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from audit.store import StoreConflictError
 from common.audit_event import AuditEvent, Decision, EventType
 from common.finding import Finding
 from tests.audit_doubles import sample_event
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
@@ -162,12 +162,6 @@ def test_a_read_after_the_server_dropped_the_connection_reconnects(schema_and_ro
     assert asyncio.run(go()) == ["", "r1"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def throwaway_postgres() -> Iterator[tuple[str, callable, callable]]:
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
@@ -175,7 +169,7 @@ def throwaway_postgres() -> Iterator[tuple[str, callable, callable]]:
     bin_dir = bins[-1]
     root = Path(tempfile.mkdtemp(prefix="audit-pg-"))
     shutil.chown(root, "postgres", "postgres")
-    data, port = root / "data", _free_port()
+    data, port = root / "data", free_port()
 
     def as_postgres(*args: str) -> None:
         subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True, capture_output=True)

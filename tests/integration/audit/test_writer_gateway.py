@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import time
@@ -18,6 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -74,18 +75,12 @@ def test_operator_commands_beside_a_live_gateway_lose_no_record(serve: Any, tmp_
         assert {"audit.db", "policy.db", "revocations.db"} <= {p.name for p in gw.data_dir.rglob("*")}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_readyz_reports_audit_and_redis_and_v1_fails_closed_within_one_request(
     serve: Any, tmp_path: Path
 ) -> None:
     if shutil.which("chattr") is None or shutil.which("redis-server") is None:
         pytest.skip("needs chattr and redis-server")
-    port = _free_port()
+    port = free_port()
     redis = subprocess.Popen(
         ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL
     )

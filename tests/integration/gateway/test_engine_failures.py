@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,9 @@ import openai
 import pytest
 from openai import OpenAI
 
+from tests.ports import free_port
+
 pytestmark = pytest.mark.integration
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _children(pid: int) -> list[int]:
@@ -38,7 +33,7 @@ def _children(pid: int) -> list[int]:
 
 def test_unreachable_engine_answers_503_and_not_ready(tmp_path: Path, serve: Any) -> None:
     env = {
-        "STRONGROOM_SERVER__ENGINE_URLS": f'["http://127.0.0.1:{_closed_port()}"]',
+        "STRONGROOM_SERVER__ENGINE_URLS": f'["http://127.0.0.1:{free_port()}"]',
         "STRONGROOM_ENGINE_TOKEN": "x" * 32,
     }
     with serve(tmp_path, extra_env=env, wait_ready=False) as gw:

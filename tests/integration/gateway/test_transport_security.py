@@ -41,6 +41,7 @@ from gateway.grpc_api import inference_pb2_grpc as pb_grpc
 from gateway.listener_config import ConnectionLimits, TlsConfig
 from gateway.tls_context import engine_client_context
 from strongroom.listener import Listener
+from tests.ports import free_ports
 from tests.stub_engine_server import stub_engine_on
 
 pytestmark = pytest.mark.integration
@@ -245,12 +246,6 @@ def test_tls_1_1_is_refused_and_client_certificates_follow_the_configured_mode(p
             _handshake(port, rogue)  # optional, but a certificate that is sent must verify
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _inline(**values: str) -> str:
     return "{ " + ", ".join(f'{k} = "{v}"' for k, v in values.items()) + " }"
 
@@ -276,7 +271,7 @@ def _process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
 def test_served_gateway_on_https_reaches_its_engine_over_mutual_tls(
     pki: Pki, tmp_path: Path, workers: int
 ) -> None:
-    engine_port, gateway_port, grpc_port = _free_port(), _free_port(), _free_port()
+    engine_port, gateway_port, grpc_port = free_ports(3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRONGROOM_")}
     env |= {
         "STRONGROOM_DATA_DIR": str(tmp_path / "data"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import uuid
 from collections.abc import AsyncIterator
 
@@ -17,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.auth._redis_revocations import RedisRevocations
 from gateway.quota.redis_backend import RedisQuotaBackend
 from gateway.redis_pipe import RedisPipe, _Replies
+from tests.ports import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -85,10 +85,7 @@ async def test_a_cancelled_caller_leaves_the_replies_in_step(pipe: RedisPipe, re
 
 
 async def test_no_server_is_a_connection_error() -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    pipe = RedisPipe("127.0.0.1", port, connect_timeout_s=1.0, timeout_s=1.0)
+    pipe = RedisPipe("127.0.0.1", free_port(), connect_timeout_s=1.0, timeout_s=1.0)
     with pytest.raises(RedisConnectionError):
         await pipe.mget("a")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from strongroom.config import load_settings
 from strongroom.config_check import ConfigCheck
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -93,16 +93,10 @@ def test_a_missing_model_is_a_warning_the_others_still_serve(tmp_path: Path) -> 
     assert problem.is_warning and problem.startswith("engine.models.0 (m): out of service")
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_connect_reaches_redis_and_postgres_and_never_prints_a_password(tmp_path: Path) -> None:
     cfg = load_settings(None, environ={"STRONGROOM_REDIS_URL": "redis://127.0.0.1:6379/15"})
     assert ConfigCheck(cfg, "serve", {}).problems(connect=True) == []
-    port = _closed_port()
+    port = free_port()
     bad = load_settings(
         None,
         environ={
@@ -128,7 +122,7 @@ def test_cli_exits_1_with_one_line_per_problem_and_serve_refuses_the_same(tmp_pa
         "error: keys.pkcs11_module: PKCS#11 module not found: /nonexistent/lib.so",
         "error: keys.pkcs11_pin_env: environment variable $HSM_PIN is unset or empty (the HSM user PIN)",
     ]
-    served = _cli("serve", "--config", str(cfg), "--port", str(_closed_port()), cwd=tmp_path)
+    served = _cli("serve", "--config", str(cfg), "--port", str(free_port()), cwd=tmp_path)
     assert served.returncode == 1
     assert "Traceback" not in served.stderr
     assert "keys.pkcs11_module: PKCS#11 module not found" in served.stderr

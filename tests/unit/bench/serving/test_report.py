@@ -74,14 +74,13 @@ def test_the_api_key_never_reaches_the_result_file() -> None:
 def test_a_run_that_completed_nothing_exits_non_zero(tmp_path: object) -> None:
     """The README's `bench serve` against a server that refuses every request (here: nothing
     listens) used to print a table of zeros and exit 0."""
-    import socket
     import subprocess
     import sys
     from pathlib import Path
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from tests.ports import free_port
+
+    port = free_port()
     out = Path(str(tmp_path)) / "r.json"
     done = subprocess.run(
         [

@@ -5,7 +5,6 @@ load give each rank the bits of quantizing its whole loaded shard."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import torch
@@ -17,6 +16,7 @@ from engine.layers import MergedColumnParallelLinear, QKVParallelLinear, RowPara
 from engine.layers.quantized_linear import quantize_linears
 from engine.quantization.scheme import WeightQuant
 from engine.quantization.tensors import dequantize, quantize, quantize_blocks
+from tests.ports import free_port
 
 WORLD = 2
 QUANTS = {
@@ -116,10 +116,7 @@ def _check_quantized_as_loaded() -> None:
 
 
 def test_each_rank_matches_the_plain_layers_on_dequantized_weights(tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.spawn(_rank, args=(port, str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_rank, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
     assert sorted(p.name for p in tmp_path.glob("*.ok")) == sorted(
         f"{c}-{r}.ok" for c in [*QUANTS, "as-loaded"] for r in range(WORLD)
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from engine.serving.protocol import (
 )
 from engine.serving.stub_engine import StubEngine
 from tests import stub_engine_server
+from tests.ports import free_port
 
 pytestmark = pytest.mark.anyio
 TOKEN = "t0ken-for-tests"
@@ -145,10 +145,7 @@ async def test_leaving_the_stream_early_aborts_the_request() -> None:
 
 
 async def test_dead_engine_is_unavailable_not_a_hang() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    client = EngineClient(f"http://127.0.0.1:{port}", TOKEN, connect_timeout_s=0.5)
+    client = EngineClient(f"http://127.0.0.1:{free_port()}", TOKEN, connect_timeout_s=0.5)
     started = time.monotonic()
     with pytest.raises(EngineUnavailableError):
         await client.info()

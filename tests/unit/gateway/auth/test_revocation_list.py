@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from conftest import FakeClock
 
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,17 +20,15 @@ from redis.backoff import NoBackoff
 
 from gateway.auth import AuthConfig, AuthenticationError, DevIssuer, RevocationList, TokenVerifier
 from gateway.auth.errors import RevocationUnavailableError
+from tests.ports import free_port
 
 pytestmark = pytest.mark.anyio
 
 
 def dead_redis() -> redis.asyncio.Redis:
     """A client for a port nobody listens on; without retries, so the failure is immediate."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
     return redis.asyncio.Redis(
-        host="127.0.0.1", port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0)
+        host="127.0.0.1", port=free_port(), socket_connect_timeout=1, retry=Retry(NoBackoff(), 0)
     )
 
 
