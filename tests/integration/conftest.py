@@ -10,11 +10,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -28,6 +28,21 @@ from tests.ports import free_port, free_ports
 REPO = Path(__file__).resolve().parents[2]
 _TOKEN_TTL_S = 3600
 """``strongroom token``'s default --ttl."""
+
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T], *, what: str, timeout_s: float = 20.0) -> T:
+    """``probe()``'s first truthy answer, asked every 0.1 s, for state a gateway reaches in the
+    background (a watcher's poll, the writer's retry, a worker's metrics publish). A fixed sleep is
+    a guess that a loaded machine can outlast."""
+    deadline = time.monotonic() + timeout_s
+    while not (answer := probe()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:.0f} s (last answer: {answer!r})")
+        time.sleep(0.1)
+    return answer
 
 
 @dataclass

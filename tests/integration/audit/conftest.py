@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -50,7 +51,9 @@ async def run_outage(log: AuditLog, break_store, repair_store) -> tuple[dict[str
     await asyncio.sleep(0.5)
     num_during = len(ok)
     await asyncio.to_thread(repair_store)
-    await asyncio.sleep(1.5)
+    deadline = time.monotonic() + 20  # the writer's retry finds the store back: about a second
+    while len(ok) <= num_during + 10 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
     stop.set()
     await load
     assert num_before > 0 and failed, "the outage must have refused appends"

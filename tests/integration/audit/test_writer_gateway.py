@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.integration.conftest import wait_for
 from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -143,8 +144,12 @@ def test_a_stream_whose_final_record_fails_ends_with_an_error_not_done(serve: An
             subprocess.run(["chattr", "-i", *audit_files], check=True)
         assert "[DONE]" not in events
         assert json.loads(events[-1])["error"]["code"] == "audit_unavailable"
-        time.sleep(1.5)  # the writer's retry writes the outage record
-        records = _records(gw)
+
+        def with_outage() -> list[dict[str, Any]]:
+            records = _records(gw)
+            return records if any(r["event"]["event_type"] == "audit_outage" for r in records) else []
+
+        records = wait_for(with_outage, what="the outage record the writer's retry writes")
         mine = [r["event"]["reason"] for r in records if r["event"].get("request_id") == request_id]
         assert mine == ["stream started"]
         [outage] = [r for r in records if r["event"]["event_type"] == "audit_outage"]

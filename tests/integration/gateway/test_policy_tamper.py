@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.integration.conftest import wait_for
+
 pytestmark = pytest.mark.integration
 
 BODY = {"model": "demo-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
@@ -27,11 +29,16 @@ def test_a_direct_edit_of_policy_db_is_refused_and_recorded(tmp_path: Path, serv
         db.execute("INSERT INTO policy_rule VALUES ('p', 'analyst', '*', 'demo-base', 'chat')")
         db.execute("UPDATE policy_version SET version = version + 1")
         db.close()
-        time.sleep(1.5)  # three polls of the watcher
+
+        def tampered() -> list[dict[str, Any]]:
+            return [r for r in gw.audit_records() if r["event"].get("reason") == "policy store tampered"]  # type: ignore[union-attr]
+
+        wait_for(tampered, what="the watcher's tamper record")
+        time.sleep(1.5)  # three more polls of the watcher: none may record the same edit again
         assert (
             httpx.post(f"{gw.v1}/chat/completions", json=BODY, headers=analyst, timeout=60).status_code == 404
         )
-        found = [r for r in gw.audit_records() if r["event"].get("reason") == "policy store tampered"]  # type: ignore[union-attr]
+        found = tampered()
         assert len(found) == 1, found
         assert "version 1 stays in force" in str(found[0]["event"]["detail"])  # type: ignore[index]
     # A restart has no verified policy to serve: it refuses to start, and says so in the log.

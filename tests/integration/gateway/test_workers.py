@@ -21,6 +21,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from policies import default_policy
+from tests.integration.conftest import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -57,9 +58,11 @@ def workers(tmp_path_factory: pytest.TempPathFactory, serve: Any) -> Iterator[An
         yield gw
 
 
-def _per_worker(gw: Any) -> tuple[dict[str, int], dict[str, float]]:
-    """pid and answered requests of each worker, from a /metrics every worker published just now."""
-    time.sleep(1.2)  # each worker republishes its series every second
+def _per_worker(gw: Any, *, fresh: bool = True) -> tuple[dict[str, int], dict[str, float]]:
+    """pid and answered requests of each worker, from /metrics; ``fresh``: after each worker has
+    had its once-a-second publish since the call (on a loaded machine one may be late)."""
+    if fresh:
+        time.sleep(1.2)
     text = httpx.get(f"{gw.base_url}/metrics", timeout=10).text
     pids: dict[str, int] = {}
     answered: dict[str, float] = {}
@@ -71,6 +74,16 @@ def _per_worker(gw: Any) -> tuple[dict[str, int], dict[str, float]]:
             elif sample.name == "strongroom_requests_total" and sample.labels["route"].startswith("/v1/"):
                 answered[worker] = answered.get(worker, 0.0) + sample.value
     return pids, answered
+
+
+def _answered_by_both(gw: Any, before: dict[str, float]) -> tuple[dict[str, int], dict[str, float]]:
+    """``_per_worker`` once both workers' published counts have grown past ``before``."""
+
+    def grown() -> tuple[dict[str, int], dict[str, float]] | None:
+        pids, answered = _per_worker(gw, fresh=False)
+        return (pids, answered) if all(answered.get(w, 0) > before.get(w, 0) for w in ("0", "1")) else None
+
+    return wait_for(grown, what=f"both workers' answers counted (before: {before})")
 
 
 def _parent_of(pid: int) -> int:
@@ -90,10 +103,9 @@ def test_requests_spread_over_both_worker_processes(workers: Any) -> None:
     _, before = _per_worker(workers)
     for _ in range(16):
         assert _chat(workers, token).status_code == 200
-    pids, after = _per_worker(workers)
+    pids, _ = _answered_by_both(workers, before)
     assert sorted(pids) == ["0", "1"] and len(set(pids.values())) == 2
     assert all(_parent_of(pid) == workers.proc.pid for pid in pids.values())
-    assert all(after.get(w, 0) > before.get(w, 0) for w in ("0", "1")), (before, after)
 
 
 def test_concurrent_requests_through_both_workers_leave_one_verified_chain(workers: Any) -> None:
@@ -146,8 +158,7 @@ def test_a_change_through_one_worker_is_in_force_on_both_when_its_call_returns(w
         assert visible() == [["demo-base"]] * 16
         change("grants/remove")
         assert visible() == [[]] * 16
-    _, after = _per_worker(workers)
-    assert all(after[w] > before[w] for w in ("0", "1")), "both workers answered the checks"
+    _answered_by_both(workers, before)  # both workers answered the checks
 
 
 def test_kill_9_of_a_worker_under_load_loses_no_answered_record(workers: Any) -> None:
