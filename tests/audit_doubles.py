@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from audit.errors import AuditUnavailableError
+from audit.sqlite_store import SqliteStore
 from common.audit_event import AuditEvent, Decision, EventType
 from common.finding import Finding
 
@@ -21,6 +26,35 @@ class MemorySink:
             raise AuditUnavailableError("memory sink switched off")
         self.events.append(event)
         return len(self.events)
+
+
+class GatedStore(SqliteStore):
+    """A real SQLite store whose appends wait while ``gate`` is clear and fail while
+    ``is_broken``; ``threads`` names the thread of each append it was given."""
+
+    def __init__(self, path: Path, **options: Any) -> None:
+        super().__init__(path, **options)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.is_broken = False
+        self.threads: list[str] = []
+
+    def append(self, rows: Any, checkpoint: Any) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.gate.wait(10)
+        if self.is_broken:
+            raise AuditUnavailableError("store switched off")
+        super().append(rows, checkpoint)
+
+    async def writer_inside(self, num_before: int) -> None:
+        """Returns once the writer has brought the store an append after its first ``num_before``
+        (and, the gate clear, holds it there). Waited for, not slept on: on a loaded runner the
+        writer can take longer than any fixed sleep to get there."""
+        deadline = time.monotonic() + 10
+        while len(self.threads) <= num_before:
+            if time.monotonic() > deadline:
+                raise AssertionError("the writer did not take the append within 10 s")
+            await asyncio.sleep(0.005)
 
 
 class FakeClock:

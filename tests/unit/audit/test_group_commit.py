@@ -6,8 +6,9 @@ import asyncio
 import itertools
 import math
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,28 +20,9 @@ from audit.log import AuditLog
 from audit.query import AuditQuery
 from audit.record import encode_event
 from audit.sqlite_store import SqliteStore
-from tests.audit_doubles import FakeClock, sample_event
+from tests.audit_doubles import FakeClock, GatedStore, sample_event
 
 pytestmark = pytest.mark.anyio
-
-
-class GatedStore(SqliteStore):
-    """A real SQLite store that records the thread of each append, blocks while ``gate`` is clear
-    and fails while ``is_broken``."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.gate = threading.Event()
-        self.gate.set()
-        self.is_broken = False
-        self.threads: list[str] = []
-
-    def append(self, rows: Any, checkpoint: Any) -> None:
-        self.threads.append(threading.current_thread().name)
-        self.gate.wait(10)
-        if self.is_broken:
-            raise AuditUnavailableError("store switched off")
-        super().append(rows, checkpoint)
 
 
 async def test_a_bad_event_is_refused_alone_and_its_batch_commits(open_log) -> None:
@@ -61,8 +43,9 @@ async def test_a_cancelled_append_is_still_recorded(tmp_path: Path) -> None:
     store = GatedStore(tmp_path / "audit.db")
     log = await AuditLog.open(AuditConfig(), tmp_path, store=store, heartbeat=False)
     store.gate.clear()
+    num_before = len(store.threads)
     first = asyncio.create_task(log.append(sample_event(1, request_id="first")))
-    await asyncio.sleep(0.05)  # the writer takes it and waits inside the store
+    await store.writer_inside(num_before)
     queued = asyncio.create_task(log.append(sample_event(2, request_id="cancelled")))
     await asyncio.sleep(0.01)
     queued.cancel()
@@ -115,6 +98,14 @@ async def test_checkpoint_after_close_is_refused(open_log) -> None:
         await asyncio.wait_for(log.checkpoint(), 2)
 
 
+async def _until(condition: Callable[[], object]) -> None:
+    """The writer idles once its queue is empty: on a loaded runner, later than any fixed sleep."""
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "the writer did not idle within 10 s"
+        await asyncio.sleep(0.005)
+
+
 class IdleCountingStore(SqliteStore):
     """Counts the writer's idle calls (and their thread); ``idle_fails`` makes them raise."""
 
@@ -136,13 +127,12 @@ async def test_the_writer_does_housekeeping_only_when_no_append_waits(tmp_path: 
     store = IdleCountingStore(tmp_path / "audit.db")
     log = await AuditLog.open(AuditConfig(), tmp_path, store=store, heartbeat=False)
     await log.append(sample_event(1))
-    await asyncio.sleep(0.05)
-    assert store.idle_threads and set(store.idle_threads) == {"audit-writer"}
+    await _until(lambda: store.idle_threads)
+    assert set(store.idle_threads) == {"audit-writer"}
     store.idle_fails = True
     num_idle = len(store.idle_threads)
     assert await log.append(sample_event(2)) > 0
-    await asyncio.sleep(0.05)
-    assert len(store.idle_threads) > num_idle
+    await _until(lambda: len(store.idle_threads) > num_idle)
     assert await log.append(sample_event(3)) > 0
     assert (await log.verify()).ok
     await log.close()
@@ -174,14 +164,10 @@ def _entries(ids: range) -> list[Entry]:
 async def _writer_held(log: AuditLog, store: GatedStore) -> asyncio.Task[int]:
     """An append the writer has taken and is committing while ``store.gate`` stays clear."""
     store.gate.clear()
-    num_appends = len(store.threads)
+    num_before = len(store.threads)
     held = asyncio.create_task(log.append(sample_event(0, request_id="held")))
-    # In the store, not only queued: on a loaded machine the writer can take longer than any sleep.
-    for _ in range(1000):
-        if len(store.threads) > num_appends:
-            return held
-        await asyncio.sleep(0.01)
-    raise AssertionError("the writer did not take the held append within 10 s")
+    await store.writer_inside(num_before)
+    return held
 
 
 async def test_a_frames_entries_are_queued_together_without_a_task_each(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +20,13 @@ from audit.config import AuditConfig
 from audit.errors import AuditUnavailableError
 from audit.log import AuditLog
 from audit.query import AuditQuery
-from audit.sqlite_store import SqliteStore
-from tests.audit_doubles import sample_event
+from tests.audit_doubles import GatedStore, sample_event
 
 pytestmark = pytest.mark.anyio
 
 
-class GatedStore(SqliteStore):
-    """A real SQLite store whose appends wait while ``gate`` is clear and fail while ``is_broken``."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, preallocate_wal_bytes=0)
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        """Set when an append reaches the store (the writer has taken it)."""
-        self.is_broken = False
-
-    def append(self, rows: Any, checkpoint: Any) -> None:
-        self.entered.set()
-        self.gate.wait(10)
-        if self.is_broken:
-            raise AuditUnavailableError("store switched off")
-        super().append(rows, checkpoint)
-
-
 async def _open(tmp_path: Path, **cfg: Any) -> tuple[AuditLog, GatedStore]:
-    store = GatedStore(tmp_path / "audit.db")
+    store = GatedStore(tmp_path / "audit.db", preallocate_wal_bytes=0)
     log = await AuditLog.open(AuditConfig(**cfg), tmp_path, store=store, heartbeat=False)
     return log, store
 
@@ -63,11 +42,9 @@ async def test_a_taken_append_gets_its_commits_outcome_and_queued_ones_are_refus
 ) -> None:
     log, store = await _open(tmp_path, append_timeout_s=0.5, max_pending=3)
     store.gate.clear()
-    store.entered.clear()  # opening the log appended already
+    num_before = len(store.threads)  # opening the log appended already
     taken = asyncio.create_task(log.append(sample_event(1, request_id="taken")))
-    # The writer holds it inside the (hung) store: waited for, not slept on (a loaded runner
-    # could take longer than a fixed sleep to get there).
-    assert await asyncio.to_thread(store.entered.wait, 10)
+    await store.writer_inside(num_before)  # it holds "taken" inside the (hung) store
     queued = [asyncio.create_task(log.append(sample_event(i, request_id=f"queued-{i}"))) for i in range(3)]
     await asyncio.sleep(0.01)
     with pytest.raises(AuditUnavailableError, match="backlog"):
@@ -92,9 +69,9 @@ async def test_appends_that_timed_out_in_the_queue_leave_the_backlog(tmp_path: P
     # instead of being refused as if the backlog were full.
     log, store = await _open(tmp_path, append_timeout_s=0.3, max_pending=3)
     store.gate.clear()
-    store.entered.clear()
+    num_before = len(store.threads)
     taken = asyncio.create_task(log.append(sample_event(1, request_id="taken")))
-    assert await asyncio.to_thread(store.entered.wait, 10)
+    await store.writer_inside(num_before)
     queued = [asyncio.create_task(log.append(sample_event(i, request_id=f"queued-{i}"))) for i in range(3)]
     for task in queued:
         with pytest.raises(AuditUnavailableError, match="timed out"):
