@@ -70,8 +70,10 @@ def test_a_worker_whose_owner_is_gone_refuses_and_says_so(tmp_path: Path) -> Non
         assert worker.problem() == ""
         await server.close()
         await owner.close()
-        await asyncio.sleep(0.05)  # the worker sees its connection end
-        problem = worker.problem()
+        for _ in range(1000):  # until the worker sees its connection end (10 s at most)
+            if problem := worker.problem():
+                break
+            await asyncio.sleep(0.01)
         with pytest.raises(AuditUnavailableError):
             await worker.append(event(2))
         await worker.close()
