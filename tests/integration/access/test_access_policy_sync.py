@@ -55,7 +55,13 @@ def test_change_on_one_replica_reaches_the_other_within_a_second(
         await one.start()
         await two.start()
         try:
-            await asyncio.sleep(0.1)  # let the subscription settle
+            # Both listeners subscribed (an announcement before that is missed, and the poll is
+            # 0.5 s): waited for, since a loaded runner can take longer than any fixed sleep.
+            num_listeners = 2 if second_has_redis else 1
+            deadline = time.monotonic() + 10
+            while (await client.pubsub_numsub(cfg.channel))[0][1] < num_listeners:
+                assert time.monotonic() < deadline, "the replicas did not subscribe within 10 s"
+                await asyncio.sleep(0.01)
             assert not two.allowed(EVE, "chat", "demo-chat")
             change = PolicyChange(op="assign", rule=Assignment(member="user:eve", role="analyst"))
             await one.change([change], "root", ListSink())

@@ -29,6 +29,7 @@ from policies import (
     PolicyUnavailableError,
 )
 from policies.policy_seal import PolicySeal
+from policies.policy_watcher import PolicyWatcher
 
 pytestmark = pytest.mark.integration
 DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
@@ -191,30 +192,46 @@ def test_a_change_is_in_force_on_a_replica_of_another_host_when_its_call_returns
 
 
 def test_a_change_reaches_the_other_replica_by_notify_without_redis(
-    config: AccessConfig, seal: PolicySeal, tmp_path
+    config: AccessConfig, seal: PolicySeal, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No Redis, polls 1 s apart: the NOTIFY sent in the change's transaction is what brings it."""
+    """No Redis and no polls: the NOTIFY sent in the change's transaction is what brings it."""
 
-    async def run() -> float:
-        # No lease (the change would wait it out): this measures the notification alone.
-        slow_polls = msgspec.structs.replace(config, poll_interval_s=1.0, lease_s=0)
-        one = Authorizer.open(slow_polls, tmp_path / "one", seal=seal)
-        two = Authorizer.open(slow_polls, tmp_path / "two", seal=seal)
-        await two.start()  # its first poll is 1 s away
+    async def never_poll(self: PolicyWatcher) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(PolicyWatcher, "_poll", never_poll)
+
+    async def listening(channel: str) -> bool:
+        """A session's last statement was the LISTEN on ``channel``: it is in place."""
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+            found = await conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{channel}"',)
+            )
+            return await found.fetchone() is not None
+
+    async def run() -> None:
+        # No lease (the change would wait it out): this exercises the notification alone.
+        no_lease = msgspec.structs.replace(config, lease_s=0)
+        one = Authorizer.open(no_lease, tmp_path / "one", seal=seal)
+        two = Authorizer.open(no_lease, tmp_path / "two", seal=seal)
+        await two.start()
         try:
-            started = asyncio.get_running_loop().time()
-            await asyncio.sleep(0.1)  # the LISTEN is in place
+            # Waited for, not slept on: a NOTIFY sent before the LISTEN is lost.
+            deadline = time.monotonic() + 10
+            while not await listening(f"strongroom_policy_{config.postgres_schema}"):
+                assert time.monotonic() < deadline, "no LISTEN within 10 s"
+                await asyncio.sleep(0.01)
             await one.change(
                 [PolicyChange(op="assign", rule=Assignment(member="user:eve", role="analyst"))],
                 "ops",
                 ListSink(),
             )
+            deadline = time.monotonic() + 10
             while not two.allowed(EVE, "chat", "demo-chat"):
+                assert time.monotonic() < deadline, "the change did not reach the other replica"
                 await asyncio.sleep(0.01)
-                assert asyncio.get_running_loop().time() - started < 2.0
-            return asyncio.get_running_loop().time() - started
         finally:
             await two.stop()
             one.store.close()
 
-    assert asyncio.run(run()) < 0.8  # before the first poll
+    asyncio.run(run())
