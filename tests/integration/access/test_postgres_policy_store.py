@@ -120,16 +120,17 @@ def test_a_direct_edit_in_postgres_is_refused_and_audited(
 def test_a_hung_policy_store_does_not_stall_the_event_loop_and_fails_closed_after_the_lease(
     config: AccessConfig, seal: PolicySeal, tmp_path
 ) -> None:
-    """A reload waiting on PostgreSQL (here: a table lock a DBA holds for 1 s) waits off the loop:
+    """A reload waiting on PostgreSQL (here: a table lock a DBA holds meanwhile) waits off the loop:
     the gateway keeps answering meanwhile. Once its lease (2 polls) runs out, it cannot know
     whether another gateway revoked something, so it refuses (503, saying why) rather than decide
     on the old version; when the store answers again, so does it."""
 
-    def hold_lock(locked: threading.Event) -> None:
+    def hold_lock(locked: threading.Event, release: threading.Event) -> None:
         with psycopg.connect(DSN) as dba, dba.transaction():
             dba.execute(f'LOCK TABLE "{config.postgres_schema}".policy_version IN ACCESS EXCLUSIVE MODE')
             locked.set()
-            time.sleep(1.0)
+            # Until the checks below are done (about 1 s), not a fixed time a loaded runner outlasts.
+            release.wait(30)
 
     analyst = Principal(subject="a", roles=("analyst",), issuer="i")
 
@@ -137,8 +138,8 @@ def test_a_hung_policy_store_does_not_stall_the_event_loop_and_fails_closed_afte
         fast = msgspec.structs.replace(config, poll_interval_s=0.05, sync_timeout_s=0.2)
         authz = Authorizer.open(fast, tmp_path, seal=seal)
         await authz.start()
-        locked = threading.Event()
-        holder = threading.Thread(target=hold_lock, args=(locked,))
+        locked, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=hold_lock, args=(locked, release))
         holder.start()
         try:
             await asyncio.to_thread(locked.wait)
@@ -152,6 +153,7 @@ def test_a_hung_policy_store_does_not_stall_the_event_loop_and_fails_closed_afte
             with pytest.raises(PolicyUnavailableError, match="could not be confirmed current"):
                 authz.allowed(analyst, "chat", "demo-chat")
         finally:
+            release.set()
             await asyncio.to_thread(holder.join)
         try:
             await authz.current()
