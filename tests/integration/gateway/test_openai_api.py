@@ -419,20 +419,36 @@ def test_token_latencies_are_on_metrics_under_vllms_names(gateway: Any) -> None:
         if e2e_count(again) == e2e_count(before):
             break
         before = again
-    stream = c.completions.create(
-        model="demo-chat", prompt="tick", max_tokens=6, stream=True, extra_body={"ignore_eos": True}
-    )
-    assert sum(1 for _ in stream) >= 1
-    c.completions.create(model="demo-chat", prompt="tock", max_tokens=3)
-    after = httpx.get(f"{gateway.base_url}/metrics").text
-    while e2e_count(after) - e2e_count(before) < 2 and time.monotonic() < deadline + 10:
-        time.sleep(0.05)
-        after = httpx.get(f"{gateway.base_url}/metrics").text
 
     def added(name: str) -> float:
         return _series(after, name, model_name="demo-chat") - _series(before, name, model_name="demo-chat")
 
-    assert added("vllm:time_to_first_token_seconds_count") == 1  # streamed answers only
-    assert added("vllm:inter_token_latency_seconds_count") >= 1
-    assert added("vllm:e2e_request_latency_seconds_count") == 2
-    assert added("vllm:time_per_output_token_seconds_count") == 1
+    def read_once_counted(num_requests: int) -> str:
+        """/metrics once the last request's end is counted (recorded as its stream ends)."""
+        text, until = httpx.get(f"{gateway.base_url}/metrics").text, time.monotonic() + 10
+        while e2e_count(text) - e2e_count(before) < num_requests and time.monotonic() < until:
+            time.sleep(0.05)
+            text = httpx.get(f"{gateway.base_url}/metrics").text
+        return text
+
+    # An inter-token latency is observed per frame after the first, as the client receives them.
+    # A reader that fell behind takes the engine's waiting frames merged into one (EngineLink),
+    # so on a loaded machine all six tokens can arrive in one frame, which has none: up to five
+    # streams, until one came in several frames.
+    num_streams = 0
+    while num_streams < 5:
+        stream = c.completions.create(
+            model="demo-chat", prompt="tick", max_tokens=6, stream=True, extra_body={"ignore_eos": True}
+        )
+        assert sum(1 for _ in stream) >= 1
+        num_streams += 1
+        after = read_once_counted(num_streams)
+        if added("vllm:inter_token_latency_seconds_count") >= 1:
+            break
+    c.completions.create(model="demo-chat", prompt="tock", max_tokens=3)
+    after = read_once_counted(num_streams + 1)
+
+    assert added("vllm:time_to_first_token_seconds_count") == num_streams  # streamed answers only
+    assert 1 <= added("vllm:inter_token_latency_seconds_count") <= 5 * num_streams
+    assert added("vllm:e2e_request_latency_seconds_count") == num_streams + 1
+    assert added("vllm:time_per_output_token_seconds_count") == num_streams
