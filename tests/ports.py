@@ -4,7 +4,7 @@ A port found with ``bind(("127.0.0.1", 0))`` and closed again is only a guess. U
 binds it, the kernel may hand the same number out again: to the next such bind in this process
 (CI saw a gateway's gRPC port equal its HTTP port, both chosen that way one after the other), to
 another pytest-xdist worker, or as the source port of any outgoing connection. So the ports here
-come from below the kernel's ephemeral range, which neither a bind to port 0 nor an outgoing
+come from outside the kernel's ephemeral range (below it, as a rule), which neither a bind to port 0 nor an outgoing
 connection uses; each xdist worker draws from a slice of its own; and a process never hands out
 the same port twice.
 """
@@ -16,10 +16,10 @@ import socket
 import threading
 from pathlib import Path
 
-_LOWEST = 10_000
+_LOWEST, _HIGHEST = 10_000, 65_535
 """Above the well-known ports and the usual fixed service ports (PostgreSQL 5432, Redis 6379)."""
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_DEFAULT_EPHEMERAL_START = 32_768
+_DEFAULT_EPHEMERAL_RANGE = (32_768, 60_999)
 """Linux's default, for a kernel that does not say."""
 
 _lock = threading.Lock()
@@ -27,24 +27,29 @@ _handed_out: set[int] = set()
 _cursor: int | None = None
 
 
-def _ephemeral_start() -> int:
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        return int(_EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return _DEFAULT_EPHEMERAL_START
+        first, last = (int(n) for n in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return _DEFAULT_EPHEMERAL_RANGE
+    return first, last
 
 
 def _worker_slice() -> range:
-    """This xdist worker's share of the ports below the ephemeral range (all of it without xdist)."""
+    """This xdist worker's share of the ports outside the ephemeral range (all of it without
+    xdist): below the range, or above it where a kernel starts the range low."""
+    first, last = _ephemeral_range()
+    below, above = range(_LOWEST, max(_LOWEST, first)), range(max(_LOWEST, last + 1), _HIGHEST + 1)
+    span = below if len(below) >= len(above) else above
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    width = (_ephemeral_start() - _LOWEST) // workers
+    width = len(span) // workers
     if width < 100:
         raise RuntimeError(
-            f"the ephemeral port range starts at {_ephemeral_start()}: too few ports below it for "
-            f"{workers} test workers; raise net.ipv4.ip_local_port_range's first value"
+            f"the ephemeral port range {first}-{last} leaves too few ports outside it for "
+            f"{workers} test workers (net.ipv4.ip_local_port_range)"
         )
-    start = _LOWEST + worker * width
+    start = span.start + worker * width
     return range(start, start + width)
 
 
@@ -63,7 +68,7 @@ def free_ports(count: int) -> tuple[int, ...]:
     ports: list[int] = []
     with _lock:
         span = _worker_slice()
-        cursor = span.start if _cursor is None else _cursor
+        cursor = _cursor if _cursor in span else span.start
         for _ in range(len(span)):
             port, cursor = cursor, (span.start if cursor + 1 >= span.stop else cursor + 1)
             if port not in _handed_out and _bindable(port):

@@ -17,10 +17,10 @@ def test_ports_handed_out_one_after_another_are_never_the_same() -> None:
     assert len(set(handed)) == len(handed)
 
 
-def test_ports_lie_below_the_kernel_s_ephemeral_range() -> None:
+def test_ports_lie_outside_the_kernel_s_ephemeral_range() -> None:
     # Neither a bind to port 0 nor an outgoing connection's source port can take them meanwhile.
-    start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    assert all(1024 < p < start for p in ports.free_ports(20))
+    first, last = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert all(p > 1024 and not first <= p <= last for p in ports.free_ports(20))
 
 
 def test_a_port_something_else_holds_is_passed_over() -> None:
@@ -39,3 +39,12 @@ def test_each_test_worker_draws_from_a_slice_of_its_own(monkeypatch: pytest.Monk
         slices.append(set(ports._worker_slice()))
     assert not (slices[0] & slices[1]) and not (slices[1] & slices[2]) and not (slices[0] & slices[2])
     assert all(len(s) > 1000 for s in slices)
+
+
+def test_a_kernel_whose_ephemeral_range_starts_low_gets_ports_above_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ports, "_ephemeral_range", lambda: (1024, 40_000))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    assert ports._worker_slice() == range(40_001 + 12_767, 40_001 + 2 * 12_767)
