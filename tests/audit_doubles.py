@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,16 @@ class MemorySink:
             raise AuditUnavailableError("memory sink switched off")
         self.events.append(event)
         return len(self.events)
+
+
+async def until(condition: Callable[[], object], *, what: str, timeout_s: float = 10.0) -> None:
+    """Returns once ``condition()`` holds, for what the audit writer's threads do in their own
+    time: on a loaded runner, later than any fixed sleep."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
+        await asyncio.sleep(0.005)
 
 
 class GatedStore(SqliteStore):
@@ -50,11 +61,7 @@ class GatedStore(SqliteStore):
         """Returns once the writer has brought the store an append after its first ``num_before``
         (and, the gate clear, holds it there). Waited for, not slept on: on a loaded runner the
         writer can take longer than any fixed sleep to get there."""
-        deadline = time.monotonic() + 10
-        while len(self.threads) <= num_before:
-            if time.monotonic() > deadline:
-                raise AssertionError("the writer did not take the append within 10 s")
-            await asyncio.sleep(0.005)
+        await until(lambda: len(self.threads) > num_before, what="the writer taking the append")
 
 
 class FakeClock:

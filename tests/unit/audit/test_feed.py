@@ -16,6 +16,7 @@ from audit.log import AuditLog
 from audit.record import AuditContent
 from common.audit_event import EventType
 from tests.audit_doubles import sample_event as event
+from tests.audit_doubles import until
 
 # Short deadlines: a store that cannot commit is answered within about a second.
 _CFG = AuditConfig(append_timeout_s=0.5, content_default="encrypt")
@@ -70,10 +71,8 @@ def test_a_worker_whose_owner_is_gone_refuses_and_says_so(tmp_path: Path) -> Non
         assert worker.problem() == ""
         await server.close()
         await owner.close()
-        for _ in range(1000):  # until the worker sees its connection end (10 s at most)
-            if problem := worker.problem():
-                break
-            await asyncio.sleep(0.01)
+        await until(worker.problem, what="the worker seeing its connection end")
+        problem = worker.problem()
         with pytest.raises(AuditUnavailableError):
             await worker.append(event(2))
         await worker.close()

@@ -6,8 +6,6 @@ import asyncio
 import itertools
 import math
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from audit.log import AuditLog
 from audit.query import AuditQuery
 from audit.record import encode_event
 from audit.sqlite_store import SqliteStore
-from tests.audit_doubles import FakeClock, GatedStore, sample_event
+from tests.audit_doubles import FakeClock, GatedStore, sample_event, until
 
 pytestmark = pytest.mark.anyio
 
@@ -98,14 +96,6 @@ async def test_checkpoint_after_close_is_refused(open_log) -> None:
         await asyncio.wait_for(log.checkpoint(), 2)
 
 
-async def _until(condition: Callable[[], object]) -> None:
-    """The writer idles once its queue is empty: on a loaded runner, later than any fixed sleep."""
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, "the writer did not idle within 10 s"
-        await asyncio.sleep(0.005)
-
-
 class IdleCountingStore(SqliteStore):
     """Counts the writer's idle calls (and their thread); ``idle_fails`` makes them raise."""
 
@@ -127,12 +117,12 @@ async def test_the_writer_does_housekeeping_only_when_no_append_waits(tmp_path: 
     store = IdleCountingStore(tmp_path / "audit.db")
     log = await AuditLog.open(AuditConfig(), tmp_path, store=store, heartbeat=False)
     await log.append(sample_event(1))
-    await _until(lambda: store.idle_threads)
+    await until(lambda: store.idle_threads, what="the writer idling")
     assert set(store.idle_threads) == {"audit-writer"}
     store.idle_fails = True
     num_idle = len(store.idle_threads)
     assert await log.append(sample_event(2)) > 0
-    await _until(lambda: len(store.idle_threads) > num_idle)
+    await until(lambda: len(store.idle_threads) > num_idle, what="the writer idling again")
     assert await log.append(sample_event(3)) > 0
     assert (await log.verify()).ok
     await log.close()
