@@ -4,9 +4,9 @@ A port found with ``bind(("127.0.0.1", 0))`` and closed again is only a guess. U
 binds it, the kernel may hand the same number out again: to the next such bind in this process
 (CI saw a gateway's gRPC port equal its HTTP port, both chosen that way one after the other), to
 another pytest-xdist worker, or as the source port of any outgoing connection. So the ports here
-come from outside the kernel's ephemeral range (below it, as a rule), which neither a bind to port 0 nor an outgoing
-connection uses; each xdist worker draws from a slice of its own; and a process never hands out
-the same port twice.
+come from outside the kernel's ephemeral range (below it, as a rule), which neither a bind to
+port 0 nor an outgoing connection uses; each xdist worker draws from a slice of its own; and a
+process never hands out the same port twice.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from uvicorn.loops.auto import auto_loop_factory
 from strongroom import gateway_workers
 from strongroom.config import Settings
 from strongroom.gateway_workers import listening_sockets
+from tests.ports import free_port
 
 
 def test_each_worker_gets_its_own_socket_on_the_one_port_and_a_second_serve_is_refused() -> None:
@@ -39,9 +40,7 @@ def test_the_supervisor_runs_on_the_loop_uvicorn_gives_the_workers(monkeypatch: 
         loops.append(type(asyncio.get_running_loop()))
 
     monkeypatch.setattr(gateway_workers, "_supervise", supervise)
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        port = probe.getsockname()[1]
-    settings = Settings(server=msgspec.structs.replace(Settings().server, host="127.0.0.1", port=port))
+    settings = Settings(server=msgspec.structs.replace(Settings().server, host="127.0.0.1", port=free_port()))
     gateway_workers.serve_workers(settings, None, num_workers=2)
     assert loops == [type(auto_loop_factory()())]
     assert loops[0].__module__.startswith("uvloop")  # installed with uvicorn[standard]
